@@ -1,0 +1,78 @@
+# sparkglass: two commands do everything on a fresh machine (Python 3.11 + Java 17):
+#   make demo   - create .venv, install, run the flights demo on real data
+#   make test   - create .venv, install the test extras, run lint, types and the whole suite
+SHELL := /bin/bash
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+DEMO_ARGS ?= --days 60 --files-per-trigger 5 --feed-interval 1
+PYTEST_ARGS ?=
+
+.PHONY: demo test lint typecheck pytest e2e venv install install-test browser bench \
+        bench-sampling bench-planner bench-async bench-service clean help java-check
+
+help:
+	@echo "make demo   - install and run the flights demo (DEMO_ARGS='$(DEMO_ARGS)')"
+	@echo "make test   - install test extras; ruff, mypy and the whole pytest suite"
+	@echo "make e2e    - the end-to-end suite only"
+	@echo "make bench  - every benchmark; results in bench/results/*.json"
+
+$(BIN)/python:
+	@$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), "sparkglass needs Python 3.11, found " + sys.version.split()[0]' \
+	  || { echo "error: Python 3.11 is needed (set PYTHON=/path/to/python3.11)" >&2; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet -e .
+	@touch $@
+
+$(VENV)/.installed-test: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet -e ".[test]"
+	@touch $@ $(VENV)/.installed
+
+install: $(VENV)/.installed
+install-test: $(VENV)/.installed-test
+
+java-check:
+	@command -v java >/dev/null || [ -x "$$JAVA_HOME/bin/java" ] || { echo "error: Java not found: Spark needs Java 17+; install one (Debian/Ubuntu: apt-get install openjdk-17-jre-headless) or set JAVA_HOME" >&2; exit 1; }
+
+demo: install java-check
+	$(BIN)/sparkglass demo $(DEMO_ARGS)
+
+lint: install-test
+	$(BIN)/ruff check runtime service operator src tests e2e bench
+
+typecheck: install-test
+	$(BIN)/mypy -p sparkglass
+
+# Headless Chromium for the web page tests, from Debian's packages (root only).
+browser:
+	@command -v chromium >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	  else echo "note: install Debian's chromium for the browser tests (they are skipped without it)" >&2; fi; }
+
+pytest: install-test java-check browser
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+test: lint typecheck pytest
+
+e2e: install-test java-check browser
+	$(BIN)/pytest e2e $(PYTEST_ARGS)
+
+bench: bench-sampling bench-planner bench-async bench-service
+
+bench-sampling: install-test java-check
+	$(BIN)/python bench/sampling_bench.py
+
+bench-planner: install-test java-check
+	$(BIN)/python bench/planner_bench.py
+
+bench-async: install-test java-check
+	$(BIN)/python bench/async_bench.py
+
+bench-service: install-test java-check
+	$(BIN)/python bench/service_bench.py
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache build *.egg-info

@@ -1,0 +1,427 @@
+"""The pipeline DSL: named sources, vertices and sinks over Spark DataFrames.
+
+A :class:`Pipeline` is a small DAG of named steps. A *source* is a DataFrame (bounded
+when it is a batch DataFrame, unbounded when it is streaming); a *vertex* is a function of
+its input DataFrames returning a DataFrame; a *sink* writes one input. ``start()`` builds
+the DataFrames in topological order, runs the bounded sinks, then starts one streaming
+query per unbounded sink. Names are DNS-1123 labels because they appear in REST URLs and
+Kubernetes labels.
+
+Example::
+
+    p = Pipeline("flights", spark)
+    p.source("flights", spark.readStream.schema(schema).csv(path))
+    p.vertex("parse", "flights", parse)
+    p.sink("out", "parse", lambda df: df.writeStream.format("memory").queryName("out"))
+    p.start(); p.await_termination(60); p.stop()
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.streaming import DataStreamWriter, StreamingQuery, StreamingQueryListener
+
+from .description import (
+    ATTRIBUTES_ATTR,
+    PipelineDescription,
+    VertexAttributes,
+    VertexDescription,
+    VertexKind,
+    check_vertex_name,
+    topological_order,
+)
+from .errors import PipelineError
+
+VertexFunction = Callable[..., DataFrame]
+#: A sink writer: given the sink's input DataFrame, either return a configured
+#: ``DataStreamWriter`` (streaming input; the pipeline adds a checkpoint location if the
+#: writer has none and starts it) or perform a batch write and return ``None``.
+SinkWriter = Callable[[DataFrame], DataStreamWriter | None]
+
+#: Prefix of the observed-metrics names the pipeline uses to count rows per vertex.
+OBSERVATION_PREFIX = "sg_rows_"
+
+
+@dataclass
+class Step:
+    """One named step as the pipeline holds it (see :class:`VertexDescription`)."""
+
+    name: str
+    kind: VertexKind
+    inputs: tuple[str, ...] = ()
+    fn: VertexFunction | None = None
+    df: DataFrame | None = None
+    writer: SinkWriter | None = None
+    attributes: VertexAttributes = field(default_factory=VertexAttributes)
+    python: bool = False
+
+
+@dataclass
+class VertexProgress:
+    """Rows seen at one vertex's output, from Spark's observed metrics."""
+
+    rows_total: int = 0
+    rows_last_batch: int = 0
+
+
+@dataclass
+class PipelineProgress:
+    """A snapshot of a running pipeline (what the demo's live display shows).
+
+    ``micro_batches`` counts completed micro-batches over all streaming queries.
+    ``input_rows_per_second`` and ``processed_rows_per_second`` are the largest of the
+    queries' last reported rates (Spark's ``StreamingQueryProgress``), in rows/s: every
+    query reads its sources on its own, so a sum would count the same rows twice.
+    ``vertices`` holds, per vertex, the rows at its output (Spark observed metrics).
+    """
+
+    micro_batches: int = 0
+    input_rows_per_second: float = 0.0
+    processed_rows_per_second: float = 0.0
+    vertices: dict[str, VertexProgress] = field(default_factory=dict)
+    active_queries: int = 0
+    failed: str | None = None
+
+
+class _ProgressListener(StreamingQueryListener):
+    """Accumulates per-vertex row counts from each micro-batch's observed metrics."""
+
+    def __init__(self, pipeline: Pipeline) -> None:
+        self._pipeline = pipeline
+
+    def onQueryStarted(self, event: Any) -> None:
+        pass
+
+    def onQueryProgress(self, event: Any) -> None:
+        self._pipeline._record_progress(event.progress)
+
+    def onQueryIdle(self, event: Any) -> None:
+        pass
+
+    def onQueryTerminated(self, event: Any) -> None:
+        pass
+
+
+class Pipeline:
+    """A named DAG of sources, vertices and sinks over Spark DataFrames.
+
+    ``checkpoint_root`` is where streaming sinks without their own checkpoint location
+    keep their checkpoints (default: a temporary directory removed by ``stop()``).
+    Errors in the graph raise :class:`PipelineError` naming the offending vertex.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        spark: SparkSession | None = None,
+        *,
+        checkpoint_root: str | Path | None = None,
+        observe_rows: bool = True,
+    ) -> None:
+        self.name = check_vertex_name(name)
+        self._spark = spark
+        self._steps: dict[str, Step] = {}
+        self._checkpoint_root = Path(checkpoint_root) if checkpoint_root else None
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        self._observe_rows = observe_rows
+        self._queries: dict[str, StreamingQuery] = {}
+        self._outputs: dict[str, DataFrame] = {}
+        self._lock = threading.Lock()
+        self._progress = PipelineProgress()
+        self._rates: dict[str, tuple[float, float]] = {}
+        self._rows_by_query: dict[tuple[str, str], int] = {}
+        self._listener: _ProgressListener | None = None
+        self._started = False
+
+    # ------------------------------------------------------------------ building
+    @property
+    def spark(self) -> SparkSession:
+        """The session of the first source, unless one was given."""
+        if self._spark is None:
+            for step in self._steps.values():
+                if step.df is not None:
+                    self._spark = step.df.sparkSession
+                    break
+            else:
+                active = SparkSession.getActiveSession()
+                if active is None:
+                    raise PipelineError("pipeline has no SparkSession and no source yet")
+                self._spark = active
+        return self._spark
+
+    def _add(self, step: Step) -> str:
+        check_vertex_name(step.name)
+        if step.name in self._steps:
+            raise PipelineError(f"duplicate vertex name {step.name!r}", vertex=step.name)
+        if self._started:
+            raise PipelineError(
+                f"cannot add {step.name!r}: pipeline already started", vertex=step.name
+            )
+        self._steps[step.name] = step
+        return step.name
+
+    def source(self, name: str, df: DataFrame) -> str:
+        """Add a source; bounded unless ``df.isStreaming``. Returns ``name``."""
+        if not isinstance(df, DataFrame):
+            raise PipelineError(
+                f"source {name!r} needs a DataFrame, got {type(df).__name__}", vertex=name
+            )
+        return self._add(Step(name=name, kind=VertexKind.SOURCE, df=df))
+
+    def vertex(
+        self,
+        name: str,
+        inputs: str | Sequence[str],
+        fn: VertexFunction,
+        *,
+        attributes: VertexAttributes | None = None,
+        python: bool = False,
+    ) -> str:
+        """Add a vertex computing ``fn(*input_dataframes)``. Returns ``name``.
+
+        Attributes come from ``attributes`` or else from the attribute decorators on
+        ``fn``. ``python=True`` marks a vertex whose work runs as Python on the executors.
+        """
+        if not callable(fn):
+            raise PipelineError(f"vertex {name!r} needs a callable, got {fn!r}", vertex=name)
+        declared = attributes or getattr(fn, ATTRIBUTES_ATTR, None) or VertexAttributes()
+        return self._add(
+            Step(
+                name=name,
+                kind=VertexKind.VERTEX,
+                inputs=_as_inputs(name, inputs),
+                fn=fn,
+                attributes=declared,
+                python=python,
+            )
+        )
+
+    def sink(self, name: str, input: str, write: SinkWriter) -> str:
+        """Add a sink writing vertex ``input`` with ``write`` (see :data:`SinkWriter`)."""
+        if not callable(write):
+            raise PipelineError(f"sink {name!r} needs a callable writer", vertex=name)
+        return self._add(Step(name=name, kind=VertexKind.SINK, inputs=(input,), writer=write))
+
+    # --------------------------------------------------------------- describing
+    def steps(self) -> list[Step]:
+        """All steps in topological order; raises :class:`PipelineError` on a bad graph."""
+        order = topological_order(self._descriptions_unordered())
+        return [self._steps[v.name] for v in order]
+
+    def _descriptions_unordered(self) -> list[VertexDescription]:
+        return [
+            VertexDescription(
+                name=s.name,
+                kind=s.kind,
+                inputs=list(s.inputs),
+                bounded=True,  # filled in below, once inputs are known to exist
+                python=s.python,
+                attributes=s.attributes,
+            )
+            for s in self._steps.values()
+        ]
+
+    def describe(self) -> PipelineDescription:
+        """The pipeline as a :class:`PipelineDescription` (topological order).
+
+        Boundedness: a source is unbounded when its DataFrame is streaming; any other step
+        is unbounded when one of its inputs is.
+        """
+        ordered = topological_order(self._descriptions_unordered())
+        bounded: dict[str, bool] = {}
+        for v in ordered:
+            step = self._steps[v.name]
+            if step.kind is VertexKind.SOURCE:
+                assert step.df is not None
+                bounded[v.name] = not step.df.isStreaming
+            else:
+                bounded[v.name] = all(bounded[i] for i in v.inputs)
+            v.bounded = bounded[v.name]
+        return PipelineDescription(name=self.name, vertices=ordered)
+
+    # ---------------------------------------------------------------- building
+    def output(self, name: str) -> DataFrame:
+        """The DataFrame at the output of source or vertex ``name`` (built on first use)."""
+        if name not in self._steps:
+            raise PipelineError(
+                f"no vertex {name!r}; vertices: {', '.join(self._steps)}", vertex=name
+            )
+        if name in self._outputs:
+            return self._outputs[name]
+        step = self._steps[name]
+        if step.kind is VertexKind.SINK:
+            raise PipelineError(f"{name!r} is a sink; it has no output", vertex=name)
+        if step.kind is VertexKind.SOURCE:
+            assert step.df is not None
+            df = step.df
+        else:
+            assert step.fn is not None
+            df = step.fn(*[self.output(i) for i in step.inputs])
+            if not isinstance(df, DataFrame):
+                raise PipelineError(
+                    f"vertex {name!r} returned {type(df).__name__}, not a DataFrame", vertex=name
+                )
+        df = self._instrument(name, df)
+        self._outputs[name] = df
+        return df
+
+    def _instrument(self, name: str, df: DataFrame) -> DataFrame:
+        """What the runtime adds at a vertex output: the row counter."""
+        if self._observe_rows and df.isStreaming:
+            df = df.observe(f"{OBSERVATION_PREFIX}{name}", F.count(F.lit(1)).alias("rows"))
+        return df
+
+    def _checkpoint_for(self, sink: str) -> str:
+        if self._checkpoint_root is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix=f"sparkglass-{self.name}-")
+            self._checkpoint_root = Path(self._tmp.name)
+        return str(self._checkpoint_root / sink)
+
+    # ----------------------------------------------------------------- running
+    def start(self) -> None:
+        """Validate, build, run bounded sinks, then start one query per streaming sink.
+
+        Raises :class:`PipelineError` for a bad graph before anything runs.
+        """
+        if self._started:
+            raise PipelineError(f"pipeline {self.name!r} already started")
+        description = self.describe()
+        self._started = True
+        if self._listener is None:
+            self._listener = _ProgressListener(self)
+            self.spark.streams.addListener(self._listener)
+        for v in description.vertices:
+            if v.kind is not VertexKind.SINK:
+                continue
+            step = self._steps[v.name]
+            assert step.writer is not None
+            df = self.output(step.inputs[0])
+            writer = step.writer(df)
+            if df.isStreaming:
+                if not isinstance(writer, DataStreamWriter):
+                    raise PipelineError(
+                        f"sink {v.name!r} reads a stream; its writer must return a "
+                        f"DataStreamWriter, got {type(writer).__name__}",
+                        vertex=v.name,
+                    )
+                writer = writer.option(
+                    "checkpointLocation", self._checkpoint_option(writer, v.name)
+                )
+                self._queries[v.name] = writer.start()
+
+    def _checkpoint_option(self, writer: DataStreamWriter, sink: str) -> str:
+        # DataStreamWriter has no getter; read the option Spark would use, if the user set it.
+        jwriter = writer._jwrite
+        try:
+            extra = jwriter.extraOptions()
+            existing = extra.get("checkpointLocation")
+            if existing.isDefined():
+                return str(existing.get())
+        except Exception:
+            pass
+        return self._checkpoint_for(sink)
+
+    @property
+    def queries(self) -> dict[str, StreamingQuery]:
+        """The running streaming queries, by sink name."""
+        return dict(self._queries)
+
+    def await_termination(self, timeout: float | None = None) -> bool:
+        """Wait until every query ended, or ``timeout`` seconds; True if all ended.
+
+        Re-raises a query's failure (a ``StreamingQueryException``).
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for query in self._queries.values():
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if remaining is None:
+                query.awaitTermination()
+            elif not query.awaitTermination(math.ceil(remaining)):
+                return False
+        return True
+
+    def process_all_available(self) -> None:
+        """Block until every query has processed all input available now (tests, demo)."""
+        for query in self._queries.values():
+            query.processAllAvailable()
+
+    def stop(self) -> None:
+        """Stop every query (idempotent) and remove temporary checkpoints."""
+        for query in self._queries.values():
+            # Stopping one failed query must not keep the others running.
+            with contextlib.suppress(Exception):
+                query.stop()
+        if self._listener is not None and self._spark is not None:
+            with contextlib.suppress(Exception):  # the session may already be gone
+                self._spark.streams.removeListener(self._listener)
+            self._listener = None
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+
+    # ---------------------------------------------------------------- progress
+    def _record_progress(self, progress: Any) -> None:
+        metrics = progress.observedMetrics or {}
+        with self._lock:
+            p = self._progress
+            p.micro_batches += 1
+            self._rates[str(progress.id)] = (
+                float(progress.inputRowsPerSecond or 0.0),
+                float(progress.processedRowsPerSecond or 0.0),
+            )
+            p.input_rows_per_second = max(r[0] for r in self._rates.values())
+            p.processed_rows_per_second = max(r[1] for r in self._rates.values())
+            for key, row in metrics.items():
+                if not key.startswith(OBSERVATION_PREFIX):
+                    continue
+                vertex = key[len(OBSERVATION_PREFIX) :]
+                rows = int(row["rows"] or 0)
+                vp = p.vertices.setdefault(vertex, VertexProgress())
+                # Each query reads its sources independently; keep the largest view.
+                vp.rows_last_batch = rows
+                key = (str(progress.id), vertex)
+                self._rows_by_query[key] = self._rows_by_query.get(key, 0) + rows
+                vp.rows_total = max(vp.rows_total, self._rows_by_query[key])
+
+    def progress(self) -> PipelineProgress:
+        """A consistent snapshot of :class:`PipelineProgress`."""
+        with self._lock:
+            p = self._progress
+            failed = None
+            active = 0
+            for sink, q in self._queries.items():
+                if q.isActive:
+                    active += 1
+                elif q.exception() is not None:
+                    failed = f"{sink}: {q.exception()}"
+            return PipelineProgress(
+                micro_batches=p.micro_batches,
+                input_rows_per_second=p.input_rows_per_second,
+                processed_rows_per_second=p.processed_rows_per_second,
+                vertices={
+                    k: VertexProgress(v.rows_total, v.rows_last_batch)
+                    for k, v in p.vertices.items()
+                },
+                active_queries=active,
+                failed=failed,
+            )
+
+
+def _as_inputs(name: str, inputs: str | Sequence[str]) -> tuple[str, ...]:
+    if isinstance(inputs, str):
+        return (inputs,)
+    result = tuple(inputs)
+    if not result or not all(isinstance(i, str) for i in result):
+        raise PipelineError(f"vertex {name!r}: inputs must be vertex names", vertex=name)
+    return result

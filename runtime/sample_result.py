@@ -1,0 +1,108 @@
+"""The data-sample result: the JSON body users see (DESIGN.md "Contracts users see").
+
+One model serves the driver control endpoint, the REST service and the ``DataSample``
+status, so the three can never drift apart. JSON keys are camelCase.
+
+Driver control endpoint (a small HTTP server in the Spark driver; every route but
+``/healthz`` needs ``Authorization: Bearer <token>``):
+
+=======  =========================================================  ==========================
+method   path                                                       answer
+=======  =========================================================  ==========================
+GET      ``/healthz``                                               ``{"status": "ok"}``
+GET      ``/api/v1/pipeline``                                       the PipelineDescription
+GET      ``/api/v1/settings``                                       the sampling settings
+POST     ``/api/v1/vertices/{vertex}/rounds[?samplingWindow=3s]``    202 ``DataSampleResult``
+                                                                    (``PENDING``, ``roundId``);
+                                                                    429 when 5 rounds run
+                                                                    (``FAILED``,
+                                                                    ``TOO_MANY_CONCURRENT_ROUNDS``);
+                                                                    200 ``DISABLED`` when off
+GET      ``/api/v1/rounds/{roundId}[?subtaskIndex=N&maxRecords=M]``  ``DataSampleResult``
+GET      ``/api/v1/vertices/{vertex}/data-sample[?...]``            lazy trigger + polling,
+                                                                    cached per vertex
+=======  =========================================================  ==========================
+
+Unknown vertex or round: 404 with the known names. Bad parameter: 400 naming the field
+and its allowed range.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+#: Hard caps (DESIGN.md): records per response, concurrent rounds per application,
+#: records per subtask buffer.
+MAX_RECORDS_PER_RESPONSE = 5000
+MAX_CONCURRENT_ROUNDS = 5
+MAX_RECORDS_PER_SUBTASK = 1000
+
+
+class SampleStatus(StrEnum):
+    """Where a sampling round is, or how it ended."""
+
+    PENDING = "PENDING"
+    COMPLETE = "COMPLETE"
+    PARTIAL = "PARTIAL"
+    NO_DATA = "NO_DATA"
+    DISABLED = "DISABLED"
+    FAILED = "FAILED"
+
+
+class ErrorCode(StrEnum):
+    """Why a round is ``FAILED`` or ``PARTIAL``."""
+
+    TIMEOUT = "TIMEOUT"
+    EXECUTOR_UNREACHABLE = "EXECUTOR_UNREACHABLE"
+    TOO_MANY_CONCURRENT_ROUNDS = "TOO_MANY_CONCURRENT_ROUNDS"
+    TASK_TERMINATED = "TASK_TERMINATED"
+    INTERNAL_ERROR = "INTERNAL_ERROR"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True)
+
+    def to_json_dict(self) -> dict[str, object]:
+        """The camelCase JSON-ready dict (the wire form)."""
+        return self.model_dump(mode="json", by_alias=True)
+
+
+class SampledRecord(_Model):
+    """One record captured at a vertex output."""
+
+    sample_timestamp: int = Field(description="When the row was captured, ms since the epoch.")
+    data: str = Field(
+        description="The row as Spark's to_json(struct(*)), cut to max-record-length."
+    )
+    data_type: str = Field(
+        description="The row's Spark type, e.g. struct<carrier:string,n:bigint>."
+    )
+    truncated: bool = Field(default=False, description="True when data was cut.")
+
+
+class SubtaskSamples(_Model):
+    """The records of one subtask (Spark partition index)."""
+
+    subtask_index: int = Field(ge=0)
+    records: list[SampledRecord] = Field(default_factory=list)
+
+
+class DataSampleResult(_Model):
+    """The body of ``GET .../data-sample`` and of a round's result."""
+
+    status: SampleStatus
+    end_timestamp: int | None = Field(default=None, description="Round end, ms since the epoch.")
+    round_id: str | None = None
+    stale: bool = False
+    total_record_count: int = 0
+    total_truncated: bool = Field(
+        default=False, description="True when the 5000-record cap or maxRecords cut records."
+    )
+    dropped_by_contention: int = 0
+    dropped_by_rate_limit: int = 0
+    error_code: ErrorCode | None = None
+    failed_subtasks: list[int] = Field(default_factory=list)
+    samples: list[SubtaskSamples] = Field(default_factory=list)

