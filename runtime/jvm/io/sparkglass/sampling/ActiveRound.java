@@ -1,0 +1,115 @@
+package io.sparkglass.sampling;
+
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
+import org.apache.spark.TaskContext;
+
+/**
+ * One round on one executor: per-partition samplers, the window deadline, and the result.
+ *
+ * <p>Task threads call {@link #admit()} and {@link #capture(String)}; the executor plugin's
+ * poller thread calls {@link #close()} at the deadline (round-scoped auto-disable) and then
+ * {@link #drain()}.
+ */
+final class ActiveRound {
+  final String roundId;
+  final VertexTap tap;
+  final long deadlineNanos;
+  final int maxRate;
+  final int maxRecordLength;
+  final long budgetNanos;
+  volatile boolean closed;
+  boolean reported;
+  private volatile PartitionSampler[] samplers = new PartitionSampler[0];
+
+  ActiveRound(String roundId, VertexTap tap, long deadlineNanos, int maxRate,
+      int maxRecordLength, int budgetMs) {
+    this.roundId = roundId;
+    this.tap = tap;
+    this.deadlineNanos = deadlineNanos;
+    this.maxRate = maxRate;
+    this.maxRecordLength = maxRecordLength;
+    this.budgetNanos = budgetMs * 1_000_000L;
+  }
+
+  private PartitionSampler sampler(TaskContext tc) {
+    int p = tc.partitionId();
+    PartitionSampler[] arr = samplers;
+    if (p < arr.length) {
+      PartitionSampler s = arr[p];
+      if (s != null) {
+        return s;
+      }
+    }
+    return create(p);
+  }
+
+  private synchronized PartitionSampler create(int p) {
+    PartitionSampler[] arr = samplers;
+    if (p < arr.length && arr[p] != null) {
+      return arr[p];
+    }
+    PartitionSampler[] grown = java.util.Arrays.copyOf(arr, Math.max(arr.length, p + 1));
+    PartitionSampler s = new PartitionSampler(p, this);
+    grown[p] = s;
+    samplers = grown;
+    return s;
+  }
+
+  /** Gate: true when this row may be rendered and captured (rate, budget, buffer allow). */
+  boolean admit() {
+    TaskContext tc = TaskContext.get();
+    if (tc == null || closed) {
+      return false;
+    }
+    return sampler(tc).admit(CoarseClock.now());
+  }
+
+  /** Capture: keeps one rendered row of the current task's partition. */
+  void capture(String json) {
+    TaskContext tc = TaskContext.get();
+    if (tc != null) {
+      sampler(tc).capture(json);
+    }
+  }
+
+  /** Partition indexes that saw rows in this round so far. */
+  List<Integer> partitionsSeen() {
+    List<Integer> out = new ArrayList<>();
+    for (PartitionSampler s : samplers) {
+      if (s != null) {
+        out.add(s.partition);
+      }
+    }
+    return out;
+  }
+
+  /** Stops capturing: the gate goes back to a single volatile read. */
+  void close() {
+    if (!closed) {
+      closed = true;
+      tap.end(this);
+      CoarseClock.release();
+    }
+  }
+
+  /**
+   * The report payload: one map per partition that saw rows (see {@link Messages}). At most
+   * {@link #MAX_REPORT_CHARS} characters of record data go into one report, so that it stays
+   * well under Spark's RPC message limit; records beyond it count as dropped by contention.
+   */
+  List<Object> drain() {
+    List<Object> out = new ArrayList<>();
+    long[] budget = {MAX_REPORT_CHARS};
+    for (PartitionSampler s : samplers) {
+      if (s != null) {
+        out.add(s.drain(budget));
+      }
+    }
+    return out;
+  }
+
+  /** Characters of record data per executor report (about 16 MB on the wire at most). */
+  static final long MAX_REPORT_CHARS = 8_000_000L;
+}

@@ -1,0 +1,39 @@
+package io.sparkglass.sampling;
+
+/**
+ * Keys of the executor-driver messages.
+ *
+ * <p>Messages are plain JDK maps and lists of strings and numbers: the RPC layer
+ * deserializes them with Spark's own class loader, which may not see this jar's classes.
+ */
+final class Messages {
+  private Messages() {}
+
+  static final String TYPE = "type";
+  static final String POLL = "poll";
+  static final String REPORT = "report";
+
+  static final String EXECUTOR_ID = "executorId";
+  static final String PID = "pid";
+  /** In a poll: roundId to the partition indexes the executor has seen in that round. */
+  static final String PROGRESS = "progress";
+
+  static final String ROUNDS = "rounds";
+  static final String ROUND_ID = "roundId";
+  static final String TAP_KEY = "tapKey";
+  static final String REMAINING_MS = "remainingMs";
+  static final String MAX_RATE = "maxSampleRate";
+  static final String MAX_RECORD_LENGTH = "maxRecordLength";
+  static final String BUDGET_MS = "tostringBudgetMs";
+  static final String CANCELLED = "cancelled";
+
+  /** In a report: a list of per-partition maps. */
+  static final String PARTITIONS = "partitions";
+  static final String PARTITION = "subtaskIndex";
+  static final String RECORDS = "records";
+  static final String DROPPED_RATE = "droppedByRateLimit";
+  static final String DROPPED_CONTENTION = "droppedByContention";
+  static final String TIMESTAMP = "sampleTimestamp";
+  static final String DATA = "data";
+  static final String TRUNCATED = "truncated";
+}

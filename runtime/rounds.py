@@ -1,0 +1,531 @@
+"""The driver-side round coordinator: admission, fan-out, completion, result, cache.
+
+One :class:`RoundCoordinator` serves a Spark application. A *round* samples one vertex's
+output on every live executor for ``sampling-window``; the coordinator
+
+- gives it a ``roundId`` unique per application across driver restarts
+  (``<SparkContext start ms>-<counter>``),
+- admits at most :data:`MAX_CONCURRENT_ROUNDS` running rounds (else ``FAILED`` with
+  ``TOO_MANY_CONCURRENT_ROUNDS``); a second request for a vertex whose round runs joins it,
+- fans it out through a :class:`RoundTransport` (the JVM plugin in production),
+- completes it when every participating executor reported, or a silent executor is
+  declared lost (``PARTIAL``/``FAILED`` with ``EXECUTOR_UNREACHABLE`` and the partitions it
+  had seen in ``failedSubtasks``), or ``timeout`` passed (``TIMEOUT``), or the vertex's
+  streaming queries stopped mid-round (``TASK_TERMINATED``),
+- cuts the result to :data:`MAX_RECORDS_PER_RESPONSE` records, proportionally per subtask,
+- caches the last result per vertex for ``refresh-interval`` and answers
+  ``GET .../data-sample`` with the lazy-trigger + polling protocol of DESIGN.md, applying
+  ``subtaskIndex`` / ``maxRecords`` as post-filters on the cached result.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from .errors import SparkglassError
+from .sample_result import (
+    MAX_CONCURRENT_ROUNDS,
+    MAX_RECORDS_PER_RESPONSE,
+    DataSampleResult,
+    ErrorCode,
+    SampledRecord,
+    SampleStatus,
+    SubtaskSamples,
+)
+from .sampling_settings import SamplingSettings, SamplingSettingsError, format_duration_ms
+
+log = logging.getLogger(__name__)
+
+#: Finished round results kept for ``GET /api/v1/rounds/{roundId}``.
+KEPT_RESULTS = 200
+
+
+class RoundTransport(Protocol):
+    """How the coordinator reaches executors (JVM plugin in production, fakes in tests).
+
+    Status dicts: ``participants``, ``reported``, ``alive`` (executor id lists) and
+    ``progress`` (executor id → partition indexes seen). Reports: executor id → list of
+    ``{subtaskIndex, records[{sampleTimestamp, data, truncated}], droppedByRateLimit,
+    droppedByContention}``.
+    """
+
+    def start_round(
+        self, round_id: str, tap_key: str, settings: SamplingSettings, window_ms: int
+    ) -> None: ...
+
+    def round_status(self, round_id: str) -> dict[str, Any]: ...
+
+    def round_reports(self, round_id: str) -> dict[str, list[dict[str, Any]]]: ...
+
+    def cancel_round(self, round_id: str) -> None: ...
+
+    def forget_round(self, round_id: str) -> None: ...
+
+
+class UnknownVertexError(SparkglassError):
+    """No vertex of that name (``known`` lists the names there are)."""
+
+    def __init__(self, vertex: str, known: Iterable[str]) -> None:
+        self.vertex = vertex
+        self.known = sorted(known)
+        super().__init__(f"no vertex {vertex!r}; vertices: {', '.join(self.known) or '(none)'}")
+
+
+class UnknownRoundError(SparkglassError):
+    """No round of that id (never started, or its result has been evicted)."""
+
+    def __init__(self, round_id: str) -> None:
+        self.round_id = round_id
+        super().__init__(f"no round {round_id!r}")
+
+
+@dataclass(frozen=True)
+class TapInfo:
+    """A tap installed at a vertex output.
+
+    ``is_running`` answers whether the streaming queries that feed the tap still run
+    (``None``: unknown, e.g. a bounded pipeline; never counts as terminated).
+    """
+
+    vertex: str
+    tap_key: str
+    data_type: str
+    is_running: Callable[[], bool | None] = field(default=lambda: None, compare=False)
+
+
+@dataclass
+class _Round:
+    round_id: str
+    tap: TapInfo
+    started: float
+    window_ms: int
+    timeout_ms: int
+    terminated: bool = False
+
+
+@dataclass
+class _Cached:
+    result: DataSampleResult
+    completed: float
+
+
+def fair_truncate(samples: list[SubtaskSamples], cap: int) -> tuple[list[SubtaskSamples], bool]:
+    """Keep at most ``cap`` records, each subtask's share proportional to its count.
+
+    Quotas are ``floor(n_i * cap / N)``; leftover slots go to the largest remainders (ties:
+    lower subtask index). Each subtask keeps its earliest records. Returns the new list and
+    whether anything was cut.
+    """
+    total = sum(len(s.records) for s in samples)
+    if total <= cap:
+        return samples, False
+    quotas = [len(s.records) * cap // total for s in samples]
+    remainders = sorted(
+        range(len(samples)),
+        key=lambda i: (-(len(samples[i].records) * cap % total), samples[i].subtask_index),
+    )
+    for i in itertools.islice(itertools.cycle(remainders), cap - sum(quotas)):
+        quotas[i] += 1
+    cut = [
+        SubtaskSamples(subtask_index=s.subtask_index, records=s.records[:q])
+        for s, q in zip(samples, quotas, strict=True)
+    ]
+    return cut, True
+
+
+def post_filter(
+    result: DataSampleResult, subtask_index: int | None, max_records: int | None
+) -> DataSampleResult:
+    """Apply the ``subtaskIndex`` / ``maxRecords`` query parameters to a result (a copy)."""
+    if subtask_index is None and max_records is None:
+        return result.model_copy(deep=True)
+    samples = result.samples
+    failed = result.failed_subtasks
+    if subtask_index is not None:
+        samples = [s for s in samples if s.subtask_index == subtask_index]
+        failed = [f for f in failed if f == subtask_index]
+    truncated = result.total_truncated
+    if max_records is not None:
+        samples, cut = fair_truncate(samples, max_records)
+        truncated = truncated or cut
+    return result.model_copy(
+        update={
+            "samples": [s.model_copy(deep=True) for s in samples],
+            "failed_subtasks": list(failed),
+            "total_record_count": sum(len(s.records) for s in samples),
+            "total_truncated": truncated,
+        }
+    )
+
+
+def check_query(
+    subtask_index: int | None, max_records: int | None
+) -> tuple[int | None, int | None]:
+    """Validate the post-filter parameters; raises :class:`SamplingSettingsError`."""
+    if subtask_index is not None and subtask_index < 0:
+        raise SamplingSettingsError(
+            f"subtaskIndex={subtask_index} is out of range: allowed 0 or more", field="subtaskIndex"
+        )
+    if max_records is not None and not 1 <= max_records <= MAX_RECORDS_PER_RESPONSE:
+        raise SamplingSettingsError(
+            f"maxRecords={max_records} is out of range: allowed 1–{MAX_RECORDS_PER_RESPONSE}",
+            field="maxRecords",
+        )
+    return subtask_index, max_records
+
+
+class RoundCoordinator:
+    """Runs sampling rounds for one application (see module docstring).
+
+    ``settings`` is called for the current settings at every request (the Spark conf may
+    change at runtime). ``round_prefix`` makes round ids unique across driver restarts.
+    A daemon thread checks running rounds every ``check_interval_s`` seconds.
+    """
+
+    def __init__(
+        self,
+        transport: RoundTransport,
+        settings: Callable[[], SamplingSettings],
+        *,
+        round_prefix: str,
+        check_interval_s: float = 0.05,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._transport = transport
+        self._settings = settings
+        self._prefix = round_prefix
+        self._check_interval = check_interval_s
+        self._clock = clock
+        self._counter = itertools.count(1)
+        self._lock = threading.RLock()
+        self._taps: dict[str, TapInfo] = {}
+        self._known: set[str] = set()
+        self._running: dict[str, _Round] = {}
+        self._by_vertex: dict[str, str] = {}
+        self._results: OrderedDict[str, DataSampleResult] = OrderedDict()
+        self._cache: dict[str, _Cached] = {}
+        self._monitor: threading.Thread | None = None
+        self._closed = False
+        #: Returns the PipelineDescription served at ``/api/v1/pipeline`` (set by the tap).
+        self.describe: Callable[[], Any] | None = None
+
+    @property
+    def transport(self) -> RoundTransport:
+        """How this coordinator reaches the executors."""
+        return self._transport
+
+    # ---------------------------------------------------------------- vertices
+    def register_tap(self, tap: TapInfo) -> None:
+        """Make ``tap.vertex`` sampleable (a newer tap for the same name replaces the old)."""
+        with self._lock:
+            self._taps[tap.vertex] = tap
+            self._known.add(tap.vertex)
+            self._cache.pop(tap.vertex, None)
+
+    def register_vertices(self, names: Iterable[str]) -> None:
+        """Names that exist but may have no tap (they answer ``DISABLED``)."""
+        with self._lock:
+            self._known.update(names)
+
+    def vertices(self) -> list[str]:
+        """Known vertex names, sorted."""
+        with self._lock:
+            return sorted(self._known)
+
+    def settings(self) -> SamplingSettings:
+        """The current sampling settings."""
+        return self._settings()
+
+    # ------------------------------------------------------------------ rounds
+    def _require_vertex(self, vertex: str) -> None:
+        if vertex not in self._known:
+            raise UnknownVertexError(vertex, self._known)
+
+    def _disabled(self, vertex: str, settings: SamplingSettings) -> DataSampleResult | None:
+        if settings.enabled and vertex in self._taps:
+            return None
+        return DataSampleResult(status=SampleStatus.DISABLED)
+
+    def start_round(self, vertex: str, sampling_window_ms: int | None = None) -> DataSampleResult:
+        """Start (or join) a round on ``vertex``; answers ``PENDING`` with its ``roundId``.
+
+        ``FAILED``/``TOO_MANY_CONCURRENT_ROUNDS`` when 5 rounds run; ``DISABLED`` when
+        sampling is off or the vertex has no tap. ``sampling_window_ms`` must lie within
+        1s and the configured ``sampling-window`` (:class:`SamplingSettingsError` if not).
+        Raises :class:`UnknownVertexError`.
+        """
+        settings = self._settings()
+        window = settings.sampling_window_ms if sampling_window_ms is None else sampling_window_ms
+        if not 1_000 <= window <= settings.sampling_window_ms:
+            raise SamplingSettingsError(
+                f"samplingWindow={format_duration_ms(window)} is out of range: allowed 1s–"
+                f"{format_duration_ms(settings.sampling_window_ms)} "
+                "(spark.sparkglass.sampling.sampling-window)",
+                field="samplingWindow",
+            )
+        with self._lock:
+            self._require_vertex(vertex)
+            disabled = self._disabled(vertex, settings)
+            if disabled is not None:
+                return disabled
+            running = self._by_vertex.get(vertex)
+            if running is not None:
+                return DataSampleResult(status=SampleStatus.PENDING, round_id=running)
+            if len(self._running) >= MAX_CONCURRENT_ROUNDS:
+                return DataSampleResult(
+                    status=SampleStatus.FAILED,
+                    error_code=ErrorCode.TOO_MANY_CONCURRENT_ROUNDS,
+                    end_timestamp=_now_ms(),
+                )
+            round_id = f"{self._prefix}-{next(self._counter)}"
+            rnd = _Round(
+                round_id=round_id,
+                tap=self._taps[vertex],
+                started=self._clock(),
+                window_ms=window,
+                timeout_ms=settings.timeout_ms,
+            )
+            self._running[round_id] = rnd
+            self._by_vertex[vertex] = round_id
+        try:
+            self._transport.start_round(round_id, rnd.tap.tap_key, settings, window)
+        except Exception as exc:  # the JVM may be gone: report, do not raise
+            log.warning("cannot start round %s on %s: %s", round_id, vertex, exc)
+            self._finish(rnd, None, {}, ErrorCode.INTERNAL_ERROR, set())
+            return self.round_result(round_id)
+        log.info("sampling round %s started on vertex %s (%d ms)", round_id, vertex, window)
+        self._ensure_monitor()
+        return DataSampleResult(status=SampleStatus.PENDING, round_id=round_id)
+
+    def round_result(
+        self, round_id: str, subtask_index: int | None = None, max_records: int | None = None
+    ) -> DataSampleResult:
+        """A round's result (``PENDING`` while it runs), post-filtered.
+
+        Raises :class:`UnknownRoundError`.
+        """
+        check_query(subtask_index, max_records)
+        with self._lock:
+            if round_id in self._running:
+                return DataSampleResult(status=SampleStatus.PENDING, round_id=round_id)
+            result = self._results.get(round_id)
+        if result is None:
+            raise UnknownRoundError(round_id)
+        return post_filter(result, subtask_index, max_records)
+
+    def wait(self, round_id: str, timeout_s: float = 60.0) -> DataSampleResult:
+        """Block until round ``round_id`` finished (or ``timeout_s``); its result."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            result = self.round_result(round_id)
+            if result.status is not SampleStatus.PENDING or time.monotonic() >= deadline:
+                return result
+            time.sleep(0.05)
+
+    def data_sample(
+        self, vertex: str, subtask_index: int | None = None, max_records: int | None = None
+    ) -> DataSampleResult:
+        """``GET .../data-sample``: lazy trigger + polling over the per-vertex cache.
+
+        No result yet: starts a round, ``PENDING``. A round runs: the previous result with
+        ``stale=true``, else ``PENDING``. A result younger than ``refresh-interval``: it.
+        An older one: starts a new round and answers the old one with ``stale=true``.
+        """
+        check_query(subtask_index, max_records)
+        settings = self._settings()
+        with self._lock:
+            self._require_vertex(vertex)
+            disabled = self._disabled(vertex, settings)
+            if disabled is not None:
+                return disabled
+            cached = self._cache.get(vertex)
+            running = self._by_vertex.get(vertex)
+            fresh = (
+                cached is not None
+                and (self._clock() - cached.completed) * 1000 < settings.refresh_interval_ms
+            )
+            if running is None and fresh:
+                assert cached is not None
+                return post_filter(cached.result, subtask_index, max_records)
+            if running is None:
+                started = self.start_round(vertex)
+                if cached is None or started.status is SampleStatus.DISABLED:
+                    return started
+            elif cached is None:
+                return DataSampleResult(status=SampleStatus.PENDING, round_id=running)
+            assert cached is not None
+            stale = post_filter(cached.result, subtask_index, max_records)
+            stale.stale = True
+            return stale
+
+    # -------------------------------------------------------------- completion
+    def _ensure_monitor(self) -> None:
+        with self._lock:
+            if self._monitor is not None and self._monitor.is_alive():
+                return
+            self._monitor = threading.Thread(
+                target=self._monitor_loop, name="sparkglass-rounds", daemon=True
+            )
+            self._monitor.start()
+
+    def _monitor_loop(self) -> None:
+        while not self._closed:
+            with self._lock:
+                running = list(self._running.values())
+            if not running:
+                with self._lock:
+                    if not self._running:
+                        self._monitor = None
+                        return
+                continue
+            for rnd in running:
+                try:
+                    self._check(rnd)
+                except Exception as exc:  # one broken round must not stop the rest
+                    log.warning("sampling round %s failed: %s", rnd.round_id, exc)
+                    self._finish(rnd, None, {}, ErrorCode.INTERNAL_ERROR, set())
+            time.sleep(self._check_interval)
+
+    def _check(self, rnd: _Round) -> None:
+        elapsed_ms = (self._clock() - rnd.started) * 1000
+        if not rnd.terminated and rnd.tap.is_running() is False:
+            rnd.terminated = True
+            self._transport.cancel_round(rnd.round_id)
+        status = self._transport.round_status(rnd.round_id)
+        if not status.get("known", True):
+            self._finish(rnd, status, {}, ErrorCode.INTERNAL_ERROR, set())
+            return
+        participants = set(status.get("participants", []))
+        missing = participants - set(status.get("reported", []))
+        lost = missing - set(status.get("alive", []))
+        window_over = elapsed_ms >= rnd.window_ms or rnd.terminated
+        if window_over and not (missing - lost):
+            error = ErrorCode.EXECUTOR_UNREACHABLE if lost else None
+            self._finish(rnd, status, self._transport.round_reports(rnd.round_id), error, lost)
+        elif elapsed_ms >= rnd.timeout_ms:
+            error = ErrorCode.EXECUTOR_UNREACHABLE if lost else ErrorCode.TIMEOUT
+            self._finish(rnd, status, self._transport.round_reports(rnd.round_id), error, missing)
+
+    def _finish(
+        self,
+        rnd: _Round,
+        status: dict[str, Any] | None,
+        reports: dict[str, list[dict[str, Any]]],
+        error: ErrorCode | None,
+        failed_executors: set[str],
+    ) -> None:
+        result = assemble_result(rnd.round_id, rnd.tap.data_type, reports)
+        progress: dict[str, list[int]] = (status or {}).get("progress", {})
+        failed = sorted({p for e in failed_executors for p in progress.get(e, [])})
+        if rnd.terminated:
+            error = ErrorCode.TASK_TERMINATED
+        result.failed_subtasks = failed
+        if error is not None:
+            result.error_code = error
+            result.status = (
+                SampleStatus.PARTIAL if result.total_record_count else SampleStatus.FAILED
+            )
+        if failed_executors:
+            log.warning(
+                "sampling round %s: executors %s did not report (%s)",
+                rnd.round_id,
+                sorted(failed_executors),
+                error,
+            )
+        with contextlib.suppress(Exception):  # state on a dead JVM needs no cleanup
+            self._transport.forget_round(rnd.round_id)
+        with self._lock:
+            self._running.pop(rnd.round_id, None)
+            if self._by_vertex.get(rnd.tap.vertex) == rnd.round_id:
+                del self._by_vertex[rnd.tap.vertex]
+            self._results[rnd.round_id] = result
+            while len(self._results) > KEPT_RESULTS:
+                self._results.popitem(last=False)
+            if self._taps.get(rnd.tap.vertex) is rnd.tap:
+                self._cache[rnd.tap.vertex] = _Cached(result, self._clock())
+        log.info(
+            "sampling round %s on %s: %s, %d records",
+            rnd.round_id,
+            rnd.tap.vertex,
+            result.status,
+            result.total_record_count,
+        )
+
+    def clear_cache(self, vertex: str | None = None) -> None:
+        """Drop the cached result of ``vertex`` (all vertices when ``None``): the next
+        ``data_sample`` starts a fresh round (a forced refresh)."""
+        with self._lock:
+            if vertex is None:
+                self._cache.clear()
+            else:
+                self._cache.pop(vertex, None)
+
+    def running_rounds(self) -> list[str]:
+        """Ids of the rounds running now."""
+        with self._lock:
+            return list(self._running)
+
+    def close(self) -> None:
+        """Cancel running rounds and stop the monitor thread (idempotent)."""
+        self._closed = True
+        with self._lock:
+            running = list(self._running)
+        for round_id in running:
+            with contextlib.suppress(Exception):  # the JVM may be gone
+                self._transport.cancel_round(round_id)
+
+
+def assemble_result(
+    round_id: str, data_type: str, reports: dict[str, list[dict[str, Any]]]
+) -> DataSampleResult:
+    """Merge executor reports into a ``COMPLETE``/``NO_DATA`` result capped at 5000 records.
+
+    A partition reported by two executors (a retried task) is merged; records are ordered by
+    ``sampleTimestamp`` within a subtask, subtasks by index.
+    """
+    by_partition: dict[int, list[SampledRecord]] = {}
+    dropped_rate = dropped_contention = 0
+    for partitions in reports.values():
+        for part in partitions or []:
+            index = int(part["subtaskIndex"])
+            records = by_partition.setdefault(index, [])
+            for r in part.get("records", []):
+                records.append(
+                    SampledRecord(
+                        sample_timestamp=int(r["sampleTimestamp"]),
+                        data=str(r["data"]),
+                        data_type=data_type,
+                        truncated=bool(r.get("truncated", False)),
+                    )
+                )
+            dropped_rate += int(part.get("droppedByRateLimit", 0))
+            dropped_contention += int(part.get("droppedByContention", 0))
+    samples = [
+        SubtaskSamples(subtask_index=i, records=sorted(recs, key=lambda r: r.sample_timestamp))
+        for i, recs in sorted(by_partition.items())
+        if recs
+    ]
+    samples, truncated = fair_truncate(samples, MAX_RECORDS_PER_RESPONSE)
+    total = sum(len(s.records) for s in samples)
+    return DataSampleResult(
+        status=SampleStatus.COMPLETE if total else SampleStatus.NO_DATA,
+        end_timestamp=_now_ms(),
+        round_id=round_id,
+        total_record_count=total,
+        total_truncated=truncated,
+        dropped_by_contention=dropped_contention,
+        dropped_by_rate_limit=dropped_rate,
+        samples=samples,
+    )
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)

@@ -1,0 +1,175 @@
+"""The ``spark.sparkglass.sampling.*`` configuration, validated (DESIGN.md "Spark conf").
+
+=========================================  =========  ===============
+conf key (``spark.sparkglass.sampling.``)  default    allowed
+=========================================  =========  ===============
+``enabled``                                ``false``  true / false
+``max-sample-rate``                        ``100``    1–10000 records/s per subtask
+``max-record-length``                      ``10000``  1–1000000 characters
+``sampling-window``                        ``3s``     1s–30s
+``refresh-interval``                       ``60s``    1s–24h
+``timeout``                                ``30s``    1s–10min, and ≥ sampling-window
+``tostring-budget-ms``                     ``50``     1–1000 ms per second per tap
+=========================================  =========  ===============
+
+Durations accept ``ms``, ``s``, ``m``/``min`` and ``h`` suffixes (``1500ms``, ``3s``, ``1m``);
+a bare number means seconds. Out-of-range or malformed values raise
+:class:`SamplingSettingsError` naming the conf key and the allowed range.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic.alias_generators import to_camel
+
+from .errors import SparkglassError
+
+PREFIX = "spark.sparkglass.sampling."
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|sec|m|min|h)?\s*$", re.IGNORECASE)
+_UNIT_MS = {"ms": 1, "s": 1000, "sec": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000}
+
+
+class SamplingSettingsError(SparkglassError, ValueError):
+    """A sampling setting is malformed or out of range; ``field`` is the offending name."""
+
+    def __init__(self, message: str, *, field: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+def parse_duration_ms(text: str | int | float, *, field: str) -> int:
+    """``"3s"`` → 3000. Bare numbers are seconds. Raises :class:`SamplingSettingsError`."""
+    if isinstance(text, bool):
+        raise SamplingSettingsError(
+            f"{field}: expected a duration such as 3s, got {text!r}", field=field
+        )
+    if isinstance(text, int | float):
+        return round(float(text) * 1000)
+    m = _DURATION.match(str(text))
+    if not m:
+        raise SamplingSettingsError(
+            f"{field}: expected a duration such as 500ms, 3s or 1m, got {text!r}", field=field
+        )
+    return round(float(m.group(1)) * _UNIT_MS[(m.group(2) or "s").lower()])
+
+
+def format_duration_ms(ms: int) -> str:
+    """3000 → ``"3s"``, 1500 → ``"1500ms"``."""
+    return f"{ms // 1000}s" if ms % 1000 == 0 else f"{ms}ms"
+
+
+class _Range:
+    """An inclusive range with its human-readable form (used in error messages)."""
+
+    def __init__(self, low: int, high: int, text: str) -> None:
+        self.low, self.high, self.text = low, high, text
+
+
+#: Allowed ranges by model field; ``text`` is what errors print.
+RANGES: dict[str, _Range] = {
+    "max_sample_rate": _Range(1, 10_000, "1–10000 records/s per subtask"),
+    "max_record_length": _Range(1, 1_000_000, "1–1000000 characters"),
+    "sampling_window_ms": _Range(1_000, 30_000, "1s–30s"),
+    "refresh_interval_ms": _Range(1_000, 86_400_000, "1s–24h"),
+    "timeout_ms": _Range(1_000, 600_000, "1s–10min"),
+    "tostring_budget_ms": _Range(1, 1_000, "1–1000 ms per second"),
+}
+
+#: Conf key suffix by model field.
+CONF_KEYS: dict[str, str] = {
+    "enabled": "enabled",
+    "max_sample_rate": "max-sample-rate",
+    "max_record_length": "max-record-length",
+    "sampling_window_ms": "sampling-window",
+    "refresh_interval_ms": "refresh-interval",
+    "timeout_ms": "timeout",
+    "tostring_budget_ms": "tostring-budget-ms",
+}
+_DURATIONS = {"sampling_window_ms", "refresh_interval_ms", "timeout_ms"}
+
+
+class SamplingSettings(BaseModel):
+    """Validated sampling settings; durations in ms. JSON keys are camelCase."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, frozen=True)
+
+    enabled: bool = Field(default=False, description="Master switch; off installs no tap.")
+    max_sample_rate: int = Field(default=100, description="Records/s per subtask, 1–10000.")
+    max_record_length: int = Field(default=10_000, description="Characters kept per record.")
+    sampling_window_ms: int = Field(default=3_000, description="Round length, 1s–30s.")
+    refresh_interval_ms: int = Field(default=60_000, description="Result cache lifetime.")
+    timeout_ms: int = Field(default=30_000, description="Deadline of a whole round.")
+    tostring_budget_ms: int = Field(default=50, description="Rendering ms per second per tap.")
+
+    @classmethod
+    def from_conf(cls, get: Mapping[str, str] | Callable[[str], str | None]) -> SamplingSettings:
+        """Read ``spark.sparkglass.sampling.*`` from a mapping or a ``key -> value|None`` getter.
+
+        Example: ``SamplingSettings.from_conf(lambda k: spark.conf.get(k, None))``.
+        Raises :class:`SamplingSettingsError` naming the conf key and its allowed range.
+        """
+        lookup: Callable[[str], str | None] = get.get if isinstance(get, Mapping) else get
+        values: dict[str, Any] = {}
+        for name, suffix in CONF_KEYS.items():
+            key = PREFIX + suffix
+            raw = lookup(key)
+            if raw is None or str(raw).strip() == "":
+                continue
+            values[name] = _parse(name, key, str(raw))
+        return cls.validated(values, key_of=lambda n: PREFIX + CONF_KEYS[n])
+
+    @classmethod
+    def validated(
+        cls, values: Mapping[str, Any], *, key_of: Callable[[str], str] | None = None
+    ) -> SamplingSettings:
+        """Build from field values, checking every range; errors name ``key_of(field)``."""
+        key_of = key_of or (lambda n: n)
+        try:
+            settings = cls(**values)
+        except ValidationError as exc:
+            name = str(exc.errors()[0]["loc"][0])
+            raise SamplingSettingsError(
+                f"{key_of(name)}: {exc.errors()[0]['msg']}", field=key_of(name)
+            ) from exc
+        for name, rng in RANGES.items():
+            value = getattr(settings, name)
+            if not rng.low <= value <= rng.high:
+                shown = format_duration_ms(value) if name in _DURATIONS else str(value)
+                raise SamplingSettingsError(
+                    f"{key_of(name)}={shown} is out of range: allowed {rng.text}",
+                    field=key_of(name),
+                )
+        if settings.timeout_ms < settings.sampling_window_ms:
+            raise SamplingSettingsError(
+                f"{key_of('timeout_ms')}={format_duration_ms(settings.timeout_ms)} is out of "
+                f"range: must be at least {key_of('sampling_window_ms')}="
+                f"{format_duration_ms(settings.sampling_window_ms)} (allowed 1s–10min)",
+                field=key_of("timeout_ms"),
+            )
+        return settings
+
+
+def _parse(name: str, key: str, raw: str) -> Any:
+    if name == "enabled":
+        lowered = raw.strip().lower()
+        if lowered not in ("true", "false"):
+            raise SamplingSettingsError(f"{key}: expected true or false, got {raw!r}", field=key)
+        return lowered == "true"
+    if name in _DURATIONS:
+        return parse_duration_ms(raw, field=key)
+    try:
+        return int(raw.strip())
+    except ValueError:
+        raise SamplingSettingsError(
+            f"{key}: expected an integer in {RANGES[name].text}, got {raw!r}", field=key
+        ) from None
+
+
+def settings_from_spark(spark: Any) -> SamplingSettings:
+    """The settings of a live SparkSession (runtime conf, so ``spark.conf.set`` counts)."""
+    return SamplingSettings.from_conf(lambda k: spark.conf.get(k, None))

@@ -1,0 +1,169 @@
+"""``sparkglass sample VERTEX``: one vertex's data sample from a driver control endpoint."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import typer
+from rich.console import RenderableType
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``sample`` command to ``app``."""
+    app.command(
+        "sample",
+        help=(
+            "Print the records sampled at the output of VERTEX of a running pipeline, grouped "
+            "by subtask (Spark partition), as a table or `--json` (the REST body).\n\n"
+            "Asks the driver control endpoint (lazy trigger + polling): the first call starts "
+            "a sampling round and this command waits up to `--wait` seconds for it; a result "
+            "younger than the refresh interval is printed at once.\n\n"
+            "With `--service URL` it asks the sparkglass service instead (authenticated, shared "
+            "rounds, audited); `--application` and `--namespace` name the pipeline there.\n\n"
+            "Example: `sparkglass sample parse --endpoint http://127.0.0.1:4045 --token "
+            "$SPARKGLASS_CONTROL_TOKEN --max-records 20`\n\n"
+            "Example: `sparkglass sample parse --service http://127.0.0.1:8080 --token "
+            "$SPARKGLASS_SERVICE_TOKEN --application flights`"
+        ),
+    )(sample)
+
+
+def sample(
+    vertex: str = typer.Argument(..., help="Vertex name, e.g. parse."),
+    endpoint: str | None = typer.Option(
+        None, "--endpoint", envvar="SPARKGLASS_CONTROL_URL", help="Driver control endpoint URL."
+    ),
+    token: str = typer.Option(
+        ..., "--token", envvar="SPARKGLASS_CONTROL_TOKEN", help="Bearer token (driver or service)."
+    ),
+    service: str | None = typer.Option(
+        None, "--service", envvar="SPARKGLASS_SERVICE_URL", help="sparkglass service URL."
+    ),
+    application: str = typer.Option(
+        "flights", "--application", help="With --service: the application's name."
+    ),
+    namespace: str = typer.Option(
+        "local", "--namespace", help="With --service: the application's namespace."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print the JSON body instead of a table."),
+    subtask: int | None = typer.Option(None, "--subtask", min=0, help="Only this subtask."),
+    max_records: int | None = typer.Option(
+        None, "--max-records", min=1, max=5000, help="At most this many records (1–5000)."
+    ),
+    wait: float = typer.Option(30.0, "--wait", min=0, help="Seconds to wait for a round."),
+) -> None:
+    import httpx
+
+    from sparkglass.cli import fail
+
+    if service:
+        from sparkglass.service.client import ServiceClient, ServiceError
+
+        try:
+            with ServiceClient(service, token) as client:
+                result = client.sample(
+                    application, vertex, namespace=namespace, subtask_index=subtask,
+                    max_records=max_records, wait_seconds=wait, poll_seconds=0.5,
+                )
+        except ServiceError as exc:
+            raise fail(str(exc)) from None
+        except httpx.HTTPError as exc:
+            raise fail(f"cannot reach {service}: {exc}") from None
+        body = result.to_json_dict()
+        if as_json:
+            typer.echo(json.dumps(body, indent=2))
+        else:
+            _print_table(vertex, body)
+        if body.get("status") in ("FAILED", "PENDING"):
+            raise typer.Exit(1)
+        return
+    if not endpoint:
+        raise fail("give --endpoint (a driver control endpoint) or --service (the service)")
+    params: dict[str, int] = {}
+    if subtask is not None:
+        params["subtaskIndex"] = subtask
+    if max_records is not None:
+        params["maxRecords"] = max_records
+    url = f"{endpoint.rstrip('/')}/api/v1/vertices/{vertex}/data-sample"
+    headers = {"Authorization": f"Bearer {token}"}
+    deadline = time.monotonic() + wait
+    try:
+        with httpx.Client(headers=headers, timeout=10) as client:
+            while True:
+                response = client.get(url, params=params)
+                if response.status_code != 200:
+                    raise fail(_error_text(response))
+                body = response.json()
+                if body.get("status") != "PENDING" or time.monotonic() >= deadline:
+                    break
+                time.sleep(0.5)
+    except httpx.HTTPError as exc:
+        raise fail(f"cannot reach {endpoint}: {exc}") from None
+    if as_json:
+        typer.echo(json.dumps(body, indent=2))
+    else:
+        _print_table(vertex, body)
+    if body.get("status") in ("FAILED", "PENDING"):
+        raise typer.Exit(1)
+
+
+def _error_text(response: object) -> str:
+    status = getattr(response, "status_code", "?")
+    try:
+        detail = response.json().get("error")  # type: ignore[attr-defined]
+    except ValueError:
+        detail = getattr(response, "text", "")
+    return f"HTTP {status}: {detail}"
+
+
+def _print_table(vertex: str, body: dict) -> None:
+    from rich.console import Console
+
+    Console().print(render_sample(vertex, body))
+
+
+def render_sample(vertex: str, body: dict, limit: int | None = None) -> RenderableType:
+    """A rich view of one data-sample body (the REST JSON): a summary line and a table.
+
+    ``limit`` shows at most that many records (all when ``None``). Used by ``sparkglass
+    sample`` and by the demo's samples-per-vertex display.
+    """
+    from rich.console import Group
+    from rich.table import Table
+
+    status = body.get("status")
+    summary = (
+        f"[bold]{vertex}[/]  status [bold]{status}[/]  round {body.get('roundId')}  "
+        f"records {body.get('totalRecordCount', 0)}"
+        + ("  [yellow](truncated)[/]" if body.get("totalTruncated") else "")
+        + ("  [yellow](stale)[/]" if body.get("stale") else "")
+        + f"  dropped: rate-limit {body.get('droppedByRateLimit', 0)}, "
+        f"contention {body.get('droppedByContention', 0)}"
+    )
+    parts: list[RenderableType] = [summary]
+    if body.get("errorCode"):
+        failed = body.get("failedSubtasks") or []
+        parts.append(f"[red]error {body['errorCode']}[/] failed subtasks: {failed}")
+    if status == "DISABLED":
+        parts.append("sampling is disabled (spark.sparkglass.sampling.enabled=false)")
+        return Group(*parts)
+    records = [(g["subtaskIndex"], r) for g in body.get("samples", []) for r in g["records"]]
+    types = {r["dataType"] for _, r in records}
+    one_type = len(types) == 1
+    if one_type:  # the usual case: say it once instead of on every row
+        parts.append(f"type {types.pop()}")
+    table = Table(show_lines=False)
+    table.add_column("subtask", justify="right")
+    table.add_column("time (UTC)")
+    table.add_column("data", overflow="fold")
+    if not one_type:
+        table.add_column("type", overflow="fold")
+    for subtask, record in records[:limit]:
+        ms = record["sampleTimestamp"]
+        stamp = time.strftime("%H:%M:%S", time.gmtime(ms / 1000)) + f".{ms % 1000:03d}"
+        data = record["data"] + (" …" if record.get("truncated") else "")
+        row = [str(subtask), stamp, data] + ([] if one_type else [record["dataType"]])
+        table.add_row(*row)
+    parts.append(table)
+    return Group(*parts)

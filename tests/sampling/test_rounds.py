@@ -1,0 +1,279 @@
+"""RoundCoordinator logic over a scripted transport: statuses, caps, cache, filters."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from sparkglass.runtime.rounds import (
+    RoundCoordinator,
+    TapInfo,
+    UnknownRoundError,
+    UnknownVertexError,
+    fair_truncate,
+    post_filter,
+)
+from sparkglass.runtime.sample_result import (
+    MAX_CONCURRENT_ROUNDS,
+    ErrorCode,
+    SampledRecord,
+    SampleStatus,
+    SubtaskSamples,
+)
+from sparkglass.runtime.sampling_settings import SamplingSettings, SamplingSettingsError
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def make(transport, settings=None, clock=None, vertices=("parse", "agg")) -> RoundCoordinator:
+    settings = settings or SamplingSettings(enabled=True)
+    c = RoundCoordinator(
+        transport,
+        lambda: settings,
+        round_prefix="1700000000000",
+        check_interval_s=0.01,
+        clock=clock or time.monotonic,
+    )
+    for v in vertices:
+        c.register_tap(TapInfo(vertex=v, tap_key=f"p/{v}/k", data_type="struct<p:int,i:int>"))
+    return c
+
+
+def settings(**kw) -> SamplingSettings:
+    return SamplingSettings(enabled=True, **kw)
+
+
+def test_round_completes_with_records_grouped_by_subtask(transport, make_partition):
+    c = make(transport, settings(sampling_window_ms=1000))
+    started = c.start_round("parse")
+    assert started.status is SampleStatus.PENDING
+    assert started.round_id == "1700000000000-1"
+    assert c.round_result(started.round_id).status is SampleStatus.PENDING
+    transport.report(started.round_id, "1", [make_partition(1, 3, rate=7, contention=1)])
+    transport.report(started.round_id, "2", [make_partition(0, 2, rate=5)])
+    result = c.wait(started.round_id, 5)
+    assert result.status is SampleStatus.COMPLETE
+    assert [s.subtask_index for s in result.samples] == [0, 1]
+    assert result.total_record_count == 5
+    assert result.dropped_by_rate_limit == 12 and result.dropped_by_contention == 1
+    assert result.samples[1].records[0].data == '{"p":1,"i":0}'
+    assert result.samples[1].records[0].data_type == "struct<p:int,i:int>"
+    assert result.error_code is None and not result.stale
+    assert started.round_id in transport.forgotten
+    body = result.to_json_dict()
+    assert set(body) >= {"status", "endTimestamp", "roundId", "totalRecordCount", "samples"}
+    assert body["samples"][0]["records"][0]["sampleTimestamp"] == 1000
+
+
+def test_round_ids_are_unique_and_carry_the_application_start(transport):
+    c = make(transport, vertices=("a", "b", "c"))
+    ids = {c.start_round(v).round_id for v in ("a", "b", "c")}
+    assert ids == {"1700000000000-1", "1700000000000-2", "1700000000000-3"}
+
+
+def test_no_records_is_no_data(transport):
+    c = make(transport, settings(sampling_window_ms=1000))
+    transport.auto_report = {"1": [], "2": []}
+    rid = c.start_round("parse").round_id
+    assert c.wait(rid, 5).status is SampleStatus.NO_DATA
+
+
+def test_a_second_request_for_a_running_vertex_joins_its_round(transport):
+    c = make(transport)
+    first = c.start_round("parse")
+    assert c.start_round("parse").round_id == first.round_id
+    assert len(transport.rounds) == 1
+
+
+def test_at_most_five_concurrent_rounds(transport):
+    names = [f"v{i}" for i in range(MAX_CONCURRENT_ROUNDS + 1)]
+    c = make(transport, vertices=names)
+    for name in names[:MAX_CONCURRENT_ROUNDS]:
+        assert c.start_round(name).status is SampleStatus.PENDING
+    rejected = c.start_round(names[-1])
+    assert rejected.status is SampleStatus.FAILED
+    assert rejected.error_code is ErrorCode.TOO_MANY_CONCURRENT_ROUNDS
+    assert rejected.round_id is None
+    # data-sample answers the same when there is nothing cached
+    assert c.data_sample(names[-1]).error_code is ErrorCode.TOO_MANY_CONCURRENT_ROUNDS
+
+
+def test_disabled_answers_disabled(transport):
+    c = make(transport, SamplingSettings(enabled=False))
+    assert c.start_round("parse").status is SampleStatus.DISABLED
+    assert c.data_sample("parse").status is SampleStatus.DISABLED
+    assert transport.rounds == {}
+    c.register_vertices(["untapped"])
+    on = make(transport)
+    on.register_vertices(["untapped"])
+    assert on.data_sample("untapped").status is SampleStatus.DISABLED
+
+
+def test_unknown_vertex_and_round(transport):
+    c = make(transport)
+    with pytest.raises(UnknownVertexError) as err:
+        c.start_round("nope")
+    assert err.value.known == ["agg", "parse"]
+    with pytest.raises(UnknownRoundError):
+        c.round_result("1-99")
+
+
+def test_sampling_window_bounded_by_conf(transport):
+    c = make(transport, settings(sampling_window_ms=3000))
+    with pytest.raises(SamplingSettingsError, match=r"samplingWindow=5s .*1s–3s") as err:
+        c.start_round("parse", 5000)
+    assert err.value.field == "samplingWindow"
+    with pytest.raises(SamplingSettingsError):
+        c.start_round("parse", 500)
+    assert c.start_round("parse", 1000).status is SampleStatus.PENDING
+    assert next(iter(transport.rounds.values())).window_ms == 1000
+
+
+def test_lost_executor_gives_partial_with_its_subtasks(transport, make_partition):
+    c = make(transport, settings(sampling_window_ms=1000))
+    rid = c.start_round("parse").round_id
+    transport.rounds[rid].progress = {"1": [0, 2], "2": [1, 3]}
+    transport.report(rid, "1", [make_partition(0, 4), make_partition(2, 1)])
+    transport.alive.discard("2")  # executor 2 stopped polling
+    result = c.wait(rid, 5)
+    assert result.status is SampleStatus.PARTIAL
+    assert result.error_code is ErrorCode.EXECUTOR_UNREACHABLE
+    assert result.failed_subtasks == [1, 3]
+    assert result.total_record_count == 5
+
+
+def test_every_executor_lost_is_failed(transport):
+    c = make(transport, settings(sampling_window_ms=1000))
+    rid = c.start_round("parse").round_id
+    transport.alive.clear()
+    result = c.wait(rid, 5)
+    assert result.status is SampleStatus.FAILED
+    assert result.error_code is ErrorCode.EXECUTOR_UNREACHABLE
+
+
+def test_silent_live_executor_times_out(transport, make_partition):
+    c = make(transport, settings(sampling_window_ms=1000, timeout_ms=1500))
+    rid = c.start_round("parse").round_id
+    transport.rounds[rid].progress = {"2": [1]}
+    transport.report(rid, "1", [make_partition(0, 2)])
+    result = c.wait(rid, 5)  # executor 2 keeps polling but never reports
+    assert result.status is SampleStatus.PARTIAL
+    assert result.error_code is ErrorCode.TIMEOUT
+    assert result.failed_subtasks == [1]
+
+
+def test_stopped_query_is_task_terminated(transport, make_partition):
+    running = {"value": True}
+    c = make(transport, settings(sampling_window_ms=30_000))
+    c.register_tap(TapInfo("parse", "p/parse/k2", "struct<x:int>", lambda: running["value"]))
+    rid = c.start_round("parse").round_id
+    running["value"] = False
+    deadline = time.monotonic() + 5
+    while not transport.rounds[rid].cancelled and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert transport.rounds[rid].cancelled  # executors are told to stop now
+    transport.report(rid, "1", [make_partition(0, 2)])
+    transport.report(rid, "2", [])
+    result = c.wait(rid, 5)
+    assert result.error_code is ErrorCode.TASK_TERMINATED
+    assert result.status is SampleStatus.PARTIAL
+    # with nothing captured it is FAILED
+    rid2 = c.start_round("parse").round_id
+    transport.report(rid2, "1", [])
+    transport.report(rid2, "2", [])
+    assert c.wait(rid2, 5).status is SampleStatus.FAILED
+
+
+def _samples(*counts: int) -> list[SubtaskSamples]:
+    return [
+        SubtaskSamples(
+            subtask_index=i,
+            records=[
+                SampledRecord(sample_timestamp=k, data=str(k), data_type="int") for k in range(n)
+            ],
+        )
+        for i, n in enumerate(counts)
+    ]
+
+
+def test_fair_truncation_is_proportional():
+    cut, truncated = fair_truncate(
+        _samples(1000, 1000, 1000, 1000, 1000, 1000, 1000, 1000, 2000), 5000
+    )
+    assert truncated
+    counts = [len(s.records) for s in cut]
+    assert sum(counts) == 5000
+    assert counts == [500] * 8 + [1000]
+    # earliest records are kept
+    assert [r.sample_timestamp for r in cut[0].records[:3]] == [0, 1, 2]
+    cut, _ = fair_truncate(_samples(3, 3, 3), 5)  # remainders: ties go to lower indexes
+    assert [len(s.records) for s in cut] == [2, 2, 1]
+    same, truncated = fair_truncate(_samples(10, 10), 5000)
+    assert not truncated and [len(s.records) for s in same] == [10, 10]
+
+
+def test_5000_cap_on_assembled_result(transport, make_partition):
+    c = make(transport, settings(sampling_window_ms=1000))
+    transport.auto_report = {
+        "1": [make_partition(i, 1000) for i in range(4)],
+        "2": [make_partition(i, 1000) for i in range(4, 7)],
+    }
+    result = c.wait(c.start_round("parse").round_id, 5)
+    assert result.total_record_count == 5000 and result.total_truncated
+    assert [len(s.records) for s in result.samples] == [715, 715, 714, 714, 714, 714, 714]
+
+
+def test_post_filters(transport, make_partition):
+    c = make(transport, settings(sampling_window_ms=1000))
+    transport.auto_report = {"1": [make_partition(0, 10), make_partition(1, 30)], "2": []}
+    rid = c.start_round("parse").round_id
+    full = c.wait(rid, 5)
+    only1 = c.round_result(rid, subtask_index=1)
+    assert [s.subtask_index for s in only1.samples] == [1] and only1.total_record_count == 30
+    capped = c.round_result(rid, max_records=8)
+    assert [len(s.records) for s in capped.samples] == [2, 6] and capped.total_truncated
+    both = post_filter(full, 0, 3)
+    assert both.total_record_count == 3 and both.samples[0].subtask_index == 0
+    assert full.total_record_count == 40  # the cached result itself is untouched
+    with pytest.raises(SamplingSettingsError, match=r"maxRecords=0 .*1–5000"):
+        c.round_result(rid, max_records=0)
+    with pytest.raises(SamplingSettingsError, match="subtaskIndex"):
+        c.data_sample("parse", subtask_index=-1)
+
+
+def test_data_sample_lazy_trigger_cache_and_stale(transport, make_partition):
+    clock = Clock()
+    c = make(transport, settings(sampling_window_ms=1000, refresh_interval_ms=60_000), clock)
+    first = c.data_sample("parse")
+    assert first.status is SampleStatus.PENDING and first.round_id
+    assert c.data_sample("parse").status is SampleStatus.PENDING  # still running, no cache
+    clock.now += 1.5  # window over
+    transport.report(first.round_id, "1", [make_partition(0, 2)])
+    transport.report(first.round_id, "2", [make_partition(1, 1)])
+    c.wait(first.round_id, 5)
+    cached = c.data_sample("parse")
+    assert cached.status is SampleStatus.COMPLETE and cached.round_id == first.round_id
+    assert not cached.stale
+    assert c.data_sample("parse", subtask_index=1).total_record_count == 1  # post-filter
+    clock.now += 59
+    assert c.data_sample("parse").round_id == first.round_id  # still fresh
+    assert len(transport.rounds) == 1
+    clock.now += 2  # refresh-interval passed: new round, old result served stale
+    stale = c.data_sample("parse")
+    assert stale.stale and stale.round_id == first.round_id
+    assert len(transport.rounds) == 2
+    second = next(r for r in transport.rounds if r != first.round_id)
+    assert c.data_sample("parse").stale  # while the new round runs
+    clock.now += 1.5
+    transport.report(second, "1", [make_partition(0, 4)])
+    transport.report(second, "2", [])
+    c.wait(second, 5)
+    fresh = c.data_sample("parse")
+    assert fresh.round_id == second and not fresh.stale and fresh.total_record_count == 4
