@@ -1,0 +1,187 @@
+"""The FastAPI application factory (OpenAPI at ``/docs``, the page at ``/ui/``).
+
+``create_app(settings)`` opens the store (applying migrations), builds the authenticator,
+the round executor and the coordinator for the configured modes, and wires the routers.
+Background threads (audit flusher, retention sweep) run inside the app's lifespan.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from fastapi.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from sparkglass import __version__
+from sparkglass.runtime.sample_result import DataSampleResult
+
+from .audit import AuditWriter
+from .auth import Authenticator
+from .auth.kubernetes import KubernetesAuthenticator
+from .auth.local import LocalAuthenticator
+from .catalog import KubernetesCatalog
+from .execution import RoundExecutor
+from .execution.kubernetes import DataSampleExecutor
+from .execution.local import LocalDriverExecutor
+from .kube import make_api_client
+from .metrics import ServiceMetrics
+from .retention import RetentionSweeper
+from .routers import applications, audit, operations, samples
+from .sampling import SampleCoordinator
+from .settings import AuthMode, ExecutionMode, Settings
+from .state import ServiceState
+from .store import open_store, repository
+
+log = logging.getLogger(__name__)
+
+STATIC_DIR = Path(__file__).parent / "static"
+
+
+def _validation_message(errors: list[dict[str, Any]]) -> str:
+    """One readable line naming each bad parameter and its allowed range."""
+    parts = []
+    for err in errors:
+        loc = err.get("loc", ())
+        name = str(loc[-1]) if loc else "request"
+        bounds = samples.PARAMETER_RANGES.get(name)
+        got = err.get("input")
+        if bounds is not None:
+            parts.append(f"{name} must be an integer in {bounds[0]}..{bounds[1]}, got {got!r}")
+        else:
+            parts.append(f"{name}: {err.get('msg', 'invalid')}")
+    return "; ".join(parts)
+
+
+async def _on_validation_error(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    errors = [
+        {k: v for k, v in e.items() if k in ("loc", "msg", "type", "input", "ctx")}
+        for e in exc.errors()
+    ]
+    return JSONResponse(
+        status_code=422,
+        content={"detail": _validation_message(errors), "errors": _jsonable(errors)},
+    )
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, str | int | float | bool) or value is None:
+        return value
+    return str(value)
+
+
+class _MetricsMiddleware:
+    """ASGI middleware adapter for :meth:`ServiceMetrics.asgi` (``app.add_middleware``)."""
+
+    def __init__(self, app: ASGIApp, metrics: ServiceMetrics) -> None:
+        self._app = metrics.asgi(app)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self._app(scope, receive, send)
+
+
+def build_state(
+    settings: Settings,
+    *,
+    authenticator: Authenticator | None = None,
+    executor: RoundExecutor | None = None,
+) -> ServiceState:
+    """Open the store and build the per-mode components (overridable for tests)."""
+    sessions = open_store(settings.resolved_database_url)
+    metrics = ServiceMetrics()
+    api_client = None
+    needs_kube = (
+        settings.auth_mode is AuthMode.KUBERNETES
+        or settings.execution_mode is ExecutionMode.KUBERNETES
+    )
+    if needs_kube and (
+        authenticator is None
+        or executor is None
+        or settings.execution_mode is ExecutionMode.KUBERNETES
+    ):
+        api_client = make_api_client(settings)
+    if authenticator is None:
+        if settings.auth_mode is AuthMode.KUBERNETES:
+            assert api_client is not None
+            authenticator = KubernetesAuthenticator(api_client, settings)
+        else:
+            authenticator = LocalAuthenticator(sessions, settings.tokens_file)
+    catalog = None
+    if executor is None:
+        if settings.execution_mode is ExecutionMode.KUBERNETES:
+            assert api_client is not None
+
+            def stored(round_id: str) -> DataSampleResult | None:
+                with sessions() as session:
+                    return repository.finished_result(session, round_id)
+
+            executor = DataSampleExecutor(
+                api_client, stored, ttl_seconds=settings.datasample_ttl_seconds
+            )
+        else:
+            executor = LocalDriverExecutor()
+    if settings.execution_mode is ExecutionMode.KUBERNETES and api_client is not None:
+        catalog = KubernetesCatalog(api_client, sessions)
+    coordinator = SampleCoordinator(sessions, executor, settings, metrics)
+    return ServiceState(
+        settings=settings,
+        sessions=sessions,
+        authenticator=authenticator,
+        coordinator=coordinator,
+        audit=AuditWriter(sessions, settings.audit_flush_seconds),
+        metrics=metrics,
+        catalog=catalog,
+    )
+
+
+def create_app(
+    settings: Settings | None = None,
+    *,
+    authenticator: Authenticator | None = None,
+    executor: RoundExecutor | None = None,
+) -> FastAPI:
+    """The service as an ASGI app. ``authenticator``/``executor`` replace the per-mode
+    defaults (tests). Raises whatever the store raises when the database is unreachable."""
+    settings = settings or Settings()
+    state = build_state(settings, authenticator=authenticator, executor=executor)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        sweeper = RetentionSweeper(
+            state.sessions, settings.retention_seconds, settings.retention_check_seconds
+        )
+        state.audit.start()
+        sweeper.start()
+        try:
+            yield
+        finally:
+            sweeper.stop()
+            state.coordinator.close()
+            state.audit.stop()
+
+    app = FastAPI(
+        title="sparkglass",
+        version=__version__,
+        description="Sample the records leaving any step of a running Spark pipeline.",
+        lifespan=lifespan,
+    )
+    app.state.sparkglass = state
+    app.add_exception_handler(RequestValidationError, _on_validation_error)
+    app.add_middleware(_MetricsMiddleware, metrics=state.metrics)
+    app.include_router(applications.router)
+    app.include_router(samples.router)
+    app.include_router(audit.router)
+    app.include_router(operations.router)
+    app.mount("/ui", StaticFiles(directory=STATIC_DIR, html=True), name="ui")
+    return app

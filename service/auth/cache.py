@@ -1,0 +1,51 @@
+"""A small thread-safe TTL cache for authentication and authorization decisions.
+
+Like kube-rbac-proxy, decisions are remembered for seconds so that 200 clients polling
+every 3 s do not send 200 reviews every 3 s to the API server.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Hashable
+from typing import Generic, TypeVar
+
+V = TypeVar("V")
+
+_MISSING = object()
+
+
+class TTLCache(Generic[V]):
+    """Maps keys to values that expire ``ttl`` seconds after being set (bounded size)."""
+
+    def __init__(self, max_entries: int = 10_000) -> None:
+        self._data: dict[Hashable, tuple[float, V]] = {}
+        self._lock = threading.Lock()
+        self._max = max_entries
+
+    def get(self, key: Hashable) -> tuple[bool, V | None]:
+        """``(True, value)`` when present and fresh, else ``(False, None)``."""
+        with self._lock:
+            item = self._data.get(key)
+            if item is None:
+                return False, None
+            if item[0] < time.monotonic():
+                del self._data[key]
+                return False, None
+            return True, item[1]
+
+    def set(self, key: Hashable, value: V, ttl: float) -> None:
+        """Remember ``value`` for ``ttl`` seconds (``ttl <= 0``: not at all)."""
+        if ttl <= 0:
+            return
+        with self._lock:
+            if len(self._data) >= self._max:
+                # Dropping everything is crude but bounded and rare; entries live seconds.
+                self._data.clear()
+            self._data[key] = (time.monotonic() + ttl, value)
+
+    def clear(self) -> None:
+        """Forget everything."""
+        with self._lock:
+            self._data.clear()

@@ -1,0 +1,79 @@
+"""Local mode: bearer tokens from a file or from the store, each bound to a role.
+
+Token file format, one per line (``#`` starts a comment)::
+
+    <token>,<user>,<role>        # role: viewer | sampler | admin
+
+Roles: ``viewer`` reads cached results; ``sampler`` may also trigger rounds; ``admin`` may
+also register applications and read the audit trail.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from ..store import repository
+from .principal import Permission, Principal
+
+ROLE_PERMISSIONS: dict[str, frozenset[Permission]] = {
+    "viewer": frozenset({Permission.READ}),
+    "sampler": frozenset({Permission.READ, Permission.TRIGGER}),
+    "admin": frozenset({Permission.READ, Permission.TRIGGER, Permission.ADMIN}),
+}
+
+
+def read_tokens_file(path: Path) -> dict[str, tuple[str, str]]:
+    """Parse a token file into ``{sha256(token): (user, role)}``.
+
+    Raises ``ValueError`` naming the line for a malformed line or unknown role (the token
+    itself is never echoed).
+    """
+    tokens: dict[str, tuple[str, str]] = {}
+    for lineno, raw in enumerate(path.read_text().splitlines(), start=1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) != 3 or not all(parts):
+            raise ValueError(f"{path}:{lineno}: expected `token,user,role`")
+        token, user, role = parts
+        if role not in ROLE_PERMISSIONS:
+            raise ValueError(
+                f"{path}:{lineno}: role must be one of {', '.join(ROLE_PERMISSIONS)}, got {role!r}"
+            )
+        tokens[repository.hash_token(token)] = (user, role)
+    return tokens
+
+
+class LocalAuthenticator:
+    """Tokens from ``tokens_file`` (read once) and from the store's ``api_tokens`` table."""
+
+    def __init__(self, sessions: sessionmaker[Session], tokens_file: Path | None = None) -> None:
+        self._sessions = sessions
+        self._file_tokens = read_tokens_file(tokens_file) if tokens_file else {}
+
+    def add_ephemeral_token(self, token: str, user: str, role: str) -> None:
+        """Accept ``token`` for this process only (never stored; e.g. the demo's token).
+
+        Raises ``ValueError`` for an unknown role."""
+        if role not in ROLE_PERMISSIONS:
+            raise ValueError(f"role must be one of {', '.join(ROLE_PERMISSIONS)}, got {role!r}")
+        self._file_tokens[repository.hash_token(token)] = (user, role)
+
+    def authenticate(self, token: str) -> Principal | None:
+        """The principal of ``token`` (file first, then store), or ``None``."""
+        found = self._file_tokens.get(repository.hash_token(token))
+        if found is None:
+            with self._sessions() as session:
+                found = repository.find_token(session, token)
+        if found is None:
+            return None
+        user, role = found
+        return Principal(user=user, role=role)
+
+    def authorize(self, principal: Principal, namespace: str, permission: Permission) -> bool:
+        """Role check. Local mode has one namespace (``local``); other namespaces simply
+        hold no applications, which the routes answer with 404."""
+        return permission in ROLE_PERMISSIONS.get(principal.role or "", frozenset())

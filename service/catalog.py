@@ -1,0 +1,221 @@
+"""Where applications come from.
+
+- Local mode: applications are registered (by the demo, ``sparkglass serve --driver`` or
+  ``PUT /api/v1/namespaces/local/applications/{app}``) with their driver control URL and
+  token; the pipeline and sampling settings are read from the driver.
+- Kubernetes mode: applications are ``SparkApplication`` resources; the vertices come from
+  their status (resolved by the operator) or spec, and are mirrored into the store.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import httpx
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from pydantic import ValidationError
+from sqlalchemy.orm import Session, sessionmaker
+from urllib3.exceptions import HTTPError
+
+from sparkglass.runtime.description import PipelineDescription, VertexDescription
+
+from .graph import graph_of
+from .store import repository
+from .store.orm import Application
+
+log = logging.getLogger(__name__)
+
+
+class CatalogError(Exception):
+    """The application could not be read from its source (message safe to show)."""
+
+
+def fetch_driver_pipeline(
+    driver_url: str, token: str, *, http: httpx.Client | None = None
+) -> tuple[PipelineDescription, dict[str, Any]]:
+    """``GET /api/v1/pipeline`` and ``/api/v1/settings`` of a driver control endpoint.
+
+    Raises :class:`CatalogError` when the driver is unreachable or answers badly.
+    """
+    own = http is None
+    http = http or httpx.Client(timeout=10.0)
+    headers = {"Authorization": f"Bearer {token}"}
+    base = driver_url.rstrip("/")
+    try:
+        p = http.get(f"{base}/api/v1/pipeline", headers=headers)
+        p.raise_for_status()
+        description = PipelineDescription.model_validate_json(p.content)
+        s = http.get(f"{base}/api/v1/settings", headers=headers)
+        sampling: dict[str, Any] = s.json() if s.status_code == 200 else {}
+    except httpx.HTTPStatusError as exc:
+        raise CatalogError(f"driver at {base} answered HTTP {exc.response.status_code}") from None
+    except httpx.HTTPError as exc:
+        raise CatalogError(f"driver at {base} unreachable ({type(exc).__name__})") from None
+    except ValidationError as exc:
+        raise CatalogError(f"driver at {base} sent an invalid pipeline: {exc}") from None
+    finally:
+        if own:
+            http.close()
+    return description, sampling
+
+
+def register_local_application(
+    sessions: sessionmaker[Session],
+    name: str,
+    driver_url: str,
+    driver_token: str,
+    *,
+    namespace: str = "local",
+    description: PipelineDescription | None = None,
+    sampling: dict[str, Any] | None = None,
+) -> None:
+    """Store a local application; reads its pipeline from the driver unless given."""
+    if description is None:
+        description, sampling = fetch_driver_pipeline(driver_url, driver_token)
+    graph = graph_of(description)
+    with sessions.begin() as session:
+        repository.upsert_application(
+            session,
+            namespace,
+            name,
+            description=description,
+            edges=graph.edges,
+            vertex_plan=graph.vertex_plan,
+            plan_error=graph.error,
+            driver_url=driver_url,
+            driver_token=driver_token,
+            sampling=sampling or {},
+        )
+
+
+SPARKAPP_GROUP = "sparkglass.io"
+SPARKAPP_VERSION = "v1alpha1"
+SPARKAPP_PLURAL = "sparkapplications"
+
+
+def description_from_sparkapplication(obj: dict[str, Any]) -> PipelineDescription:
+    """The pipeline of a ``SparkApplication``: resolved ``status.vertices`` when the operator
+    wrote them, else ``spec.pipeline.vertices``. Unknown fields are ignored."""
+    status = obj.get("status") or {}
+    spec = obj.get("spec") or {}
+    raw = status.get("vertices") or (spec.get("pipeline") or {}).get("vertices") or []
+    vertices = []
+    for v in raw:
+        if not isinstance(v, dict) or "name" not in v:
+            continue
+        attrs = v.get("attributes") or {}
+        vertices.append(
+            VertexDescription.model_validate(
+                {
+                    "name": v["name"],
+                    "kind": v.get("kind") or ("vertex" if v.get("inputs") else "source"),
+                    "inputs": list(v.get("inputs") or []),
+                    "bounded": bool(v.get("bounded", True)),
+                    "python": bool(v.get("python", False)),
+                    "attributes": {
+                        k: attrs[k]
+                        for k in ("noOutputUntilEndOfInput", "idempotent", "notCacheRecord")
+                        if attrs.get(k) is not None
+                    },
+                }
+            )
+        )
+    name = (obj.get("metadata") or {}).get("name", "")
+    return PipelineDescription(name=name, vertices=vertices)
+
+
+class KubernetesCatalog:
+    """Mirrors ``SparkApplication`` resources into the store, re-reading each at most every
+    ``ttl_s`` seconds (the API server is the source of truth)."""
+
+    def __init__(
+        self, api_client: client.ApiClient, sessions: sessionmaker[Session], ttl_s: float = 15.0
+    ) -> None:
+        self._api = client.CustomObjectsApi(api_client)
+        self._sessions = sessions
+        self._ttl = ttl_s
+        self._seen: dict[tuple[str, str], float] = {}
+
+    def refresh(self, namespace: str, name: str | None = None) -> None:
+        """Re-read one application (or all in ``namespace``) unless read recently.
+
+        An application deleted in Kubernetes is deleted from the store. Raises
+        :class:`CatalogError` when the API server cannot be read.
+        """
+        key = (namespace, name or "*")
+        if time.monotonic() - self._seen.get(key, -1e9) < self._ttl:
+            return
+        items: list[dict[str, Any]]
+        try:
+            if name is None:
+                listing: dict[str, Any] = self._api.list_namespaced_custom_object(  # type: ignore[assignment]
+                    SPARKAPP_GROUP,
+                    SPARKAPP_VERSION,
+                    namespace,
+                    SPARKAPP_PLURAL,
+                    _request_timeout=10,
+                )
+                items = listing.get("items", [])
+            else:
+                try:
+                    items = [
+                        self._api.get_namespaced_custom_object(  # type: ignore[list-item]
+                            SPARKAPP_GROUP,
+                            SPARKAPP_VERSION,
+                            namespace,
+                            SPARKAPP_PLURAL,
+                            name,
+                            _request_timeout=10,
+                        )
+                    ]
+                except ApiException as exc:
+                    if exc.status != 404:
+                        raise
+                    items = []
+        except (ApiException, HTTPError, OSError) as exc:
+            raise CatalogError(
+                f"cannot read SparkApplications (HTTP {getattr(exc, 'status', None) or 'error'})"
+            ) from None
+        with self._sessions.begin() as session:
+            present = set()
+            for obj in items:
+                meta = obj.get("metadata") or {}
+                # kmock (and some proxies) ignore field selectors: filter here.
+                if meta.get("namespace", namespace) != namespace:
+                    continue
+                if name is not None and meta.get("name") != name:
+                    continue
+                try:
+                    description = description_from_sparkapplication(obj)
+                except ValidationError as exc:
+                    log.warning(
+                        "SparkApplication %s/%s: bad vertices: %s",
+                        namespace,
+                        meta.get("name"),
+                        exc.error_count(),
+                    )
+                    continue
+                present.add(meta.get("name"))
+                graph = graph_of(description)
+                repository.upsert_application(
+                    session,
+                    namespace,
+                    meta["name"],
+                    description=description,
+                    edges=graph.edges,
+                    vertex_plan=graph.vertex_plan,
+                    plan_error=graph.error,
+                    sampling=(obj.get("spec") or {}).get("sampling") or {},
+                )
+            known: list[Application] = (
+                list(repository.list_applications(session, namespace))
+                if name is None
+                else [a for a in [repository.get_application(session, namespace, name)] if a]
+            )
+            for app in known:
+                if app.name not in present:
+                    repository.delete_application(session, namespace, app.name)
+        self._seen[key] = time.monotonic()

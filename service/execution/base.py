@@ -1,0 +1,60 @@
+"""The round execution interface: one protocol, two implementations (local, Kubernetes)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from sparkglass.runtime.sample_result import DataSampleResult, ErrorCode, SampleStatus
+from sparkglass.service.store.repository import now_ms
+
+
+@dataclass(frozen=True)
+class RoundRequest:
+    """Everything an executor needs to run one round.
+
+    ``timeout_s`` bounds the whole round as the service sees it (seconds).
+    ``driver_url``/``driver_token`` are set in local mode only (the token is a secret).
+    """
+
+    round_id: str
+    namespace: str
+    application: str
+    vertex: str
+    sampling_window: str | None
+    timeout_s: float
+    poll_interval_s: float
+    requested_by: str
+    driver_url: str | None = None
+    driver_token: str | None = None
+    results_url: str | None = None
+
+
+@dataclass(frozen=True)
+class RoundOutcome:
+    """How a round ended.
+
+    ``result`` is the final result (never ``PENDING``). ``saved`` is true when someone else
+    (the operator) already stored the full result under the request's round id, so the
+    service must not overwrite it. ``external_ref`` is the driver's round id or the
+    DataSample's name.
+    """
+
+    result: DataSampleResult
+    external_ref: str | None = None
+    saved: bool = False
+
+
+class RoundExecutor(Protocol):
+    """Runs one sampling round to its end (blocking; called on a worker thread)."""
+
+    def run(self, request: RoundRequest) -> RoundOutcome:
+        """Run the round; never raises for round failures (they become ``FAILED``)."""
+        ...
+
+
+def failed(code: ErrorCode, round_id: str | None = None) -> DataSampleResult:
+    """A ``FAILED`` result with ``code``, ended now."""
+    return DataSampleResult(
+        status=SampleStatus.FAILED, error_code=code, round_id=round_id, end_timestamp=now_ms()
+    )

@@ -1,0 +1,1 @@
+"""One router per resource: applications, data samples and rounds, audit, UI, operations."""

@@ -1,0 +1,116 @@
+"""Applications: list, show (with the pipeline graph), register and remove (local mode)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, HTTPException, Response, status
+
+from ..auth import Permission
+from ..catalog import CatalogError, register_local_application
+from ..dependencies import AdminDep, PrincipalDep, ReaderDep, SessionDep, StateDep, check
+from ..lookups import find_application, refresh_catalog
+from ..schemas import (
+    ApplicationDetail,
+    ApplicationSummary,
+    ErrorBody,
+    RegisterApplication,
+    application_detail,
+    application_summary,
+)
+from ..settings import LOCAL_NAMESPACE, ExecutionMode
+from ..store import repository
+
+router = APIRouter(prefix="/api/v1", tags=["applications"])
+
+_ERRORS: dict[int | str, dict[str, object]] = {
+    401: {"model": ErrorBody},
+    403: {"model": ErrorBody},
+    404: {"model": ErrorBody},
+}
+
+
+@router.get("/applications", response_model=list[ApplicationSummary], responses=_ERRORS)
+def list_all_applications(
+    state: StateDep, session: SessionDep, principal: PrincipalDep
+) -> list[ApplicationSummary]:
+    """Applications in every namespace the caller may read."""
+    if state.catalog is not None:
+        known = {a.namespace for a in repository.list_applications(session)}
+    else:
+        known = {LOCAL_NAMESPACE}
+    allowed = {ns for ns in known if check(state, principal, ns, Permission.READ)}
+    return [
+        application_summary(a)
+        for a in repository.list_applications(session)
+        if a.namespace in allowed
+    ]
+
+
+@router.get(
+    "/namespaces/{namespace}/applications",
+    response_model=list[ApplicationSummary],
+    responses=_ERRORS,
+)
+def list_applications(
+    namespace: str, state: StateDep, session: SessionDep, _: ReaderDep
+) -> list[ApplicationSummary]:
+    """Applications of one namespace (``local`` in local mode)."""
+    refresh_catalog(state, namespace)
+    return [application_summary(a) for a in repository.list_applications(session, namespace)]
+
+
+@router.get(
+    "/namespaces/{namespace}/applications/{application}",
+    response_model=ApplicationDetail,
+    responses=_ERRORS,
+)
+def get_application(
+    namespace: str, application: str, state: StateDep, session: SessionDep, _: ReaderDep
+) -> ApplicationDetail:
+    """One application with its vertices (attributes) and edges (``pipelined``/``blocking``)."""
+    return application_detail(find_application(state, session, namespace, application))
+
+
+@router.put(
+    "/namespaces/{namespace}/applications/{application}",
+    response_model=ApplicationDetail,
+    responses={**_ERRORS, 409: {"model": ErrorBody}, 502: {"model": ErrorBody}},
+)
+def register_application(
+    namespace: str,
+    application: str,
+    body: RegisterApplication,
+    state: StateDep,
+    session: SessionDep,
+    _: AdminDep,
+) -> ApplicationDetail:
+    """Local mode: register (or re-register) a running driver; reads its pipeline (admin)."""
+    if state.settings.execution_mode is not ExecutionMode.LOCAL or namespace != LOCAL_NAMESPACE:
+        raise HTTPException(
+            status.HTTP_409_CONFLICT,
+            detail="applications are registered in local mode only, in namespace 'local'",
+        )
+    try:
+        register_local_application(
+            state.sessions, application, body.driver_url, body.driver_token, namespace=namespace
+        )
+    except CatalogError as exc:
+        raise HTTPException(status.HTTP_502_BAD_GATEWAY, detail=str(exc)) from None
+    state.applications.invalidate(namespace, application)
+    return application_detail(find_application(state, session, namespace, application))
+
+
+@router.delete(
+    "/namespaces/{namespace}/applications/{application}",
+    status_code=status.HTTP_204_NO_CONTENT,
+    responses=_ERRORS,
+)
+def delete_application(
+    namespace: str, application: str, state: StateDep, session: SessionDep, _: AdminDep
+) -> Response:
+    """Forget an application with its rounds and records (admin)."""
+    app = find_application(state, session, namespace, application)
+    with state.sessions.begin() as writer:
+        repository.delete_application(writer, namespace, application)
+    state.coordinator.forget(app.id)
+    state.applications.invalidate(namespace, application)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)

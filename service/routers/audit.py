@@ -1,0 +1,37 @@
+"""The audit trail of a namespace (admin)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+
+from ..dependencies import AdminDep, SessionDep, StateDep
+from ..schemas import AuditEventInfo, ErrorBody, audit_info
+from ..store import repository
+
+router = APIRouter(prefix="/api/v1", tags=["audit"])
+
+
+@router.get(
+    "/namespaces/{namespace}/audit-events",
+    response_model=list[AuditEventInfo],
+    responses={401: {"model": ErrorBody}, 403: {"model": ErrorBody}},
+)
+def audit_events(
+    namespace: str,
+    state: StateDep,
+    session: SessionDep,
+    _: AdminDep,
+    application: Annotated[str | None, Query(description="Only this application.")] = None,
+    limit: Annotated[int, Query(ge=1, le=1000, description="Most events (1-1000).")] = 100,
+) -> list[AuditEventInfo]:
+    """Who read or triggered which samples, newest first (events are written within about a
+    second)."""
+    state.audit.flush()
+    return [
+        audit_info(e)
+        for e in repository.list_audit_events(
+            session, namespace=namespace, application=application, limit=limit
+        )
+    ]

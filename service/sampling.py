@@ -1,0 +1,268 @@
+"""The lazy trigger + polling rule of the data-sample endpoint, and the shared-round rule.
+
+One poll of ``GET .../data-sample`` (DESIGN.md):
+
+1. a result that ended less than ``refresh_interval`` ago is answered as is;
+2. otherwise, if no round runs, the caller (when allowed to trigger) tries to *claim* the
+   (application, vertex) lease in the database; the one winner per interval inserts a
+   ``PENDING`` round row and runs the round on a worker thread;
+3. while a round runs, callers get the previous result with ``stale=true``, or ``PENDING``
+   when there is none.
+
+Claims go through the database (:func:`~sparkglass.service.store.repository.claim_round`),
+so the rule holds across threads, processes and service replicas sharing one store.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from sparkglass.runtime.sample_result import DataSampleResult, ErrorCode, SampleStatus
+
+from .execution.base import RoundExecutor, RoundRequest, failed
+from .metrics import ServiceMetrics
+from .settings import Settings
+from .store import repository
+from .store.orm import Application, Round
+
+log = logging.getLogger(__name__)
+
+#: Finished results kept in memory (they never change once stored).
+_RESULT_CACHE_SIZE = 256
+
+
+class TriggerForbiddenError(Exception):
+    """A round would have to start, and the caller may only read."""
+
+
+@dataclass(frozen=True)
+class PollAnswer:
+    """What one poll produced: the unfiltered result and whether this poll started a round."""
+
+    result: DataSampleResult
+    started_round: str | None
+
+
+class SampleCoordinator:
+    """Answers polls and runs rounds (one per (application, vertex) per refresh interval)."""
+
+    def __init__(
+        self,
+        sessions: sessionmaker[Session],
+        executor: RoundExecutor,
+        settings: Settings,
+        metrics: ServiceMetrics,
+    ) -> None:
+        self._sessions = sessions
+        self._executor = executor
+        self._settings = settings
+        self._metrics = metrics
+        self._pool = ThreadPoolExecutor(
+            max_workers=settings.round_workers, thread_name_prefix="sparkglass-round"
+        )
+        self._cache: OrderedDict[str, DataSampleResult] = OrderedDict()
+        self._bodies: OrderedDict[tuple[str, bool], bytes] = OrderedDict()
+        #: (application id, vertex) -> (expires at ms, fresh result)
+        self._fresh: dict[tuple[int, str], tuple[int, DataSampleResult]] = {}
+        self._cache_lock = threading.Lock()
+        self._futures: set[Future[None]] = set()
+
+    @property
+    def refresh_ms(self) -> int:
+        """The refresh interval in ms."""
+        return int(self._settings.refresh_interval_seconds * 1000)
+
+    @property
+    def round_deadline_s(self) -> float:
+        """How long the service waits for a round: the driver timeout plus a grace period
+        (sampling window, polling, the operator)."""
+        return self._settings.round_timeout_seconds + self._settings.round_grace_seconds
+
+    def fresh_answer(self, app: Application, vertex: str) -> PollAnswer | None:
+        """The answer from memory when this replica holds a fresh result, else ``None``.
+
+        A fresh result stays the answer until it expires: no replica can start a new round
+        before then (the lease outlives it), so no database read is needed. Never blocks,
+        so the route calls it on the event loop.
+        """
+        with self._cache_lock:
+            fresh = self._fresh.get((app.id, vertex))
+        if fresh is not None and repository.now_ms() < fresh[0]:
+            return PollAnswer(fresh[1], None)
+        return None
+
+    def poll(
+        self, app: Application, vertex: str, *, actor: str, may_trigger: Callable[[], bool]
+    ) -> PollAnswer:
+        """One poll of ``vertex`` of ``app`` (see the module docstring).
+
+        ``may_trigger`` is asked only when a round would start (in Kubernetes mode it costs
+        a SubjectAccessReview). Raises :class:`TriggerForbiddenError` when no result exists,
+        none is running, and the caller may not trigger.
+        """
+        can_trigger = False
+        t = repository.now_ms()
+        fresh_key = (app.id, vertex)
+        cached = self.fresh_answer(app, vertex)
+        if cached is not None:
+            return cached
+        started: Round | None = None
+        with self._sessions.begin() as session:
+            latest = repository.latest_finished_round(session, app.id, vertex)
+            if latest is not None and t - (latest.end_timestamp or 0) < self.refresh_ms:
+                result = self._result(session, latest)
+                with self._cache_lock:
+                    self._fresh[fresh_key] = ((latest.end_timestamp or 0) + self.refresh_ms, result)
+                return PollAnswer(result, None)
+            abandoned_before = t - int(self.round_deadline_s * 1000) - 5000
+            running = repository.running_round(
+                session, app.id, vertex, started_after=abandoned_before
+            )
+            if running is None:
+                can_trigger = may_trigger()
+            if running is None and can_trigger:
+                rid = secrets.token_hex(8)
+                if repository.claim_round(
+                    session, app.id, vertex, rid, interval_ms=self.refresh_ms, at=t
+                ):
+                    started = repository.create_round(
+                        session, rid, app.id, vertex, triggered_by=actor, at=t
+                    )
+                    running = started
+                else:
+                    # Someone else won this interval; their round row committed with the claim.
+                    running = repository.running_round(
+                        session, app.id, vertex, started_after=abandoned_before
+                    )
+            latest_result = self._result(session, latest) if latest is not None else None
+        if started is not None:
+            self._launch(app, vertex, started.id, actor)
+        if latest_result is not None:
+            return PollAnswer(
+                latest_result.model_copy(update={"stale": True}),
+                started.id if started else None,
+            )
+        if running is None and not can_trigger:
+            raise TriggerForbiddenError
+        return PollAnswer(
+            DataSampleResult(status=SampleStatus.PENDING, round_id=running.id if running else None),
+            started.id if started else None,
+        )
+
+    def _result(self, session: Session, row: Round) -> DataSampleResult:
+        with self._cache_lock:
+            hit = self._cache.get(row.id)
+            if hit is not None:
+                self._cache.move_to_end(row.id)
+                return hit
+        result = repository.load_result(session, row)
+        with self._cache_lock:
+            self._cache[row.id] = result
+            while len(self._cache) > _RESULT_CACHE_SIZE:
+                self._cache.popitem(last=False)
+        return result
+
+    def render(self, result: DataSampleResult) -> bytes:
+        """The JSON body of ``result``; cached per (round, stale) for finished rounds, because
+        a 5000-record body costs milliseconds to serialize and every poller gets the same."""
+        if result.status is SampleStatus.PENDING or result.round_id is None:
+            return result.model_dump_json(by_alias=True).encode()
+        key = (result.round_id, result.stale)
+        with self._cache_lock:
+            body = self._bodies.get(key)
+            if body is not None:
+                self._bodies.move_to_end(key)
+                return body
+        body = result.model_dump_json(by_alias=True).encode()
+        with self._cache_lock:
+            self._bodies[key] = body
+            while len(self._bodies) > _RESULT_CACHE_SIZE:
+                self._bodies.popitem(last=False)
+        return body
+
+    def _launch(self, app: Application, vertex: str, round_id: str, actor: str) -> None:
+        request = RoundRequest(
+            round_id=round_id,
+            namespace=app.namespace,
+            application=app.name,
+            vertex=vertex,
+            sampling_window=self._settings.sampling_window,
+            timeout_s=self.round_deadline_s,
+            poll_interval_s=self._settings.poll_interval_seconds,
+            requested_by=actor,
+            driver_url=app.driver_url,
+            driver_token=app.driver_token,
+            results_url=(
+                f"{self._settings.public_url.rstrip('/')}/api/v1/namespaces/{app.namespace}"
+                f"/applications/{app.name}/rounds/{round_id}"
+                if self._settings.public_url
+                else None
+            ),
+        )
+        self._metrics.rounds_started.inc()
+        future = self._pool.submit(self._run, request)
+        self._futures.add(future)
+        future.add_done_callback(self._futures.discard)
+
+    def _run(self, request: RoundRequest) -> None:
+        start = time.monotonic()
+        try:
+            outcome = self._executor.run(request)
+            result, ref, saved = outcome.result, outcome.external_ref, outcome.saved
+        except Exception:
+            log.exception(
+                "round %s of %s/%s crashed", request.round_id, request.application, request.vertex
+            )
+            result, ref, saved = failed(ErrorCode.INTERNAL_ERROR, request.round_id), None, False
+        if result.status is SampleStatus.PENDING:  # an executor must not return PENDING
+            result = failed(ErrorCode.INTERNAL_ERROR, request.round_id)
+        if not saved:
+            # The service's round id names the round everywhere (the driver's is external_ref).
+            result = result.model_copy(
+                update={
+                    "round_id": request.round_id,
+                    "stale": False,
+                    "end_timestamp": result.end_timestamp or repository.now_ms(),
+                }
+            )
+            try:
+                with self._sessions.begin() as session:
+                    repository.save_round(
+                        session,
+                        namespace=request.namespace,
+                        application=request.application,
+                        vertex=request.vertex,
+                        result=result,
+                        round_id=request.round_id,
+                        external_ref=ref,
+                    )
+            except Exception:
+                log.exception("saving round %s failed", request.round_id)
+                return
+        self._metrics.rounds.labels(result.status.value).inc()
+        self._metrics.round_duration.observe(time.monotonic() - start)
+
+    def forget(self, application_id: int) -> None:
+        """Drop cached answers of an application (it was deleted or re-registered)."""
+        with self._cache_lock:
+            for key in [k for k in self._fresh if k[0] == application_id]:
+                del self._fresh[key]
+
+    def wait_idle(self, timeout: float = 60.0) -> None:
+        """Block until every running round ended (tests, shutdown)."""
+        deadline = time.monotonic() + timeout
+        while self._futures and time.monotonic() < deadline:
+            time.sleep(0.02)
+
+    def close(self) -> None:
+        """Stop accepting rounds; running rounds finish."""
+        self._pool.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,185 @@
+"""The REST contract's pydantic models (JSON keys camelCase, like the CRDs).
+
+The data-sample body itself is :class:`sparkglass.runtime.sample_result.DataSampleResult`,
+shared with the driver and the ``DataSample`` status.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+from sparkglass.runtime.sample_result import DataSampleResult
+
+from .store.orm import Application, AuditEvent, Round
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True)
+
+
+class ErrorBody(_Model):
+    """Every 4xx/5xx answer: ``{"detail": "..."}`` (422 adds ``errors``)."""
+
+    detail: str
+    errors: list[dict[str, Any]] | None = None
+
+
+class VertexInfo(_Model):
+    """One step of the pipeline with its declared (or resolved) attributes."""
+
+    name: str
+    kind: str = Field(description="source, vertex or sink")
+    inputs: list[str]
+    bounded: bool
+    python: bool
+    attributes: dict[str, Any] = Field(
+        description="Declared: noOutputUntilEndOfInput, idempotent{key}, notCacheRecord"
+    )
+    plan: dict[str, Any] = Field(
+        description="The planner's view: adjusted attributes, inheritedFrom, phase, tap, "
+        "fusionGroup, notes (empty when the planner rejected the pipeline)."
+    )
+
+
+class EdgeInfo(_Model):
+    """An input edge; ``kind`` is ``blocking`` when downstream starts after upstream ended."""
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    source: str = Field(alias="from")
+    target: str = Field(alias="to")
+    kind: str = Field(description="pipelined or blocking")
+    fused: bool = Field(default=False, description="Both ends run in one fused Python pass.")
+
+
+class ApplicationSummary(_Model):
+    """An application in a listing."""
+
+    namespace: str
+    name: str
+    pipeline_name: str | None
+    vertex_count: int
+    registered_at: int = Field(description="ms since the epoch")
+    updated_at: int = Field(description="ms since the epoch")
+
+
+class ApplicationDetail(ApplicationSummary):
+    """An application with its pipeline graph."""
+
+    vertices: list[VertexInfo]
+    edges: list[EdgeInfo]
+    sampling: dict[str, Any] = Field(description="The driver's sampling settings.")
+    plan_error: str | None = Field(description="Why the planner rejected the pipeline, if so.")
+
+
+class RegisterApplication(_Model):
+    """Local mode: register a running driver's control endpoint (admin)."""
+
+    driver_url: str = Field(description="e.g. http://127.0.0.1:4041")
+    driver_token: str = Field(description="The control endpoint's bearer token (secret).")
+
+
+class RoundSummary(_Model):
+    """One round in a vertex's history (no records)."""
+
+    round_id: str
+    vertex: str
+    status: str
+    error_code: str | None
+    started_at: int = Field(description="ms since the epoch")
+    end_timestamp: int | None = Field(description="ms since the epoch")
+    total_record_count: int
+    triggered_by: str | None
+
+
+class AuditEventInfo(_Model):
+    """One audit event."""
+
+    at: int = Field(description="ms since the epoch")
+    actor: str
+    action: str = Field(description="read or trigger")
+    namespace: str
+    application: str
+    vertex: str
+    round_id: str | None
+    record_count: int
+    status: str | None
+
+
+def application_summary(app: Application) -> ApplicationSummary:
+    """Listing entry of an application row."""
+    return ApplicationSummary(
+        namespace=app.namespace,
+        name=app.name,
+        pipeline_name=app.pipeline_name,
+        vertex_count=len(app.vertices),
+        registered_at=app.registered_at,
+        updated_at=app.updated_at,
+    )
+
+
+def application_detail(app: Application) -> ApplicationDetail:
+    """Detail of an application row (never its driver URL or token)."""
+    return ApplicationDetail(
+        **application_summary(app).model_dump(),
+        vertices=[
+            VertexInfo(
+                name=v.name,
+                kind=v.kind,
+                inputs=list(v.inputs or []),
+                bounded=v.bounded,
+                python=v.python,
+                attributes=dict(v.attributes or {}),
+                plan=dict(v.plan or {}),
+            )
+            for v in app.vertices
+        ],
+        edges=[EdgeInfo.model_validate(e) for e in (app.edges or [])],
+        sampling=dict(app.sampling or {}),
+        plan_error=app.plan_error,
+    )
+
+
+def round_summary(row: Round) -> RoundSummary:
+    """History entry of a round row."""
+    return RoundSummary(
+        round_id=row.id,
+        vertex=row.vertex,
+        status=row.status,
+        error_code=row.error_code,
+        started_at=row.started_at,
+        end_timestamp=row.end_timestamp,
+        total_record_count=row.total_record_count,
+        triggered_by=row.triggered_by,
+    )
+
+
+def audit_info(row: AuditEvent) -> AuditEventInfo:
+    """API form of an audit row."""
+    return AuditEventInfo(
+        at=row.at,
+        actor=row.actor,
+        action=row.action,
+        namespace=row.namespace,
+        application=row.application,
+        vertex=row.vertex,
+        round_id=row.round_id,
+        record_count=row.record_count,
+        status=row.status,
+    )
+
+
+__all__ = [
+    "ApplicationDetail",
+    "ApplicationSummary",
+    "AuditEventInfo",
+    "DataSampleResult",
+    "EdgeInfo",
+    "ErrorBody",
+    "RegisterApplication",
+    "RoundSummary",
+    "VertexInfo",
+]

@@ -1,0 +1,121 @@
+"""The service's settings, all in one place (environment variables prefixed ``SPARKGLASS_``).
+
+Example: ``SPARKGLASS_AUTH_MODE=kubernetes SPARKGLASS_DATABASE_URL=postgresql+psycopg://...``.
+Durations are seconds (floats). Nothing here is ever logged whole: it may hold a database
+password in ``database_url``.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from functools import cached_property
+from pathlib import Path
+
+import platformdirs
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+#: The namespace every application lives in when the service runs in local mode.
+LOCAL_NAMESPACE = "local"
+
+
+class AuthMode(StrEnum):
+    """How callers are authenticated and authorized."""
+
+    LOCAL = "local"
+    """Static bearer tokens (a file or the store), each bound to a role."""
+    KUBERNETES = "kubernetes"
+    """TokenReview + SubjectAccessReview against the Kubernetes API server."""
+
+
+class ExecutionMode(StrEnum):
+    """How a sampling round is run."""
+
+    LOCAL = "local"
+    """The service calls the Spark driver's control endpoint itself."""
+    KUBERNETES = "kubernetes"
+    """The service creates a ``DataSample`` custom resource; the operator runs the round."""
+
+
+def default_database_url() -> str:
+    """SQLite file under the user's data directory (created on demand)."""
+    data_dir = Path(platformdirs.user_data_dir("sparkglass", appauthor=False))
+    data_dir.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{data_dir / 'service.db'}"
+
+
+class Settings(BaseSettings):
+    """Every knob of the service. Construct directly in tests; from the environment in prod."""
+
+    model_config = SettingsConfigDict(env_prefix="SPARKGLASS_", extra="ignore")
+
+    host: str = Field(default="127.0.0.1", description="Address uvicorn binds.")
+    port: int = Field(default=8080, ge=0, le=65535, description="Port uvicorn binds (0 = any).")
+    database_url: str = Field(
+        default="",
+        description="SQLAlchemy URL; empty means SQLite under the user data directory.",
+    )
+    auth_mode: AuthMode = AuthMode.LOCAL
+    execution_mode: ExecutionMode = ExecutionMode.LOCAL
+    tokens_file: Path | None = Field(
+        default=None,
+        description="Local mode: a file of `token,user,role` lines (role: viewer|sampler|admin).",
+    )
+    kube_api_url: str | None = Field(
+        default=None,
+        description="Kubernetes mode: API server URL; unset = in-cluster config, then kubeconfig.",
+    )
+    kube_insecure: bool = Field(
+        default=False, description="Skip TLS verification of kube_api_url (tests only)."
+    )
+    kube_token: str | None = Field(
+        default=None, description="Service account token for kube_api_url (else from config)."
+    )
+    authn_cache_seconds: float = Field(default=10.0, ge=0, description="TokenReview cache TTL.")
+    authz_allow_cache_seconds: float = Field(default=10.0, ge=0, description="Allow-cache TTL.")
+    authz_deny_cache_seconds: float = Field(default=5.0, ge=0, description="Deny-cache TTL.")
+    refresh_interval_seconds: float = Field(
+        default=60.0,
+        gt=0,
+        description="A result is served from cache this long; at most one round per "
+        "(application, vertex) starts per interval across replicas.",
+    )
+    round_timeout_seconds: float = Field(
+        default=30.0, gt=0, description="Give up on a round after this long (driver timeout)."
+    )
+    round_grace_seconds: float = Field(
+        default=10.0,
+        ge=0,
+        description="Extra wait beyond round_timeout_seconds before the service gives up "
+        "(covers the sampling window, polling and the operator).",
+    )
+    sampling_window: str | None = Field(
+        default=None,
+        description="Sampling window asked for (e.g. 3s, 1s-30s); unset: the application's "
+        "spark.sparkglass.sampling.sampling-window.",
+    )
+    poll_interval_seconds: float = Field(
+        default=0.25, gt=0, description="How often a running round's result is polled."
+    )
+    retention_seconds: float = Field(
+        default=7 * 24 * 3600.0, gt=0, description="Rounds and audit events older are deleted."
+    )
+    retention_check_seconds: float = Field(
+        default=600.0, gt=0, description="How often the retention sweep runs."
+    )
+    audit_flush_seconds: float = Field(
+        default=1.0, gt=0, description="Audit events are written in batches this often."
+    )
+    round_workers: int = Field(default=8, ge=1, description="Threads running rounds.")
+    datasample_ttl_seconds: int = Field(
+        default=600, ge=0, description="Kubernetes mode: ttlSecondsAfterFinished of DataSamples."
+    )
+    public_url: str | None = Field(
+        default=None,
+        description="Base URL this service is reachable at (for DataSample resultsURL).",
+    )
+
+    @cached_property
+    def resolved_database_url(self) -> str:
+        """``database_url`` or the SQLite default."""
+        return self.database_url or default_database_url()

@@ -1,0 +1,33 @@
+"""The objects one service instance shares between requests (built by ``create_app``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from .app_cache import ApplicationCache
+from .audit import AuditWriter
+from .auth import Authenticator, Principal
+from .auth.cache import TTLCache
+from .catalog import KubernetesCatalog
+from .metrics import ServiceMetrics
+from .sampling import SampleCoordinator
+from .settings import Settings
+
+
+@dataclass
+class ServiceState:
+    """Held in ``app.state.sparkglass``; reached from routes through dependencies."""
+
+    settings: Settings
+    sessions: sessionmaker[Session]
+    authenticator: Authenticator
+    coordinator: SampleCoordinator
+    audit: AuditWriter
+    metrics: ServiceMetrics
+    catalog: KubernetesCatalog | None = None
+    applications: ApplicationCache = field(default_factory=ApplicationCache)
+    #: The route layer's one-second decision caches (see dependencies.authorized_principal).
+    principal_cache: TTLCache[Principal] = field(default_factory=TTLCache)
+    decision_cache: TTLCache[bool] = field(default_factory=TTLCache)

@@ -1,0 +1,66 @@
+"""The service store: SQLAlchemy 2 tables, Alembic migrations and the repository functions.
+
+Save a finished round (what the operator does)::
+
+    from sparkglass.service.store import open_store, save_round
+    sessions = open_store("postgresql+psycopg://sparkglass@db/sparkglass")
+    with sessions.begin() as session:
+        round_id = save_round(session, namespace="team-a", application="flights",
+                              vertex="parse", result=result,          # a DataSampleResult
+                              round_id=annotations.get("sparkglass.io/round-id"),
+                              external_ref=datasample_name)
+"""
+
+from .db import make_engine, migrate, open_store
+from .repository import (
+    AuditRecord,
+    PurgeCounts,
+    add_audit_events,
+    add_token,
+    claim_round,
+    count_rounds,
+    create_round,
+    delete_application,
+    find_token,
+    finished_result,
+    get_application,
+    get_round,
+    latest_finished_round,
+    list_applications,
+    list_audit_events,
+    list_rounds,
+    load_result,
+    now_ms,
+    purge_older_than,
+    running_round,
+    save_round,
+    upsert_application,
+)
+
+__all__ = [
+    "AuditRecord",
+    "PurgeCounts",
+    "add_audit_events",
+    "add_token",
+    "claim_round",
+    "count_rounds",
+    "create_round",
+    "delete_application",
+    "find_token",
+    "finished_result",
+    "get_application",
+    "get_round",
+    "latest_finished_round",
+    "list_applications",
+    "list_audit_events",
+    "list_rounds",
+    "load_result",
+    "make_engine",
+    "migrate",
+    "now_ms",
+    "open_store",
+    "purge_older_than",
+    "running_round",
+    "save_round",
+    "upsert_application",
+]

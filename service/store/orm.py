@@ -1,0 +1,168 @@
+"""SQLAlchemy 2 table mappings of the store (the schema Alembic's migrations create).
+
+Times are integers in milliseconds since the epoch (UTC), like the REST body's
+``endTimestamp``: no time-zone traps between SQLite and PostgreSQL.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+
+class Base(DeclarativeBase):
+    """Declarative base of every store table."""
+
+
+class Application(Base):
+    """A Spark application the service knows (namespace ``local`` in local mode)."""
+
+    __tablename__ = "applications"
+    __table_args__ = (UniqueConstraint("namespace", "name", name="uq_applications_ns_name"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    namespace: Mapped[str] = mapped_column(String(253))
+    name: Mapped[str] = mapped_column(String(253))
+    #: Local mode: the driver control endpoint's base URL and bearer token (a secret: never
+    #: logged, never returned by the API).
+    driver_url: Mapped[str | None] = mapped_column(String(2048), nullable=True)
+    driver_token: Mapped[str | None] = mapped_column(String(512), nullable=True)
+    pipeline_name: Mapped[str | None] = mapped_column(String(253), nullable=True)
+    #: Edges as [{from, to, kind}] (kind "pipelined" or "blocking").
+    edges: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
+    #: The driver's (or SparkApplication's) sampling settings, for display.
+    sampling: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    #: Why the planner rejected the pipeline, if it did.
+    plan_error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    registered_at: Mapped[int] = mapped_column(BigInteger)
+    updated_at: Mapped[int] = mapped_column(BigInteger)
+
+    vertices: Mapped[list[Vertex]] = relationship(
+        back_populates="application",
+        cascade="all, delete-orphan",
+        order_by="Vertex.position",
+        lazy="selectin",
+    )
+
+
+class Vertex(Base):
+    """One named step of an application's pipeline (source, vertex or sink)."""
+
+    __tablename__ = "vertices"
+    __table_args__ = (UniqueConstraint("application_id", "name", name="uq_vertices_app_name"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    application_id: Mapped[int] = mapped_column(
+        ForeignKey("applications.id", ondelete="CASCADE"), index=True
+    )
+    name: Mapped[str] = mapped_column(String(63))
+    position: Mapped[int] = mapped_column(Integer, default=0)
+    kind: Mapped[str] = mapped_column(String(16), default="vertex")
+    inputs: Mapped[list[str]] = mapped_column(JSON, default=list)
+    bounded: Mapped[bool] = mapped_column(Boolean, default=True)
+    python: Mapped[bool] = mapped_column(Boolean, default=False)
+    attributes: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    #: What the planner made of it: adjusted attributes, phase, tap, notes (see graph.py).
+    plan: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+
+    application: Mapped[Application] = relationship(back_populates="vertices")
+
+
+class VertexLease(Base):
+    """The shared-round rule's row: one per (application, vertex).
+
+    A replica may start a round only by moving ``next_start_at`` forward with a conditional
+    UPDATE (``WHERE next_start_at <= now``); the database lets exactly one of any number of
+    concurrent claimants succeed, across processes and replicas.
+    """
+
+    __tablename__ = "vertex_leases"
+
+    application_id: Mapped[int] = mapped_column(
+        ForeignKey("applications.id", ondelete="CASCADE"), primary_key=True
+    )
+    vertex: Mapped[str] = mapped_column(String(63), primary_key=True)
+    round_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    claimed_at: Mapped[int] = mapped_column(BigInteger, default=0)
+    next_start_at: Mapped[int] = mapped_column(BigInteger, default=0)
+
+
+class Round(Base):
+    """One sampling round and its summary (records are in :class:`SampleRecord`)."""
+
+    __tablename__ = "rounds"
+    __table_args__ = (
+        Index("ix_rounds_app_vertex_started", "application_id", "vertex", "started_at"),
+    )
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    application_id: Mapped[int] = mapped_column(ForeignKey("applications.id", ondelete="CASCADE"))
+    vertex: Mapped[str] = mapped_column(String(63))
+    status: Mapped[str] = mapped_column(String(16))
+    error_code: Mapped[str | None] = mapped_column(String(40), nullable=True)
+    started_at: Mapped[int] = mapped_column(BigInteger)
+    end_timestamp: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    total_record_count: Mapped[int] = mapped_column(Integer, default=0)
+    total_truncated: Mapped[bool] = mapped_column(Boolean, default=False)
+    dropped_by_contention: Mapped[int] = mapped_column(BigInteger, default=0)
+    dropped_by_rate_limit: Mapped[int] = mapped_column(BigInteger, default=0)
+    failed_subtasks: Mapped[list[int]] = mapped_column(JSON, default=list)
+    triggered_by: Mapped[str | None] = mapped_column(String(253), nullable=True)
+    #: Driver round id (local mode) or DataSample name (Kubernetes mode).
+    external_ref: Mapped[str | None] = mapped_column(String(253), nullable=True)
+
+
+class SampleRecord(Base):
+    """One captured record of a round (queried explicitly: a round may hold 5000)."""
+
+    __tablename__ = "sample_records"
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
+    round_id: Mapped[str] = mapped_column(ForeignKey("rounds.id", ondelete="CASCADE"), index=True)
+    subtask_index: Mapped[int] = mapped_column(Integer)
+    seq: Mapped[int] = mapped_column(Integer)
+    sample_timestamp: Mapped[int] = mapped_column(BigInteger)
+    data: Mapped[str] = mapped_column(Text)
+    data_type: Mapped[str] = mapped_column(Text)
+    truncated: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
+class AuditEvent(Base):
+    """Who read or triggered which sample, when, and how many records they got."""
+
+    __tablename__ = "audit_events"
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
+    at: Mapped[int] = mapped_column(BigInteger, index=True)
+    actor: Mapped[str] = mapped_column(String(253))
+    action: Mapped[str] = mapped_column(String(16))
+    namespace: Mapped[str] = mapped_column(String(253))
+    application: Mapped[str] = mapped_column(String(253))
+    vertex: Mapped[str] = mapped_column(String(63))
+    round_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    record_count: Mapped[int] = mapped_column(Integer, default=0)
+    status: Mapped[str | None] = mapped_column(String(16), nullable=True)
+
+
+class ApiToken(Base):
+    """A local-mode bearer token (only its SHA-256 is stored) bound to a role."""
+
+    __tablename__ = "api_tokens"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    token_sha256: Mapped[str] = mapped_column(String(64), unique=True)
+    user: Mapped[str] = mapped_column(String(253))
+    role: Mapped[str] = mapped_column(String(16))
+    created_at: Mapped[int] = mapped_column(BigInteger)

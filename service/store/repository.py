@@ -1,0 +1,465 @@
+"""Store operations: every read and write of the store goes through these functions.
+
+Each function takes an open :class:`~sqlalchemy.orm.Session` and leaves committing to the
+caller (``with sessions.begin() as session: ...``), so several calls can share one
+transaction. Times are ms since the epoch.
+
+The operator saves a finished round with :func:`save_round`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import delete, func, insert, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import Session
+
+from sparkglass.runtime.description import PipelineDescription
+from sparkglass.runtime.sample_result import (
+    DataSampleResult,
+    SampledRecord,
+    SampleStatus,
+    SubtaskSamples,
+)
+
+from .orm import ApiToken, Application, AuditEvent, Round, SampleRecord, Vertex, VertexLease
+
+#: Roles a local-mode token can hold, weakest first.
+ROLES = ("viewer", "sampler", "admin")
+
+
+def now_ms() -> int:
+    """The current time in ms since the epoch."""
+    return int(time.time() * 1000)
+
+
+# --------------------------------------------------------------------------- applications
+
+
+def upsert_application(
+    session: Session,
+    namespace: str,
+    name: str,
+    *,
+    description: PipelineDescription | None = None,
+    edges: list[dict[str, Any]] | None = None,
+    driver_url: str | None = None,
+    driver_token: str | None = None,
+    sampling: dict[str, Any] | None = None,
+    vertex_plan: dict[str, dict[str, Any]] | None = None,
+    plan_error: str | None = None,
+) -> Application:
+    """Create or update the application ``namespace/name``; replaces its vertices when
+    ``description`` is given (with ``edges``, ``vertex_plan`` and ``plan_error`` from
+    :func:`sparkglass.service.graph.graph_of`). Returns the (flushed) row."""
+    app = get_application(session, namespace, name)
+    t = now_ms()
+    if app is None:
+        app = Application(
+            namespace=namespace,
+            name=name,
+            edges=[],
+            sampling={},
+            registered_at=t,
+            updated_at=t,
+        )
+        session.add(app)
+        session.flush()
+    app.updated_at = t
+    if driver_url is not None:
+        app.driver_url = driver_url
+    if driver_token is not None:
+        app.driver_token = driver_token
+    if sampling is not None:
+        app.sampling = sampling
+    if edges is not None:
+        app.edges = edges
+    if description is not None:
+        app.pipeline_name = description.name
+        app.plan_error = plan_error
+        wanted = {v.name: (i, v) for i, v in enumerate(description.vertices)}
+        for existing in list(app.vertices):
+            if existing.name not in wanted:
+                app.vertices.remove(existing)
+        by_name = {v.name: v for v in app.vertices}
+        for vname, (pos, vd) in wanted.items():
+            row = by_name.get(vname)
+            if row is None:
+                row = Vertex(name=vname)
+                app.vertices.append(row)
+            row.position = pos
+            row.kind = vd.kind.value
+            row.inputs = list(vd.inputs)
+            row.bounded = vd.bounded
+            row.python = vd.python
+            row.attributes = vd.attributes.to_json_dict()
+            row.plan = (vertex_plan or {}).get(vname, {})
+    session.flush()
+    return app
+
+
+def get_application(session: Session, namespace: str, name: str) -> Application | None:
+    """The application ``namespace/name`` or ``None``."""
+    return session.scalar(
+        select(Application).where(Application.namespace == namespace, Application.name == name)
+    )
+
+
+def list_applications(session: Session, namespace: str | None = None) -> Sequence[Application]:
+    """All applications (of ``namespace`` when given), by namespace then name."""
+    q = select(Application).order_by(Application.namespace, Application.name)
+    if namespace is not None:
+        q = q.where(Application.namespace == namespace)
+    return session.scalars(q).all()
+
+
+def delete_application(session: Session, namespace: str, name: str) -> bool:
+    """Delete an application with its rounds and records; ``False`` if unknown."""
+    app = get_application(session, namespace, name)
+    if app is None:
+        return False
+    round_ids = select(Round.id).where(Round.application_id == app.id)
+    session.execute(delete(SampleRecord).where(SampleRecord.round_id.in_(round_ids)))
+    session.execute(delete(Round).where(Round.application_id == app.id))
+    session.execute(delete(VertexLease).where(VertexLease.application_id == app.id))
+    session.delete(app)
+    session.flush()
+    return True
+
+
+# --------------------------------------------------------------------------- shared rounds
+
+
+def claim_round(
+    session: Session,
+    application_id: int,
+    vertex: str,
+    round_id: str,
+    *,
+    interval_ms: int,
+    at: int | None = None,
+) -> bool:
+    """Try to become the one caller that starts a round of ``vertex`` in this interval.
+
+    Ensures the (application, vertex) lease row exists (``INSERT ... ON CONFLICT DO
+    NOTHING``), then moves its ``next_start_at`` to ``at + interval_ms`` with one conditional
+    UPDATE. The database serializes concurrent UPDATEs of one row (PostgreSQL re-checks the
+    WHERE clause after a concurrent commit; SQLite has a single writer), so exactly one
+    claimant per interval sees ``rowcount == 1``, whatever process or replica it runs in.
+    Commit promptly after a successful claim: the row stays locked until then.
+    """
+    at = now_ms() if at is None else at
+    dialect = session.get_bind().dialect.name
+    values = {
+        "application_id": application_id,
+        "vertex": vertex,
+        "claimed_at": 0,
+        "next_start_at": 0,
+    }
+    if dialect == "postgresql":
+        session.execute(postgresql.insert(VertexLease).values(values).on_conflict_do_nothing())
+    elif dialect == "sqlite":
+        session.execute(sqlite.insert(VertexLease).values(values).on_conflict_do_nothing())
+    elif session.get(VertexLease, (application_id, vertex)) is None:  # pragma: no cover
+        session.add(VertexLease(**values))
+        session.flush()
+    result = session.execute(
+        update(VertexLease)
+        .where(
+            VertexLease.application_id == application_id,
+            VertexLease.vertex == vertex,
+            VertexLease.next_start_at <= at,
+        )
+        .values(round_id=round_id, claimed_at=at, next_start_at=at + interval_ms)
+        .execution_options(synchronize_session=False)
+    )
+    return bool(getattr(result, "rowcount", 0) == 1)
+
+
+def create_round(
+    session: Session,
+    round_id: str,
+    application_id: int,
+    vertex: str,
+    *,
+    triggered_by: str | None,
+    at: int | None = None,
+) -> Round:
+    """Insert a ``PENDING`` round row."""
+    row = Round(
+        id=round_id,
+        application_id=application_id,
+        vertex=vertex,
+        status=SampleStatus.PENDING.value,
+        started_at=now_ms() if at is None else at,
+        total_record_count=0,
+        total_truncated=False,
+        dropped_by_contention=0,
+        dropped_by_rate_limit=0,
+        failed_subtasks=[],
+        triggered_by=triggered_by,
+    )
+    session.add(row)
+    session.flush()
+    return row
+
+
+def save_round(
+    session: Session,
+    *,
+    namespace: str,
+    application: str,
+    vertex: str,
+    result: DataSampleResult,
+    round_id: str | None = None,
+    external_ref: str | None = None,
+    triggered_by: str | None = None,
+    started_at: int | None = None,
+) -> str:
+    """Save a round's full result (all records) and return the store's round id.
+
+    **The operator's entry point.** ``round_id`` is the service's id when the round was
+    triggered through the service (the ``sparkglass.io/round-id`` annotation of the
+    ``DataSample``); otherwise ``result.round_id`` or a new id is used. An existing round
+    row with that id is updated (its records replaced); the application row is created
+    when the store does not know it yet. ``result.end_timestamp`` defaults to now for a
+    finished status.
+    """
+    app = get_application(session, namespace, application)
+    if app is None:
+        app = upsert_application(session, namespace, application)
+    rid = round_id or result.round_id or secrets.token_hex(8)
+    row = session.get(Round, rid)
+    t = now_ms()
+    if row is None:
+        row = create_round(
+            session, rid, app.id, vertex, triggered_by=triggered_by, at=started_at or t
+        )
+    row.status = result.status.value
+    row.error_code = result.error_code.value if result.error_code else None
+    row.end_timestamp = result.end_timestamp or (
+        None if result.status is SampleStatus.PENDING else t
+    )
+    row.total_truncated = result.total_truncated
+    row.dropped_by_contention = result.dropped_by_contention
+    row.dropped_by_rate_limit = result.dropped_by_rate_limit
+    row.failed_subtasks = list(result.failed_subtasks)
+    if external_ref is not None:
+        row.external_ref = external_ref
+    session.execute(delete(SampleRecord).where(SampleRecord.round_id == rid))
+    rows: list[dict[str, Any]] = []
+    for sub in result.samples:
+        for seq, rec in enumerate(sub.records):
+            rows.append(
+                {
+                    "round_id": rid,
+                    "subtask_index": sub.subtask_index,
+                    "seq": seq,
+                    "sample_timestamp": rec.sample_timestamp,
+                    "data": rec.data,
+                    "data_type": rec.data_type,
+                    "truncated": rec.truncated,
+                }
+            )
+    if rows:
+        session.execute(insert(SampleRecord), rows)
+    row.total_record_count = len(rows)
+    session.flush()
+    return rid
+
+
+def get_round(session: Session, round_id: str) -> Round | None:
+    """The round row ``round_id`` or ``None``."""
+    return session.get(Round, round_id)
+
+
+def latest_finished_round(session: Session, application_id: int, vertex: str) -> Round | None:
+    """The most recently ended round of ``vertex`` (any status but ``PENDING``)."""
+    return session.scalar(
+        select(Round)
+        .where(
+            Round.application_id == application_id,
+            Round.vertex == vertex,
+            Round.status != SampleStatus.PENDING.value,
+        )
+        .order_by(Round.end_timestamp.desc(), Round.started_at.desc())
+        .limit(1)
+    )
+
+
+def running_round(
+    session: Session, application_id: int, vertex: str, *, started_after: int
+) -> Round | None:
+    """The newest ``PENDING`` round of ``vertex`` started after ``started_after`` (older
+    pending rows belong to a replica that died mid-round and are ignored)."""
+    return session.scalar(
+        select(Round)
+        .where(
+            Round.application_id == application_id,
+            Round.vertex == vertex,
+            Round.status == SampleStatus.PENDING.value,
+            Round.started_at > started_after,
+        )
+        .order_by(Round.started_at.desc())
+        .limit(1)
+    )
+
+
+def finished_result(session: Session, round_id: str) -> DataSampleResult | None:
+    """The full result of round ``round_id`` once it ended (not ``PENDING``), else ``None``."""
+    row = session.get(Round, round_id)
+    if row is None or row.status == SampleStatus.PENDING.value:
+        return None
+    return load_result(session, row)
+
+
+def list_rounds(
+    session: Session, application_id: int, vertex: str, *, limit: int = 50
+) -> Sequence[Round]:
+    """Round history of ``vertex``, newest first."""
+    return session.scalars(
+        select(Round)
+        .where(Round.application_id == application_id, Round.vertex == vertex)
+        .order_by(Round.started_at.desc())
+        .limit(limit)
+    ).all()
+
+
+def count_rounds(session: Session, application_id: int | None = None) -> int:
+    """How many rounds the store holds (of one application when given)."""
+    q = select(func.count()).select_from(Round)
+    if application_id is not None:
+        q = q.where(Round.application_id == application_id)
+    return int(session.scalar(q) or 0)
+
+
+def load_result(session: Session, row: Round) -> DataSampleResult:
+    """The full :class:`DataSampleResult` of a round row, records grouped by subtask."""
+    records = session.execute(
+        select(
+            SampleRecord.subtask_index,
+            SampleRecord.sample_timestamp,
+            SampleRecord.data,
+            SampleRecord.data_type,
+            SampleRecord.truncated,
+        )
+        .where(SampleRecord.round_id == row.id)
+        .order_by(SampleRecord.subtask_index, SampleRecord.seq)
+    ).all()
+    groups: dict[int, list[SampledRecord]] = {}
+    for sub, ts, data, dtype, truncated in records:
+        groups.setdefault(sub, []).append(
+            SampledRecord(sample_timestamp=ts, data=data, data_type=dtype, truncated=truncated)
+        )
+    return DataSampleResult(
+        status=SampleStatus(row.status),
+        end_timestamp=row.end_timestamp,
+        round_id=row.id,
+        total_record_count=row.total_record_count,
+        total_truncated=row.total_truncated,
+        dropped_by_contention=row.dropped_by_contention,
+        dropped_by_rate_limit=row.dropped_by_rate_limit,
+        error_code=row.error_code,  # type: ignore[arg-type]  # validated to ErrorCode
+        failed_subtasks=list(row.failed_subtasks or []),
+        samples=[SubtaskSamples(subtask_index=k, records=v) for k, v in sorted(groups.items())],
+    )
+
+
+# --------------------------------------------------------------------------- audit
+
+
+@dataclass(frozen=True)
+class AuditRecord:
+    """One audit event before it is written (see :class:`~.orm.AuditEvent`)."""
+
+    actor: str
+    action: str  # "read" or "trigger"
+    namespace: str
+    application: str
+    vertex: str
+    round_id: str | None
+    record_count: int
+    status: str | None
+    at: int
+
+
+def add_audit_events(session: Session, events: Iterable[AuditRecord]) -> int:
+    """Write audit events in one batch; returns how many."""
+    rows = [e.__dict__ for e in events]
+    if rows:
+        session.execute(insert(AuditEvent), rows)
+    return len(rows)
+
+
+def list_audit_events(
+    session: Session,
+    *,
+    namespace: str | None = None,
+    application: str | None = None,
+    limit: int = 100,
+) -> Sequence[AuditEvent]:
+    """Audit events, newest first, optionally of one namespace/application."""
+    q = select(AuditEvent).order_by(AuditEvent.at.desc(), AuditEvent.id.desc()).limit(limit)
+    if namespace is not None:
+        q = q.where(AuditEvent.namespace == namespace)
+    if application is not None:
+        q = q.where(AuditEvent.application == application)
+    return session.scalars(q).all()
+
+
+# --------------------------------------------------------------------------- retention
+
+
+@dataclass(frozen=True)
+class PurgeCounts:
+    """What one retention sweep deleted."""
+
+    rounds: int
+    records: int
+    audit_events: int
+
+
+def purge_older_than(session: Session, cutoff_ms: int) -> PurgeCounts:
+    """Delete rounds (with their records) started before ``cutoff_ms`` and audit events
+    older than it. Records are deleted explicitly rather than by ``ON DELETE CASCADE`` so the
+    sweep behaves the same on SQLite connections without foreign keys."""
+    old = select(Round.id).where(Round.started_at < cutoff_ms)
+    records = session.execute(delete(SampleRecord).where(SampleRecord.round_id.in_(old)))
+    rounds = session.execute(delete(Round).where(Round.started_at < cutoff_ms))
+    audit = session.execute(delete(AuditEvent).where(AuditEvent.at < cutoff_ms))
+    return PurgeCounts(
+        rounds=int(getattr(rounds, "rowcount", 0)),
+        records=int(getattr(records, "rowcount", 0)),
+        audit_events=int(getattr(audit, "rowcount", 0)),
+    )
+
+
+# --------------------------------------------------------------------------- tokens
+
+
+def hash_token(token: str) -> str:
+    """SHA-256 hex of a bearer token (only hashes are stored)."""
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def add_token(session: Session, user: str, role: str, token: str | None = None) -> str:
+    """Store a local-mode token for ``user`` with ``role`` and return the token (generated
+    when not given). Raises ``ValueError`` for an unknown role."""
+    if role not in ROLES:
+        raise ValueError(f"role must be one of {', '.join(ROLES)}, got {role!r}")
+    token = token or secrets.token_urlsafe(24)
+    session.add(ApiToken(token_sha256=hash_token(token), user=user, role=role, created_at=now_ms()))
+    session.flush()
+    return token
+
+
+def find_token(session: Session, token: str) -> tuple[str, str] | None:
+    """``(user, role)`` of a stored token, or ``None``."""
+    row = session.scalar(select(ApiToken).where(ApiToken.token_sha256 == hash_token(token)))
+    return None if row is None else (row.user, row.role)

@@ -1,0 +1,97 @@
+"""``sparkglass serve``: run the REST service and the Data Sample page (uvicorn)."""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``serve`` command to ``app``."""
+    app.command(
+        "serve",
+        help=(
+            "Run the sparkglass service: the data-sample REST API (OpenAPI at /docs), the Data "
+            "Sample page at /ui/, and Prometheus metrics at /metrics.\n\n"
+            "Every option also reads a `SPARKGLASS_*` environment variable (e.g. "
+            "`SPARKGLASS_DATABASE_URL`, `SPARKGLASS_AUTH_MODE`). In local mode, `--driver` "
+            "registers a running pipeline's control endpoint and a fresh admin token is "
+            "printed unless `--tokens-file` is given.\n\n"
+            "Example: `sparkglass serve --port 8080 --driver flights=http://127.0.0.1:4041 "
+            "--driver-token $SPARKGLASS_CONTROL_TOKEN`"
+        ),
+    )(serve)
+
+
+def serve(
+    host: str | None = typer.Option(None, "--host", help="Address to bind [127.0.0.1]."),
+    port: int | None = typer.Option(
+        None, "--port", min=0, max=65535, help="Port to bind [8080]."
+    ),
+    database_url: str | None = typer.Option(
+        None, "--database-url", help="SQLAlchemy URL (default: SQLite in the user data dir)."
+    ),
+    auth_mode: str | None = typer.Option(
+        None, "--auth-mode", help="local (tokens bound to roles) or kubernetes (RBAC)."
+    ),
+    execution_mode: str | None = typer.Option(
+        None, "--execution-mode", help="local (driver endpoint) or kubernetes (DataSample)."
+    ),
+    tokens_file: Path | None = typer.Option(
+        None, "--tokens-file", exists=True, dir_okay=False,
+        help="Local mode: `token,user,role` lines (viewer|sampler|admin).",
+    ),
+    drivers: list[str] = typer.Option(
+        [], "--driver", help="Local mode: NAME=URL of a driver control endpoint (repeatable)."
+    ),
+    driver_token: str | None = typer.Option(
+        None, "--driver-token", envvar="SPARKGLASS_CONTROL_TOKEN",
+        help="Bearer token of the --driver endpoints.",
+    ),
+) -> None:
+    import uvicorn
+
+    from sparkglass.cli import fail
+    from sparkglass.service.app import create_app
+    from sparkglass.service.auth.local import LocalAuthenticator
+    from sparkglass.service.catalog import CatalogError, register_local_application
+    from sparkglass.service.settings import Settings
+
+    overrides: dict[str, object] = {}
+    for key, value in (
+        ("host", host),
+        ("port", port),
+        ("database_url", database_url),
+        ("auth_mode", auth_mode),
+        ("execution_mode", execution_mode),
+        ("tokens_file", tokens_file),
+    ):
+        if value is not None:
+            overrides[key] = value
+    try:
+        settings = Settings(**overrides)  # type: ignore[arg-type]
+    except ValueError as exc:
+        raise fail(str(exc)) from None
+    app = create_app(settings)
+    state = app.state.sparkglass
+    for spec in drivers:
+        name, sep, url = spec.partition("=")
+        if not sep or not name or not url:
+            raise fail(f"--driver expects NAME=URL, got {spec!r}")
+        try:
+            register_local_application(state.sessions, name, url, driver_token or "")
+        except CatalogError as exc:
+            raise fail(str(exc)) from None
+    host, port = settings.host, settings.port
+    shown = "127.0.0.1" if host in ("0.0.0.0", "") else host
+    if isinstance(state.authenticator, LocalAuthenticator) and tokens_file is None:
+        token = os.environ.get("SPARKGLASS_SERVICE_TOKEN") or secrets.token_urlsafe(24)
+        state.authenticator.add_ephemeral_token(token, "local-admin", "admin")
+        typer.echo(f"Data Sample page: http://{shown}:{port}/ui/#token={token}")
+        typer.echo(f"admin token (this process only): {token}")
+    else:
+        typer.echo(f"Data Sample page: http://{shown}:{port}/ui/")
+    uvicorn.run(app, host=host, port=port, log_level="info")

@@ -1,0 +1,120 @@
+"""Fixtures of the service tests: a store per backend (SQLite file, PostgreSQL database per
+test), a fake driver on loopback, and a service factory."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from sparkglass.service.app import create_app
+from sparkglass.service.catalog import register_local_application
+from sparkglass.service.settings import Settings
+
+from .fake_driver import TOKEN, FakeDriver, ServerThread
+
+PG_ADMIN_URL = os.environ.get("SPARKGLASS_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
+
+TOKENS = {
+    "viewer": "viewer-token-0123456789",
+    "sampler": "sampler-token-0123456789",
+    "admin": "admin-token-0123456789",
+}
+
+
+def _pg_available() -> bool:
+    try:
+        import psycopg
+
+        with psycopg.connect(PG_ADMIN_URL, connect_timeout=3):
+            return True
+    except Exception:
+        return False
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A fresh empty store: a SQLite file, or a new PostgreSQL database dropped afterwards."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'store.db'}"
+        return
+    if not _pg_available():
+        pytest.skip(f"no PostgreSQL at {PG_ADMIN_URL}")
+    import psycopg
+
+    name = f"sg_test_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    base = PG_ADMIN_URL.rsplit("/", 1)[0].replace("postgresql://", "postgresql+psycopg://", 1)
+    try:
+        yield f"{base}/{name}"
+    finally:
+        with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session")
+def fake_driver() -> Iterator[FakeDriver]:
+    """The scriptable driver control endpoint, one server for the whole session."""
+    driver = FakeDriver()
+    with ServerThread(driver.app()) as server:
+        driver.url = server.url
+        yield driver
+
+
+@pytest.fixture
+def tokens_file(tmp_path: Path) -> Path:
+    path = tmp_path / "tokens.csv"
+    path.write_text(
+        "# token,user,role\n" + "".join(f"{t},{r}-user,{r}\n" for r, t in TOKENS.items())
+    )
+    return path
+
+
+def auth(role: str) -> dict[str, str]:
+    """Authorization header of the test token with ``role``."""
+    return {"Authorization": f"Bearer {TOKENS[role]}"}
+
+
+ServiceFactory = Callable[..., TestClient]
+
+
+@pytest.fixture
+def make_service(
+    db_url: str, tokens_file: Path, fake_driver: FakeDriver
+) -> Iterator[ServiceFactory]:
+    """Build a running service (lifespan entered) on the test store with the fake driver
+    registered as application ``flights``. Keyword arguments override settings."""
+    clients: list[TestClient] = []
+
+    def factory(register: bool = True, **overrides: Any) -> TestClient:
+        values: dict[str, Any] = {
+            "database_url": db_url,
+            "tokens_file": tokens_file,
+            "refresh_interval_seconds": 60.0,
+            "round_timeout_seconds": 5.0,
+            "round_grace_seconds": 0.0,
+            "poll_interval_seconds": 0.05,
+            "audit_flush_seconds": 0.2,
+        }
+        values.update(overrides)
+        app = create_app(Settings(**values))
+        if register:
+            register_local_application(
+                app.state.sparkglass.sessions, "flights", fake_driver.url, TOKEN
+            )
+        client = TestClient(app)
+        client.__enter__()
+        clients.append(client)
+        return client
+
+    yield factory
+    for c in clients:
+        c.app.state.sparkglass.coordinator.wait_idle(10)  # type: ignore[attr-defined]
+        c.__exit__(None, None, None)
+        c.app.state.sparkglass.sessions.kw["bind"].dispose()  # type: ignore[attr-defined]

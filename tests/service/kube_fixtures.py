@@ -1,0 +1,91 @@
+"""The Kubernetes API on loopback (kmock's KubernetesEmulator) answering TokenReview and
+SubjectAccessReview from a small RBAC table, with the sparkglass CRDs declared."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import kmock
+
+#: token -> (username, groups)
+USERS: dict[str, tuple[str, list[str]]] = {
+    "alice-token": ("alice", ["team-a"]),  # may trigger in team-a (via her group)
+    "bob-token": ("bob", []),  # may only read in team-a
+    "eve-token": ("eve", []),  # may do nothing
+}
+#: (user or group, namespace, verb, resource) granted.
+GRANTS: set[tuple[str, str, str, str]] = {
+    ("team-a", "team-a", "get", "datasamples"),
+    ("team-a", "team-a", "create", "datasamples"),
+    ("bob", "team-a", "get", "datasamples"),
+    ("team-a", "local", "get", "datasamples"),
+    ("team-a", "local", "create", "datasamples"),
+    ("bob", "local", "get", "datasamples"),
+}
+
+
+def token_review(request: kmock.Request) -> dict[str, Any]:
+    token = request.data["spec"]["token"]
+    if token not in USERS:
+        status: dict[str, Any] = {"authenticated": False, "error": "invalid bearer token"}
+    else:
+        name, groups = USERS[token]
+        status = {
+            "authenticated": True,
+            "user": {"username": name, "uid": f"uid-{name}", "groups": groups},
+        }
+    return {
+        "apiVersion": "authentication.k8s.io/v1",
+        "kind": "TokenReview",
+        "spec": request.data["spec"],
+        "status": status,
+    }
+
+
+def subject_access_review(request: kmock.Request) -> dict[str, Any]:
+    spec = request.data["spec"]
+    attrs = spec["resourceAttributes"]
+    assert attrs["group"] == "sparkglass.io"
+    subjects = [spec.get("user"), *(spec.get("groups") or [])]
+    allowed = any(
+        (s, attrs["namespace"], attrs["verb"], attrs["resource"]) in GRANTS for s in subjects
+    )
+    return {
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": "SubjectAccessReview",
+        "spec": spec,
+        "status": {"allowed": allowed},
+    }
+
+
+class ReviewingEmulator(kmock.KubernetesEmulator):
+    """Fills one kmock gap: TokenReview/SubjectAccessReview are not stored objects in a real
+    API server (they have no name), but the emulator tracks every create and answers the
+    second nameless create with 409. Reviews skip the object tracking here."""
+
+    async def _handle(self, request: kmock.Request) -> Any:
+        resource = request.resource
+        if resource is not None and resource.plural in ("tokenreviews", "subjectaccessreviews"):
+            return await kmock.KubernetesScaffold._handle(self, request)
+        return await super()._handle(request)
+
+
+def install(k: kmock.KubernetesEmulator) -> None:
+    """Script the reviews and declare the sparkglass resources on ``k``."""
+    k.resources.load_bundled()
+    k.resources["sparkglass.io/v1alpha1/datasamples"] = kmock.ResourceInfo(
+        namespaced=True,
+        kind="DataSample",
+        singular="datasample",
+        verbs={"create", "get", "list", "watch", "patch", "delete"},
+        subresources={"status"},
+    )
+    k.resources["sparkglass.io/v1alpha1/sparkapplications"] = kmock.ResourceInfo(
+        namespaced=True,
+        kind="SparkApplication",
+        singular="sparkapplication",
+        verbs={"create", "get", "list", "watch", "patch", "delete"},
+        subresources={"status"},
+    )
+    k["post authentication.k8s.io/v1/tokenreviews"] << token_review
+    k["post authorization.k8s.io/v1/subjectaccessreviews"] << subject_access_review

@@ -1,0 +1,306 @@
+"""Kubernetes mode against a Kubernetes API on loopback (kmock): TokenReview +
+SubjectAccessReview allow/deny with caching, and rounds run as DataSample resources."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import kmock
+import pytest
+from fastapi.testclient import TestClient
+
+from sparkglass.service.app import create_app
+from sparkglass.service.catalog import register_local_application
+from sparkglass.service.settings import Settings
+
+from .fake_driver import TOKEN, FakeDriver
+from .kube_fixtures import ReviewingEmulator, install
+
+pytestmark = pytest.mark.kmock(cls=ReviewingEmulator)
+
+LOCAL = "/api/v1/namespaces/local/applications/flights/vertices/{v}/data-sample"
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def reviews(k: kmock.KubernetesEmulator, kind: str) -> list[Any]:
+    return [r for r in k._requests if r.method == "POST" and str(r.url.path).endswith(kind)]
+
+
+@pytest.fixture
+def k8s_settings(kmock: kmock.KubernetesEmulator, tmp_path: Path) -> dict[str, Any]:
+    install(kmock)
+    return {
+        "database_url": f"sqlite:///{tmp_path / 'store.db'}",
+        "auth_mode": "kubernetes",
+        "kube_api_url": str(kmock.url),
+        "kube_token": "service-account-token",
+        "refresh_interval_seconds": 60,
+        "round_timeout_seconds": 5,
+        "round_grace_seconds": 0,
+        "poll_interval_seconds": 0.05,
+        "authn_cache_seconds": 30,
+        "authz_allow_cache_seconds": 30,
+        "authz_deny_cache_seconds": 30,
+    }
+
+
+async def call(client: TestClient, method: str, url: str, **kw: Any) -> httpx.Response:
+    # The emulator runs on this test's event loop: call the service from another thread.
+    return await asyncio.to_thread(client.request, method, url, **kw)
+
+
+async def test_rbac_allow_and_deny_with_cached_decisions(
+    kmock: kmock.KubernetesEmulator, k8s_settings: dict[str, Any], fake_driver: FakeDriver
+) -> None:
+    app = create_app(Settings(**k8s_settings))
+    register_local_application(app.state.sparkglass.sessions, "flights", fake_driver.url, TOKEN)
+    with TestClient(app) as client:
+        # 401: no token, unknown token.
+        r = await call(client, "GET", LOCAL.format(v="parse"))
+        assert r.status_code == 401
+        r = await call(client, "GET", LOCAL.format(v="parse"), headers=bearer("nobody"))
+        assert (r.status_code, r.json()) == (401, {"detail": "missing or invalid bearer token"})
+        # 403: authenticated, no RBAC grant; nothing leaks (not even whether the app exists).
+        for url in (
+            LOCAL.format(v="parse"),
+            LOCAL.format(v="nope"),
+            "/api/v1/namespaces/local/applications/none",
+        ):
+            r = await call(client, "GET", url, headers=bearer("eve-token"))
+            assert (r.status_code, r.json()) == (403, {"detail": "forbidden"})
+        # bob may `get` but not `create`: he cannot start the first round.
+        r = await call(client, "GET", LOCAL.format(v="parse"), headers=bearer("bob-token"))
+        assert (r.status_code, r.json()) == (403, {"detail": "forbidden"})
+        # alice (group team-a) may create: her poll starts the round.
+        r = await call(client, "GET", LOCAL.format(v="parse"), headers=bearer("alice-token"))
+        assert r.status_code == 200 and r.json()["status"] == "PENDING"
+        deadline = time.monotonic() + 10
+        while True:
+            r = await call(client, "GET", LOCAL.format(v="parse"), headers=bearer("bob-token"))
+            assert r.status_code == 200
+            if r.json()["status"] == "COMPLETE":
+                break
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.05)
+        # Decisions are cached: repeated polls send no new reviews.
+        n_tr, n_sar = (
+            len(reviews(kmock, "tokenreviews")),
+            len(reviews(kmock, "subjectaccessreviews")),
+        )
+        for _ in range(5):
+            r = await call(client, "GET", LOCAL.format(v="parse"), headers=bearer("bob-token"))
+            assert r.status_code == 200
+        assert len(reviews(kmock, "tokenreviews")) == n_tr
+        assert len(reviews(kmock, "subjectaccessreviews")) == n_sar
+        # The reviews asked the right questions, and the token never reached a log or answer.
+        sar = reviews(kmock, "subjectaccessreviews")[0].data["spec"]["resourceAttributes"]
+        assert sar["group"] == "sparkglass.io" and sar["resource"] == "datasamples"
+        verbs = {
+            r.data["spec"]["resourceAttributes"]["verb"]
+            for r in reviews(kmock, "subjectaccessreviews")
+        }
+        assert verbs == {"get", "create"}
+        alice = next(
+            r for r in reviews(kmock, "subjectaccessreviews") if r.data["spec"]["user"] == "alice"
+        )
+        assert alice.data["spec"]["groups"] == ["team-a"]
+
+
+async def test_api_server_down_is_503_not_401(
+    kmock: kmock.KubernetesEmulator, k8s_settings: dict[str, Any]
+) -> None:
+    k8s_settings["kube_api_url"] = "http://127.0.0.1:9"
+    with TestClient(create_app(Settings(**k8s_settings))) as client:
+        r = await call(client, "GET", LOCAL.format(v="parse"), headers=bearer("alice-token"))
+        assert r.status_code == 503
+        assert "TokenReview failed" in r.json()["detail"]
+        assert "alice-token" not in r.text
+
+
+SPARKAPP = {
+    "apiVersion": "sparkglass.io/v1alpha1",
+    "kind": "SparkApplication",
+    "metadata": {"name": "flights", "namespace": "team-a"},
+    "spec": {
+        "type": "Python",
+        "mode": "cluster",
+        "pipeline": {
+            "vertices": [
+                {"name": "flights", "inputs": []},
+                {"name": "parse", "inputs": ["flights"]},
+                {"name": "airlines", "inputs": []},
+                {
+                    "name": "carriers",
+                    "inputs": ["airlines"],
+                    "attributes": {"noOutputUntilEndOfInput": True},
+                },
+                {"name": "joined", "inputs": ["parse", "carriers"]},
+                {"name": "off", "inputs": ["parse"]},
+                {"name": "gone", "inputs": ["parse"]},
+            ]
+        },
+    },
+}
+TEAM_A = "/api/v1/namespaces/team-a/applications/flights"
+
+
+def _validate_against_crd(obj: dict[str, Any]) -> None:
+    import jsonschema
+    import yaml
+
+    crd_path = Path(__file__).parents[2] / "crds" / "datasample.yaml"
+    if not crd_path.exists():
+        return
+    crd = yaml.safe_load(crd_path.read_text())
+    schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    jsonschema.validate(obj, schema)
+
+
+async def fake_operator(k: kmock.KubernetesEmulator, sessions: Any, seen: list) -> None:
+    """Plays the operator: finishes each new DataSample the way the real one would."""
+    from sparkglass.runtime.sample_result import DataSampleResult
+    from sparkglass.service.store import save_round
+
+    while True:
+        for key, obj in list(k.objects.items()):
+            if key[0].plural != "datasamples" or (obj.get("status") or {}).get("phase"):
+                continue
+            raw = dict(obj.raw)
+            seen.append(raw)
+            vertex = raw["spec"]["vertex"]
+            rid = raw["metadata"]["annotations"]["sparkglass.io/round-id"]
+            if vertex == "off":
+                obj.patch({"status": {"phase": "Disabled"}})
+            elif vertex == "gone":
+                obj.patch({"status": {"phase": "Abandoned", "message": "driver gone"}})
+            else:
+                full = DataSampleResult.model_validate(
+                    {
+                        "status": "COMPLETE",
+                        "totalRecordCount": 3,
+                        "samples": [
+                            {
+                                "subtaskIndex": 0,
+                                "records": [
+                                    {
+                                        "sampleTimestamp": i,
+                                        "data": f'{{"n":{i}}}',
+                                        "dataType": "struct<n:int>",
+                                    }
+                                    for i in range(3)
+                                ],
+                            }
+                        ],
+                    }
+                )
+                await asyncio.to_thread(_save, sessions, save_round, raw, full, rid)
+                obj.patch(
+                    {
+                        "status": {
+                            "phase": "Complete",
+                            "roundId": rid,
+                            "totalRecordCount": 3,
+                            "recordsInStatus": 1,
+                            "samplesTruncated": True,
+                            "samples": [
+                                {
+                                    "subtaskIndex": 0,
+                                    "records": [full.samples[0].records[0].to_json_dict()],
+                                }
+                            ],
+                        }
+                    }
+                )
+        await asyncio.sleep(0.05)
+
+
+def _save(sessions: Any, save_round: Any, raw: dict, full: Any, rid: str) -> None:
+    with sessions.begin() as s:
+        save_round(
+            s,
+            namespace=raw["metadata"]["namespace"],
+            application=raw["spec"]["applicationRef"]["name"],
+            vertex=raw["spec"]["vertex"],
+            result=full,
+            round_id=rid,
+            external_ref=raw["metadata"]["name"],
+        )
+
+
+async def poll_done(client: TestClient, url: str, token: str) -> dict[str, Any]:
+    deadline = time.monotonic() + 10
+    while True:
+        r = await call(client, "GET", url, headers=bearer(token))
+        assert r.status_code == 200, r.text
+        if r.json()["status"] != "PENDING":
+            return r.json()
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.05)
+
+
+async def test_rounds_run_as_datasample_resources(
+    kmock: kmock.KubernetesEmulator, k8s_settings: dict[str, Any]
+) -> None:
+    async with httpx.AsyncClient(base_url=str(kmock.url)) as kube:
+        r = await kube.post(
+            "/apis/sparkglass.io/v1alpha1/namespaces/team-a/sparkapplications", json=SPARKAPP
+        )
+        assert r.status_code < 300, r.text
+    app = create_app(
+        Settings(
+            **k8s_settings, execution_mode="kubernetes", public_url="http://sparkglass.example"
+        )
+    )
+    seen: list[dict[str, Any]] = []
+    operator = asyncio.create_task(fake_operator(kmock, app.state.sparkglass.sessions, seen))
+    try:
+        with TestClient(app) as client:
+            r = await call(
+                client, "GET", "/api/v1/namespaces/team-a/applications", headers=bearer("bob-token")
+            )
+            assert [a["name"] for a in r.json()] == ["flights"]
+            r = await call(client, "GET", TEAM_A, headers=bearer("bob-token"))
+            edges = {(e["from"], e["to"]): e["kind"] for e in r.json()["edges"]}
+            assert edges[("carriers", "joined")] == "blocking"
+            r = await call(
+                client, "GET", f"{TEAM_A}/vertices/nope/data-sample", headers=bearer("alice-token")
+            )
+            assert r.status_code == 404 and "vertices: flights, parse" in r.json()["detail"]
+
+            first = await call(
+                client, "GET", f"{TEAM_A}/vertices/parse/data-sample", headers=bearer("alice-token")
+            )
+            assert first.json()["status"] == "PENDING"
+            body = await poll_done(client, f"{TEAM_A}/vertices/parse/data-sample", "bob-token")
+            # The full result the operator stored, not the byte-bounded status.
+            assert body["status"] == "COMPLETE" and body["totalRecordCount"] == 3
+            assert len(body["samples"][0]["records"]) == 3
+            assert body["roundId"] == first.json()["roundId"]
+
+            off = await poll_done(client, f"{TEAM_A}/vertices/off/data-sample", "alice-token")
+            assert off["status"] == "DISABLED"
+            gone = await poll_done(client, f"{TEAM_A}/vertices/gone/data-sample", "alice-token")
+            assert (gone["status"], gone["errorCode"]) == ("FAILED", "TASK_TERMINATED")
+            # A viewer (bob) cannot create DataSamples: no new resource for his first poll.
+            n = len(seen)
+            r = await call(
+                client, "GET", f"{TEAM_A}/vertices/joined/data-sample", headers=bearer("bob-token")
+            )
+            assert r.status_code == 403
+            await asyncio.sleep(0.2)
+            assert len(seen) == n
+    finally:
+        operator.cancel()
+    ds = seen[0]
+    assert ds["kind"] == "DataSample" and ds["metadata"]["namespace"] == "team-a"
+    assert ds["spec"]["applicationRef"] == {"name": "flights"}
+    assert ds["spec"]["vertex"] == "parse" and ds["spec"]["maxRecords"] == 5000
+    assert ds["metadata"]["annotations"]["sparkglass.io/requested-by"] == "alice"
+    _validate_against_crd(ds)

@@ -1,0 +1,175 @@
+"""The store on SQLite and PostgreSQL: migrations, the operator's save_round, retention,
+tokens."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from sqlalchemy import inspect
+
+from sparkglass.runtime.sample_result import DataSampleResult
+from sparkglass.service.retention import RetentionSweeper, sweep
+from sparkglass.service.store import (
+    AuditRecord,
+    add_audit_events,
+    add_token,
+    count_rounds,
+    find_token,
+    get_application,
+    get_round,
+    list_audit_events,
+    load_result,
+    now_ms,
+    open_store,
+    save_round,
+)
+
+RESULT = DataSampleResult.model_validate(
+    {
+        "status": "PARTIAL",
+        "errorCode": "EXECUTOR_UNREACHABLE",
+        "failedSubtasks": [3],
+        "droppedByRateLimit": 7,
+        "samples": [
+            {
+                "subtaskIndex": 1,
+                "records": [
+                    {"sampleTimestamp": 5, "data": '{"a":1}', "dataType": "struct<a:int>"},
+                    {
+                        "sampleTimestamp": 6,
+                        "data": '{"a":',
+                        "dataType": "struct<a:int>",
+                        "truncated": True,
+                    },
+                ],
+            },
+            {
+                "subtaskIndex": 0,
+                "records": [
+                    {"sampleTimestamp": 4, "data": '{"a":0}', "dataType": "struct<a:int>"},
+                ],
+            },
+        ],
+    }
+)
+
+
+def test_migrations_create_every_table_and_are_idempotent(db_url: str) -> None:
+    sessions = open_store(db_url)
+    open_store(db_url)  # second start: nothing to do
+    engine = sessions.kw["bind"]
+    tables = set(inspect(engine).get_table_names())
+    assert {
+        "applications",
+        "vertices",
+        "vertex_leases",
+        "rounds",
+        "sample_records",
+        "audit_events",
+        "api_tokens",
+        "alembic_version",
+    } <= tables
+    engine.dispose()
+
+
+def test_save_round_for_the_operator(db_url: str) -> None:
+    sessions = open_store(db_url)
+    with sessions.begin() as s:
+        rid = save_round(
+            s,
+            namespace="team-a",
+            application="flights",
+            vertex="parse",
+            result=RESULT,
+            round_id="r-1",
+            external_ref="flights-parse-r1",
+        )
+    with sessions() as s:
+        app = get_application(s, "team-a", "flights")  # created on demand
+        assert app is not None
+        row = get_round(s, rid)
+        assert row is not None and row.external_ref == "flights-parse-r1"
+        back = load_result(s, row)
+    assert rid == "r-1"
+    assert back.status == "PARTIAL" and back.error_code == "EXECUTOR_UNREACHABLE"
+    assert back.failed_subtasks == [3] and back.dropped_by_rate_limit == 7
+    assert [x.subtask_index for x in back.samples] == [0, 1]
+    assert back.samples[1].records[1].truncated is True
+    assert back.total_record_count == 3 and back.end_timestamp is not None
+    # Saving again under the same id replaces the records (the operator retrying).
+    with sessions.begin() as s:
+        save_round(
+            s,
+            namespace="team-a",
+            application="flights",
+            vertex="parse",
+            result=DataSampleResult(status="NO_DATA"),
+            round_id="r-1",
+        )
+    with sessions() as s:
+        row = get_round(s, "r-1")
+        assert row is not None
+        again = load_result(s, row)
+    assert again.status == "NO_DATA" and again.samples == []
+    sessions.kw["bind"].dispose()
+
+
+def test_retention_deletes_old_rounds_records_and_audit(db_url: str) -> None:
+    sessions = open_store(db_url)
+    old = now_ms() - 3_600_000
+    with sessions.begin() as s:
+        save_round(
+            s,
+            namespace="local",
+            application="a",
+            vertex="v",
+            result=RESULT,
+            round_id="old",
+            started_at=old,
+        )
+        save_round(s, namespace="local", application="a", vertex="v", result=RESULT, round_id="new")
+        add_audit_events(
+            s,
+            [
+                AuditRecord("u", "read", "local", "a", "v", "old", 3, "PARTIAL", old),
+                AuditRecord("u", "read", "local", "a", "v", "new", 3, "PARTIAL", now_ms()),
+            ],
+        )
+    counts = sweep(sessions, retention_seconds=600)
+    assert (counts.rounds, counts.records, counts.audit_events) == (1, 3, 1)
+    with sessions() as s:
+        assert get_round(s, "old") is None and get_round(s, "new") is not None
+        assert count_rounds(s) == 1
+        assert [e.round_id for e in list_audit_events(s)] == ["new"]
+    # The background sweeper does the same on its own.
+    sweeper = RetentionSweeper(sessions, retention_seconds=0.2, every_seconds=0.1)
+    time.sleep(0.3)
+    sweeper.start()
+    try:
+        deadline = time.monotonic() + 5
+        while True:
+            with sessions() as s:
+                if count_rounds(s) == 0:
+                    break
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+    finally:
+        sweeper.stop()
+    sessions.kw["bind"].dispose()
+
+
+def test_tokens_are_stored_hashed(db_url: str) -> None:
+    sessions = open_store(db_url)
+    with sessions.begin() as s:
+        token = add_token(s, "alice", "sampler")
+        with pytest.raises(ValueError, match="viewer, sampler, admin"):
+            add_token(s, "bob", "root")
+    with sessions() as s:
+        assert find_token(s, token) == ("alice", "sampler")
+        assert find_token(s, token + "x") is None
+        from sqlalchemy import text
+
+        stored = s.execute(text("select token_sha256 from api_tokens")).scalars().all()
+    assert token not in stored
+    sessions.kw["bind"].dispose()
