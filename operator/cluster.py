@@ -1,0 +1,220 @@
+"""The operator's Kubernetes API client: plain JSON dicts in and out, awaitable.
+
+kopf watches and patches the resources it handles; everything else (child objects, another
+resource's status, Events) goes through :class:`Cluster`. It wraps the official ``kubernetes``
+client, whose calls block, so each call runs in a worker thread. Objects stay plain dicts (no
+generated models) so that what is sent is exactly what the manifests in ``names``/``children``
+describe. Patches are JSON merge patches (``None`` deletes a key).
+
+Errors: :class:`NotFound` (404), :class:`Conflict` (409) and :class:`ApiError` (anything
+else, with ``status``); network failures surface as :class:`ApiError` with status 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import kubernetes
+from kubernetes.client.exceptions import ApiException
+
+from . import names
+
+
+class ApiError(Exception):
+    """A Kubernetes API call failed; ``status`` is the HTTP status (0: no answer)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"HTTP {status}: {message}" if status else message)
+        self.status = status
+
+
+class NotFound(ApiError):
+    """404: the object (or its resource) does not exist."""
+
+
+class Conflict(ApiError):
+    """409: the object already exists, or a precondition failed."""
+
+
+@dataclass(frozen=True)
+class Kind:
+    """Where a namespaced resource lives in the API: ``/api/v1`` or ``/apis/<group>/<version>``."""
+
+    prefix: str
+    plural: str
+
+    def path(self, namespace: str, name: str | None = None, subresource: str | None = None) -> str:
+        path = f"{self.prefix}/namespaces/{namespace}/{self.plural}"
+        if name:
+            path += f"/{name}"
+        if subresource:
+            path += f"/{subresource}"
+        return path
+
+
+CONFIG_MAPS = Kind("/api/v1", "configmaps")
+SECRETS = Kind("/api/v1", "secrets")
+SERVICES = Kind("/api/v1", "services")
+PODS = Kind("/api/v1", "pods")
+EVENTS = Kind("/api/v1", "events")
+APPS = Kind(f"/apis/{names.API_VERSION}", names.APPS)
+SAMPLES = Kind(f"/apis/{names.API_VERSION}", names.SAMPLES)
+
+
+def load_client_config() -> kubernetes.client.Configuration:
+    """In-cluster credentials when running in a Pod, else ``$KUBECONFIG`` / ``~/.kube/config``."""
+    configuration = kubernetes.client.Configuration()
+    if os.environ.get("KUBERNETES_SERVICE_HOST"):
+        kubernetes.config.load_incluster_config(client_configuration=configuration)
+    else:
+        kubernetes.config.load_kube_config(client_configuration=configuration)
+    return configuration
+
+
+class Cluster:
+    """Awaitable CRUD on namespaced objects as dicts (see the module docstring for errors)."""
+
+    def __init__(self, configuration: kubernetes.client.Configuration | None = None) -> None:
+        self._api = kubernetes.client.ApiClient(configuration or load_client_config())
+
+    def close(self) -> None:
+        self._api.close()
+
+    async def get(self, kind: Kind, namespace: str, name: str) -> dict[str, Any]:
+        """The object; raises :class:`NotFound`."""
+        return await self._call("GET", kind.path(namespace, name))
+
+    async def find(self, kind: Kind, namespace: str, name: str) -> dict[str, Any] | None:
+        """The object, or None when it does not exist."""
+        try:
+            return await self.get(kind, namespace, name)
+        except NotFound:
+            return None
+
+    async def list_objects(
+        self, kind: Kind, namespace: str, labels: dict[str, str] | None = None
+    ) -> list[dict[str, Any]]:
+        """Objects in ``namespace`` carrying all ``labels`` (filtered here too, to be safe)."""
+        query = []
+        if labels:
+            query.append(("labelSelector", ",".join(f"{k}={v}" for k, v in labels.items())))
+        data = await self._call("GET", kind.path(namespace), query=query)
+        items: list[dict[str, Any]] = data.get("items") or []
+        want = labels or {}
+        return [
+            i
+            for i in items
+            if all((i.get("metadata", {}).get("labels") or {}).get(k) == v for k, v in want.items())
+        ]
+
+    async def create(self, kind: Kind, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        """Create ``body``; raises :class:`Conflict` when it exists."""
+        return await self._call("POST", kind.path(namespace), body=body)
+
+    async def patch(
+        self,
+        kind: Kind,
+        namespace: str,
+        name: str,
+        patch: dict[str, Any],
+        *,
+        subresource: str | None = None,
+    ) -> dict[str, Any]:
+        """Apply a JSON merge patch; raises :class:`NotFound`."""
+        return await self._call(
+            "PATCH",
+            kind.path(namespace, name, subresource),
+            body=patch,
+            content_type="application/merge-patch+json",
+        )
+
+    async def patch_status(
+        self, kind: Kind, namespace: str, name: str, status: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Merge ``status`` into the object's status subresource."""
+        return await self.patch(kind, namespace, name, {"status": status}, subresource="status")
+
+    async def delete(self, kind: Kind, namespace: str, name: str) -> bool:
+        """Delete in the background (dependents via owner references); False if already gone."""
+        try:
+            await self._call(
+                "DELETE",
+                kind.path(namespace, name),
+                body={
+                    "kind": "DeleteOptions",
+                    "apiVersion": "v1",
+                    "propagationPolicy": "Background",
+                },
+            )
+        except NotFound:
+            return False
+        return True
+
+    async def _call(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: dict[str, Any] | None = None,
+        query: list[tuple[str, str]] | None = None,
+        content_type: str = "application/json",
+    ) -> dict[str, Any]:
+        return await asyncio.to_thread(self._call_sync, method, path, body, query, content_type)
+
+    def _call_sync(
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None,
+        query: list[tuple[str, str]] | None,
+        content_type: str,
+    ) -> dict[str, Any]:
+        try:
+            request = self._api.param_serialize(
+                method,
+                path,
+                query_params=query or [],
+                header_params={"Accept": "application/json", "Content-Type": content_type},
+                body=body,
+                auth_settings=["BearerToken"],
+            )
+            response = self._api.call_api(*request, _request_timeout=30)
+            response.read()
+        except ApiException as exc:  # the client raises these for transport failures
+            raise ApiError(int(exc.status or 0), f"{method} {path}: {exc.reason}") from None
+        except OSError as exc:  # connection refused, DNS, TLS: the API server is unreachable
+            raise ApiError(0, f"{method} {path}: {exc}") from None
+        except Exception as exc:  # urllib3 wraps network errors in its own (non-OSError) types
+            if type(exc).__module__.startswith("urllib3"):
+                raise ApiError(0, f"{method} {path}: {exc}") from None
+            raise
+        status = int(response.status)
+        if status >= 400:
+            message = _status_message(response.data) or str(response.reason)
+            if status == 404:
+                raise NotFound(status, message)
+            if status == 409:
+                raise Conflict(status, message)
+            raise ApiError(status, message)
+        raw = response.data
+        if not raw:
+            return {}
+        data = json.loads(raw)
+        return data if isinstance(data, dict) else {}
+
+
+def _status_message(body: object) -> str | None:
+    """The ``message`` of a Kubernetes ``Status`` error body, if there is one."""
+    if isinstance(body, bytes | str):
+        try:
+            data = json.loads(body)
+        except ValueError:
+            return None
+        if isinstance(data, dict):
+            message = data.get("message")
+            return str(message) if message else None
+    return None

@@ -1,0 +1,98 @@
+"""From the driver Pod to ``applicationState.state``, and the restart policy's decisions.
+
+Pure functions (no API calls) so every transition is unit-testable. State names are the
+spark-operator's (``sparkoperator.k8s.io/v1beta2``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from .specs import RestartPolicy, RestartType
+
+#: Longest wait before a re-run, seconds.
+MAX_BACKOFF_SECONDS = 600.0
+#: Re-runs allowed under OnFailure when the spec leaves the count unset.
+DEFAULT_RETRIES = 3
+
+
+class AppState(StrEnum):
+    NEW = ""
+    SUBMITTED = "SUBMITTED"
+    RUNNING = "RUNNING"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    SUBMISSION_FAILED = "SUBMISSION_FAILED"
+    PENDING_RERUN = "PENDING_RERUN"
+    INVALIDATING = "INVALIDATING"
+    SUCCEEDING = "SUCCEEDING"
+    FAILING = "FAILING"
+    UNKNOWN = "UNKNOWN"
+
+
+#: States in which the application is over (until its spec changes).
+TERMINAL = frozenset({AppState.COMPLETED, AppState.FAILED, AppState.SUBMISSION_FAILED})
+#: States in which a driver Pod should exist and be watched.
+ACTIVE = frozenset({AppState.SUBMITTED, AppState.RUNNING, AppState.UNKNOWN})
+
+
+def state_of(pod: dict[str, Any]) -> AppState:
+    """The state a driver Pod's ``status.phase`` means (ended Pods: SUCCEEDING / FAILING)."""
+    phase = (pod.get("status") or {}).get("phase") or "Pending"
+    return {
+        "Pending": AppState.SUBMITTED,
+        "Running": AppState.RUNNING,
+        "Succeeded": AppState.SUCCEEDING,
+        "Failed": AppState.FAILING,
+    }.get(phase, AppState.UNKNOWN)
+
+
+def failure_message(pod: dict[str, Any]) -> str:
+    """Why the driver Pod failed, from its container status (or the Pod's own reason)."""
+    status = pod.get("status") or {}
+    for cs in status.get("containerStatuses") or []:
+        term = (cs.get("state") or {}).get("terminated") or {}
+        if term:
+            parts = [f"driver container exited with code {term.get('exitCode', '?')}"]
+            if term.get("reason"):
+                parts.append(f"reason {term['reason']}")
+            if term.get("message"):
+                parts.append(str(term["message"])[:1000])
+            return "; ".join(parts)
+    return str(status.get("message") or status.get("reason") or "driver Pod failed")
+
+
+@dataclass(frozen=True)
+class RerunDecision:
+    """Whether to re-run the driver, and after how many seconds."""
+
+    rerun: bool
+    delay: float = 0.0
+
+
+def backoff(interval: float, restarts: int) -> float:
+    """Seconds before re-run number ``restarts + 1``: interval x 2^restarts, capped."""
+    return float(min(MAX_BACKOFF_SECONDS, interval * (2 ** min(restarts, 20))))
+
+
+def after_end(policy: RestartPolicy, *, succeeded: bool, restarts: int) -> RerunDecision:
+    """What to do when the driver ended (``restarts`` re-runs done since the spec changed)."""
+    if policy.type is RestartType.ALWAYS:
+        return RerunDecision(True, backoff(policy.on_failure_retry_interval, restarts))
+    if policy.type is RestartType.ON_FAILURE and not succeeded:
+        limit = policy.on_failure_retries
+        if restarts < (DEFAULT_RETRIES if limit is None else limit):
+            return RerunDecision(True, backoff(policy.on_failure_retry_interval, restarts))
+    return RerunDecision(False)
+
+
+def after_submission_failure(policy: RestartPolicy, *, restarts: int) -> RerunDecision:
+    """What to do when the driver Pod could not be created."""
+    if policy.type is RestartType.NEVER:
+        return RerunDecision(False)
+    limit = policy.on_submission_failure_retries
+    if restarts < (DEFAULT_RETRIES if limit is None else limit):
+        return RerunDecision(True, backoff(policy.on_submission_failure_retry_interval, restarts))
+    return RerunDecision(False)

@@ -1,0 +1,71 @@
+"""Names the operator reads and writes: API coordinates, labels and child object names.
+
+Child objects of a SparkApplication ``<app>`` (all owned by it, so deleting the application
+deletes them through Kubernetes' garbage collector):
+
+=============  =========================  =============================================
+kind           name                       holds
+=============  =========================  =============================================
+ConfigMap      ``<app>-sparkglass``       ``pipeline.json``, ``sampling.json``,
+                                          ``spark-defaults.conf``
+Secret         ``<app>-control-token``    ``token``: bearer token of the control endpoint
+Service        ``<app>-driver``           headless; executors reach the driver through it
+Pod            ``<app>-driver``           ``spark-submit --deploy-mode client``
+=============  =========================  =============================================
+"""
+
+from __future__ import annotations
+
+GROUP = "sparkglass.io"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+APPS = "sparkapplications"
+SAMPLES = "datasamples"
+APP_KIND = "SparkApplication"
+SAMPLE_KIND = "DataSample"
+
+#: Labels on child objects and DataSamples (values are DNS-1123 names, valid label values).
+LABEL_APP = "sparkglass.io/application"
+LABEL_ROLE = "sparkglass.io/role"
+LABEL_VERTEX = "sparkglass.io/vertex"
+LABEL_PHASE = "sparkglass.io/phase"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+MANAGED_BY = "sparkglass-operator"
+ROLE_DRIVER = "driver"
+
+#: Annotation on the driver Pod: hash of the application spec it runs.
+ANNOTATION_SPEC_HASH = "sparkglass.io/spec-hash"
+
+#: Key of the control token in the Secret.
+TOKEN_KEY = "token"
+
+#: Ports of the driver (fixed in the Pod so the headless Service can name them).
+DRIVER_PORT = 7078
+BLOCK_MANAGER_PORT = 7079
+UI_PORT = 4040
+
+#: Paths inside the driver container where the ConfigMap is mounted.
+CONFIG_DIR = "/etc/sparkglass"
+
+#: Environment variables the driver container gets (the runtime reads them).
+ENV_CONTROL_TOKEN = "SPARKGLASS_CONTROL_TOKEN"
+ENV_CONTROL_PORT = "SPARKGLASS_CONTROL_PORT"
+ENV_PIPELINE_FILE = "SPARKGLASS_PIPELINE_FILE"
+ENV_APPLICATION = "SPARKGLASS_APPLICATION"
+ENV_NAMESPACE = "SPARKGLASS_NAMESPACE"
+
+
+def config_map_name(app: str) -> str:
+    return f"{app}-sparkglass"
+
+
+def secret_name(app: str) -> str:
+    return f"{app}-control-token"
+
+
+def service_name(app: str) -> str:
+    return f"{app}-driver"
+
+
+def driver_pod_name(app: str) -> str:
+    return f"{app}-driver"

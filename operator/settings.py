@@ -1,0 +1,38 @@
+"""The operator process's configuration (from ``sparkglass operator run`` options)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .spark_conf import DriverEnvironment
+
+
+@dataclass(frozen=True)
+class OperatorConfig:
+    """Everything the handlers need besides the objects themselves.
+
+    ``namespaces`` empty means cluster-wide. Intervals are seconds. ``max_status_bytes``
+    caps the JSON size of the records a DataSample's status holds (etcd objects are small;
+    the full result goes to the store). ``service_url`` is the sparkglass service's base URL
+    (for ``status.resultsURL``); ``store_url`` its SQLAlchemy database URL (where full
+    results are saved). Either may be None: then that part is skipped.
+    """
+
+    namespaces: tuple[str, ...] = ()
+    standalone: bool = False
+    peering_name: str = "sparkglass"
+    priority: int = 0
+    liveness_endpoint: str | None = "http://0.0.0.0:8080/healthz"
+    metrics_port: int | None = 9090
+    metrics_address: str = "0.0.0.0"
+    resync_seconds: float = 10.0
+    poll_seconds: float = 1.0
+    max_status_bytes: int = 64 * 1024
+    control_timeout_seconds: float = 10.0
+    service_url: str | None = None
+    store_url: str | None = None
+    driver: DriverEnvironment = field(default_factory=DriverEnvironment)
+
+    @property
+    def clusterwide(self) -> bool:
+        return not self.namespaces

@@ -1,0 +1,173 @@
+"""The Spark configuration of a SparkApplication's driver (``spark-defaults.conf``).
+
+The operator translates the spec (spark-operator v1beta2 field names) into Spark properties
+for ``spark-submit --deploy-mode client`` against the Kubernetes master, adds the sparkglass
+plugin and sampling settings, then applies ``spec.sparkConf`` on top (so users can override
+anything but the master and deploy mode, which the CRD forbids, and the plugin and jar lists,
+which are merged rather than replaced).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from sparkglass.runtime.attributes import OVERRIDES_CONF
+
+from . import names
+from .specs import SparkApplicationSpec
+
+#: Spark plugin class of the sparkglass sampling runtime (``runtime/jvm``).
+PLUGIN_CLASS = "io.sparkglass.sampling.SamplingPlugin"
+
+
+@dataclass(frozen=True)
+class DriverEnvironment:
+    """Cluster-level facts the operator knows and the spec does not.
+
+    ``kubernetes_master`` is Spark's master URL for the cluster API server;
+    ``runtime_jar`` the sparkglass plugin jar inside the image (``sparkglass jar build``).
+    """
+
+    kubernetes_master: str = "k8s://https://kubernetes.default.svc"
+    runtime_jar: str = "local:///opt/sparkglass/sparkglass-tap.jar"
+    spark_submit: str = "spark-submit"
+
+
+def spark_properties(
+    spec: SparkApplicationSpec, *, app: str, namespace: str, env: DriverEnvironment
+) -> dict[str, str]:
+    """The driver's Spark properties, ordered (operator-set first, user overrides last)."""
+    conf: dict[str, str] = {
+        "spark.master": env.kubernetes_master,
+        "spark.submit.deployMode": "client",
+        "spark.app.name": app,
+        "spark.kubernetes.namespace": namespace,
+        "spark.kubernetes.container.image": spec.executor.image or spec.image,
+        "spark.kubernetes.driver.pod.name": names.driver_pod_name(app),
+        "spark.kubernetes.executor.podNamePrefix": app,
+        # Client mode: executors dial the driver through its headless Service.
+        "spark.driver.host": f"{names.service_name(app)}.{namespace}.svc",
+        "spark.driver.bindAddress": "0.0.0.0",
+        "spark.driver.port": str(names.DRIVER_PORT),
+        "spark.driver.blockManager.port": str(names.BLOCK_MANAGER_PORT),
+        "spark.ui.port": str(names.UI_PORT),
+        f"spark.kubernetes.executor.label.{names.LABEL_APP}": app,
+    }
+    if spec.image_pull_policy:
+        conf["spark.kubernetes.container.image.pullPolicy"] = spec.image_pull_policy
+    if spec.image_pull_secrets:
+        conf["spark.kubernetes.container.image.pullSecrets"] = ",".join(spec.image_pull_secrets)
+    d, x = spec.driver, spec.executor
+    _put(conf, "spark.driver.cores", d.cores)
+    _put(conf, "spark.driver.memory", d.memory)
+    _put(conf, "spark.driver.memoryOverhead", d.memory_overhead)
+    _put(conf, "spark.executor.instances", x.instances)
+    _put(conf, "spark.executor.cores", x.cores)
+    _put(conf, "spark.executor.memory", x.memory)
+    _put(conf, "spark.executor.memoryOverhead", x.memory_overhead)
+    _put(conf, "spark.kubernetes.executor.limit.cores", x.core_limit)
+    _put(conf, "spark.kubernetes.authenticate.executor.serviceAccountName", x.service_account)
+    for k, v in x.labels.items():
+        conf[f"spark.kubernetes.executor.label.{k}"] = v
+    for k, v in x.annotations.items():
+        conf[f"spark.kubernetes.executor.annotation.{k}"] = v
+    for k, v in x.node_selector.items():
+        conf[f"spark.kubernetes.executor.node.selector.{k}"] = v
+    for e in x.env:
+        conf[f"spark.executorEnv.{e.name}"] = e.value
+    da = spec.dynamic_allocation
+    if da.enabled:
+        conf["spark.dynamicAllocation.enabled"] = "true"
+        # No external shuffle service on Kubernetes: shuffle tracking keeps executors alive.
+        conf["spark.dynamicAllocation.shuffleTracking.enabled"] = "true"
+        _put(conf, "spark.dynamicAllocation.initialExecutors", da.initial_executors)
+        _put(conf, "spark.dynamicAllocation.minExecutors", da.min_executors)
+        _put(conf, "spark.dynamicAllocation.maxExecutors", da.max_executors)
+        if da.shuffle_tracking_timeout is not None:
+            conf["spark.dynamicAllocation.shuffleTracking.timeout"] = (
+                f"{da.shuffle_tracking_timeout}ms"
+            )
+    deps = spec.deps
+    _put_list(conf, "spark.files", deps.files)
+    _put_list(conf, "spark.submit.pyFiles", deps.py_files)
+    _put_list(conf, "spark.jars.packages", deps.packages)
+    _put_list(conf, "spark.jars.repositories", deps.repositories)
+    _put_list(conf, "spark.jars.excludes", deps.exclude_packages)
+    s = spec.sampling
+    conf.update(
+        {
+            "spark.sparkglass.sampling.enabled": "true" if s.enabled else "false",
+            "spark.sparkglass.sampling.max-sample-rate": str(s.max_sample_rate),
+            "spark.sparkglass.sampling.max-record-length": str(s.max_record_length),
+            "spark.sparkglass.sampling.sampling-window": s.sampling_window,
+            "spark.sparkglass.sampling.refresh-interval": s.refresh_interval,
+            "spark.sparkglass.sampling.timeout": s.timeout,
+            "spark.sparkglass.control.port": str(s.control_port),
+            # The operator dials the Pod IP; the endpoint binds to loopback by default.
+            "spark.sparkglass.control.host": "0.0.0.0",
+            "spark.sparkglass.control.enabled": "true",
+        }
+    )
+    overrides = [
+        {
+            "name": v.name,
+            "attributes": v.attributes.model_dump(mode="json", by_alias=True, exclude_unset=True),
+        }
+        for v in spec.pipeline.vertices
+        if v.attributes.model_fields_set
+    ]
+    if overrides:
+        # Only the attributes the spec sets: unset ones keep the job's decorators.
+        conf[OVERRIDES_CONF] = json.dumps(overrides, separators=(",", ":"), sort_keys=True)
+    user = dict(spec.spark_conf)
+    # Merged, not replaced: the plugin and its jar must stay whatever the user adds.
+    plugins = _split(user.pop("spark.plugins", ""))
+    jars = [*deps.jars, *_split(user.pop("spark.jars", ""))]
+    conf["spark.plugins"] = ",".join(_unique([*plugins, PLUGIN_CLASS]))
+    conf["spark.jars"] = ",".join(_unique([*jars, env.runtime_jar]))
+    conf.update(user)
+    return conf
+
+
+def render_properties(conf: dict[str, str]) -> str:
+    """``conf`` as a Java properties file (``key=value`` lines, escaped)."""
+    return "".join(f"{_escape(k, key=True)}={_escape(v, key=False)}\n" for k, v in conf.items())
+
+
+def _escape(text: str, *, key: bool) -> str:
+    out = []
+    for i, ch in enumerate(text):
+        if ch == "\\":
+            out.append("\\\\")
+        elif ch == "\n":
+            out.append("\\n")
+        elif ch == "\r":
+            out.append("\\r")
+        elif ch == "\t":
+            out.append("\\t")
+        elif ch in "=:#!" and (key or i == 0):
+            out.append("\\" + ch)
+        elif ch == " " and (key or i == 0):
+            out.append("\\ ")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def _put(conf: dict[str, str], key: str, value: object) -> None:
+    if value is not None and value != "":
+        conf[key] = str(value)
+
+
+def _put_list(conf: dict[str, str], key: str, values: list[str]) -> None:
+    if values:
+        conf[key] = ",".join(values)
+
+
+def _split(text: str) -> list[str]:
+    return [p.strip() for p in text.split(",") if p.strip()]
+
+
+def _unique(items: list[str]) -> list[str]:
+    return list(dict.fromkeys(items))

@@ -1,0 +1,485 @@
+"""Reconciling a ``SparkApplication``: children, driver Pod, state, re-runs, TTL.
+
+One idempotent pass, :func:`reconcile`, reads the application and its driver Pod fresh from
+the API and moves the world one step towards the spec; all state lives in the status (none
+in this process), so any pass, in any process, continues where the last one stopped. It runs
+on create/resume/spec change, on every driver Pod event, and on a resync timer (which makes
+re-runs after their back-off and TTL deletion happen).
+
+Steps of a pass:
+
+1. validate the spec and plan the pipeline; an invalid one sets ``Ready=False`` with the
+   reason (``InvalidSpec``, ``InvalidPipeline``, ``InvalidAttributes``) and state ``FAILED``,
+   and stops any driver (no crash loop: nothing is retried until the spec changes);
+2. ensure the ConfigMap, Secret and headless Service (owned by the application);
+3. a driver Pod running an older spec is deleted (state ``INVALIDATING``); a missing one is
+   created (``SUBMITTED``), unless the application is over or waits for its re-run time;
+4. the Pod's phase becomes the state; an ended driver becomes ``COMPLETED`` / ``FAILED`` or,
+   under the restart policy, ``PENDING_RERUN`` with exponential back-off;
+5. ``timeToLiveSeconds`` after ``COMPLETED`` / ``FAILED`` the application is deleted (its
+   children follow through owner references).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import secrets
+import time
+from datetime import UTC, datetime
+from typing import Any, cast
+
+import kopf
+import structlog
+from pydantic import ValidationError
+
+from . import children, names
+from .cluster import APPS, CONFIG_MAPS, PODS, SECRETS, SERVICES, ApiError, Conflict
+from .conditions import get_condition, now_rfc3339, set_condition
+from .context import OperatorContext
+from .driver_state import (
+    ACTIVE,
+    TERMINAL,
+    AppState,
+    after_end,
+    after_submission_failure,
+    failure_message,
+    state_of,
+)
+from .metrics import APPLICATION_TRANSITIONS, DRIVER_PODS_CREATED, RECONCILES
+from .planning import InvalidPipeline, resolve
+from .specs import SparkApplicationSpec
+
+log = structlog.get_logger(__name__)
+
+#: Ready condition (status, reason) per state.
+_READY: dict[AppState, tuple[bool | None, str, str]] = {
+    AppState.RUNNING: (True, "Running", "the driver is running"),
+    AppState.SUBMITTED: (False, "DriverPending", "the driver Pod is starting"),
+    AppState.UNKNOWN: (None, "DriverUnknown", "the driver Pod's state is unknown"),
+    AppState.COMPLETED: (False, "Completed", "the application completed"),
+    AppState.FAILED: (False, "Failed", "the application failed"),
+    AppState.SUBMISSION_FAILED: (False, "SubmissionFailed", "the driver Pod could not be created"),
+    AppState.PENDING_RERUN: (False, "PendingRerun", "waiting to re-run the driver"),
+    AppState.INVALIDATING: (False, "SpecChanged", "replacing the driver after a spec change"),
+}
+
+
+def register(registry: kopf.OperatorRegistry, resync_seconds: float) -> None:
+    """Register the SparkApplication handlers on ``registry``."""
+    res = (names.GROUP, names.VERSION, names.APPS)
+    kopf.on.resume(*res, registry=registry, id="reconcile")(on_application)
+    kopf.on.create(*res, registry=registry, id="reconcile")(on_application)
+    kopf.on.update(*res, field="spec", registry=registry, id="reconcile")(on_application)
+    kopf.timer(*res, interval=resync_seconds, registry=registry, id="resync")(on_application)
+    kopf.on.event(
+        "",
+        "v1",
+        "pods",
+        labels={names.LABEL_ROLE: names.ROLE_DRIVER, names.LABEL_MANAGED_BY: names.MANAGED_BY},
+        registry=registry,
+        id="driver-pod",
+    )(on_driver_pod)
+
+
+async def on_application(namespace: str | None, name: str, memo: Any, **_: Any) -> None:
+    """Create / resume / spec change / resync: one reconcile pass."""
+    if namespace:
+        await reconcile(memo, namespace, name)
+
+
+async def on_driver_pod(body: kopf.Body, memo: Any, **_: Any) -> None:
+    """Any event of a driver Pod: reconcile its application (named by the Pod's label)."""
+    app = (body.metadata.labels or {}).get(names.LABEL_APP)
+    if app and body.metadata.namespace:
+        await reconcile(memo, body.metadata.namespace, app)
+
+
+async def reconcile(ctx: OperatorContext, namespace: str, name: str) -> None:
+    """One pass for ``namespace/name``; API failures raise ``kopf.TemporaryError``."""
+    async with ctx.lock(names.APP_KIND, namespace, name):
+        try:
+            await _reconcile(ctx, namespace, name)
+        except ApiError as exc:
+            RECONCILES.labels(names.APP_KIND, "error").inc()
+            raise kopf.TemporaryError(f"Kubernetes API call failed: {exc}", delay=5) from None
+        RECONCILES.labels(names.APP_KIND, "ok").inc()
+
+
+async def _reconcile(ctx: OperatorContext, namespace: str, name: str) -> None:
+    cluster = ctx.cluster
+    app = await cluster.find(APPS, namespace, name)
+    if app is None or app["metadata"].get("deletionTimestamp"):
+        ctx.forget(names.APP_KIND, namespace, name)
+        return
+    meta = app["metadata"]
+    status: dict[str, Any] = app.get("status") or {}
+    generation = meta.get("generation")
+    pod_name = names.driver_pod_name(name)
+
+    try:
+        spec = SparkApplicationSpec.parse(app.get("spec"))
+        resolved = resolve(spec.pipeline_description(name))
+    except ValidationError as exc:
+        await _invalid(ctx, app, "InvalidSpec", _validation_message(exc))
+        return
+    except InvalidPipeline as exc:
+        await _invalid(ctx, app, exc.reason, exc.message)
+        return
+
+    uid = meta.get("uid") or ""
+    hash = children.spec_hash(app.get("spec") or {})
+    await _ensure_children(ctx, app, spec, resolved)
+    pod = await cluster.find(PODS, namespace, pod_name)
+    state = AppState(_state(status))
+    same_spec = status.get("specHash") == hash
+    now = time.time()
+    new: dict[str, Any] = {
+        "vertices": resolved["vertices"],
+        "edges": resolved["edges"],
+        "observedGeneration": generation,
+    }
+
+    if (
+        pod is not None
+        and (pod["metadata"].get("annotations") or {}).get(names.ANNOTATION_SPEC_HASH) != hash
+    ):
+        # The spec changed under a running (or ended) driver: replace it.
+        await cluster.delete(PODS, namespace, pod_name)
+        new.update(applicationState={"state": AppState.INVALIDATING.value}, restarts=0)
+        await _write(ctx, app, new, AppState.INVALIDATING, "spec changed; replacing the driver")
+        return
+    if pod is not None and pod["metadata"].get("deletionTimestamp"):
+        await _write(ctx, app, new, state)  # wait for the old driver to go
+        return
+
+    if pod is None:
+        if same_spec and state in TERMINAL:
+            await _write(ctx, app, new, state)
+            await _expire(ctx, app, spec, status)
+            return
+        if same_spec and state is AppState.PENDING_RERUN and now < _ts(status, "nextRerunTime"):
+            await _write(ctx, app, new, state)
+            return
+        if same_spec and state in ACTIVE:
+            # The driver Pod vanished (deleted by hand, evicted): the run failed.
+            _ended(new, spec, status, succeeded=False, message="the driver Pod disappeared")
+            await _write(ctx, app, new, AppState(new["applicationState"]["state"]))
+            return
+        await _submit(
+            ctx,
+            app,
+            spec,
+            new,
+            hash=hash,
+            uid=uid,
+            rerun=same_spec and (state is AppState.PENDING_RERUN),
+        )
+        return
+
+    # A driver Pod runs this spec.
+    if state is AppState.PENDING_RERUN:
+        if now >= _ts(status, "nextRerunTime"):
+            await cluster.delete(PODS, namespace, pod_name)  # recreated once it is gone
+        await _write(ctx, app, new, state)
+        return
+    if state in TERMINAL:
+        await _write(ctx, app, new, state)
+        await _expire(ctx, app, spec, status)
+        return
+    pod_state = state_of(pod)
+    if pod_state in (AppState.SUCCEEDING, AppState.FAILING):
+        succeeded = pod_state is AppState.SUCCEEDING
+        _ended(
+            new,
+            spec,
+            status,
+            succeeded=succeeded,
+            message=None if succeeded else (failure_message(pod)),
+        )
+        await _write(ctx, app, new, AppState(new["applicationState"]["state"]))
+        return
+    pod_ip = (pod.get("status") or {}).get("podIP")
+    driver_info = dict(status.get("driverInfo") or {})
+    if pod_state is AppState.RUNNING and pod_ip:
+        driver_info.update(
+            podIP=pod_ip,
+            controlEndpoint=f"http://{pod_ip}:{spec.sampling.control_port}",
+            webUIAddress=f"{pod_ip}:{names.UI_PORT}",
+        )
+    new.update(applicationState={"state": pod_state.value}, driverInfo=driver_info)
+    await _write(ctx, app, new, pod_state)
+
+
+def _state(status: dict[str, Any]) -> str:
+    value = (status.get("applicationState") or {}).get("state") or ""
+    return value if value in AppState._value2member_map_ else AppState.UNKNOWN.value
+
+
+def _ts(status: dict[str, Any], key: str) -> float:
+    """An RFC 3339 status timestamp as epoch seconds (0 when absent)."""
+    text = status.get(key)
+    if not text:
+        return 0.0
+    return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
+
+
+def _rfc3339(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _ended(
+    new: dict[str, Any],
+    spec: SparkApplicationSpec,
+    status: dict[str, Any],
+    *,
+    succeeded: bool,
+    message: str | None,
+) -> None:
+    """Fill ``new`` for a driver that ended: re-run later, or the final state."""
+    restarts = int(status.get("restarts") or 0)
+    decision = after_end(spec.restart_policy, succeeded=succeeded, restarts=restarts)
+    info = dict(status.get("driverInfo") or {})
+    info.update(controlEndpoint=None, webUIAddress=None, podIP=None)
+    new["driverInfo"] = info
+    if decision.rerun:
+        new["applicationState"] = {"state": AppState.PENDING_RERUN.value, "errorMessage": message}
+        new["nextRerunTime"] = _rfc3339(time.time() + decision.delay)
+    else:
+        final = AppState.COMPLETED if succeeded else AppState.FAILED
+        new["applicationState"] = {"state": final.value, "errorMessage": message}
+        new["terminationTime"] = now_rfc3339()
+
+
+async def _submit(
+    ctx: OperatorContext,
+    app: dict[str, Any],
+    spec: SparkApplicationSpec,
+    new: dict[str, Any],
+    *,
+    hash: str,
+    uid: str,
+    rerun: bool,
+) -> None:
+    """Create the driver Pod (a first run, a re-run, or the run of a changed spec)."""
+    name, namespace = app["metadata"]["name"], app["metadata"]["namespace"]
+    status: dict[str, Any] = app.get("status") or {}
+    restarts = int(status.get("restarts") or 0) + 1 if rerun else 0
+    attempt = int(status.get("executionAttempts") or 0) + 1
+    pod = children.driver_pod(
+        name, namespace, uid, spec, hash=hash, attempt=attempt, env=ctx.config.driver
+    )
+    new.update(
+        specHash=hash,
+        restarts=restarts,
+        submissionAttempts=int(status.get("submissionAttempts") or 0) + 1,
+        lastSubmissionAttemptTime=now_rfc3339(),
+        nextRerunTime=None,
+        terminationTime=None,
+    )
+    try:
+        await ctx.cluster.create(PODS, namespace, pod)
+    except Conflict:
+        return  # another pass created it; its Pod event brings us back
+    except ApiError as exc:
+        if exc.status == 0 or exc.status >= 500:
+            raise  # the API server's trouble, not the Pod's: retried
+        decision = after_submission_failure(spec.restart_policy, restarts=restarts)
+        message = f"could not create the driver Pod: {exc}"
+        if decision.rerun:
+            new["applicationState"] = {
+                "state": AppState.PENDING_RERUN.value,
+                "errorMessage": message,
+            }
+            new["nextRerunTime"] = _rfc3339(time.time() + decision.delay)
+            await _write(ctx, app, new, AppState.PENDING_RERUN, message)
+        else:
+            new["applicationState"] = {
+                "state": AppState.SUBMISSION_FAILED.value,
+                "errorMessage": message,
+            }
+            new["terminationTime"] = now_rfc3339()
+            await _write(ctx, app, new, AppState.SUBMISSION_FAILED, message)
+        return
+    DRIVER_PODS_CREATED.inc()
+    new.update(
+        applicationState={"state": AppState.SUBMITTED.value, "errorMessage": None},
+        executionAttempts=attempt,
+        driverInfo={
+            "podName": pod["metadata"]["name"],
+            "serviceName": names.service_name(name),
+            "controlSecretName": names.secret_name(name),
+        },
+    )
+    await _write(ctx, app, new, AppState.SUBMITTED, f"driver Pod created (attempt {attempt})")
+
+
+async def _ensure_children(
+    ctx: OperatorContext,
+    app: dict[str, Any],
+    spec: SparkApplicationSpec,
+    resolved: dict[str, Any],
+) -> None:
+    """Create the ConfigMap, Secret and Service when missing; keep the ConfigMap current."""
+    cluster, name = ctx.cluster, app["metadata"]["name"]
+    namespace, uid = app["metadata"]["namespace"], app["metadata"].get("uid") or ""
+    desired_cm = children.config_map(
+        name, namespace, uid, spec, resolved=resolved, env=ctx.config.driver
+    )
+    existing = await cluster.find(CONFIG_MAPS, namespace, names.config_map_name(name))
+    if existing is None:
+        await _create(ctx, CONFIG_MAPS, namespace, desired_cm)
+    elif existing.get("data") != desired_cm["data"]:
+        await cluster.patch(
+            CONFIG_MAPS, namespace, names.config_map_name(name), {"data": desired_cm["data"]}
+        )
+    if await cluster.find(SECRETS, namespace, names.secret_name(name)) is None:
+        # Generated once and kept: rotating it would cut a running driver off.
+        token = secrets.token_urlsafe(32)
+        await _create(ctx, SECRETS, namespace, children.secret(name, namespace, uid, token))
+    desired_svc = children.service(name, namespace, uid, spec)
+    svc = await cluster.find(SERVICES, namespace, names.service_name(name))
+    if svc is None:
+        await _create(ctx, SERVICES, namespace, desired_svc)
+    elif (svc.get("spec") or {}).get("ports") != desired_svc["spec"]["ports"]:
+        await cluster.patch(
+            SERVICES,
+            namespace,
+            names.service_name(name),
+            {"spec": {"ports": desired_svc["spec"]["ports"]}},
+        )
+
+
+async def _create(ctx: OperatorContext, kind: Any, namespace: str, body: dict[str, Any]) -> None:
+    # Created meanwhile by another pass: fine, creation is idempotent here.
+    with contextlib.suppress(Conflict):
+        await ctx.cluster.create(kind, namespace, body)
+
+
+async def _invalid(ctx: OperatorContext, app: dict[str, Any], reason: str, message: str) -> None:
+    """An invalid spec: stop the driver, report why, retry nothing until the spec changes."""
+    name, namespace = app["metadata"]["name"], app["metadata"]["namespace"]
+    await ctx.cluster.delete(PODS, namespace, names.driver_pod_name(name))
+    status = app.get("status") or {}
+    new = {
+        "applicationState": {"state": AppState.FAILED.value, "errorMessage": message},
+        "observedGeneration": app["metadata"].get("generation"),
+        "vertices": [],
+        "edges": [],
+        "conditions": set_condition(
+            status.get("conditions"),
+            type="Ready",
+            status=False,
+            reason=reason,
+            message=message,
+            generation=app["metadata"].get("generation"),
+        ),
+    }
+    ready = get_condition(status.get("conditions"), "Ready") or {}
+    if _state(status) != AppState.FAILED.value or ready.get("reason") != reason:
+        _event(app, "Warning", reason, message)
+        log.warning("invalid application", namespace=namespace, name=name, reason=reason)
+    await _patch_if_changed(ctx, app, new)
+
+
+async def _write(
+    ctx: OperatorContext,
+    app: dict[str, Any],
+    new: dict[str, Any],
+    state: AppState,
+    message: str | None = None,
+) -> None:
+    """Patch the status with ``new`` plus the Ready condition for ``state``; announce changes."""
+    status = app.get("status") or {}
+    new.setdefault("applicationState", {"state": state.value})
+    ready, reason, default_message = _READY.get(state, (None, "Unknown", "unknown state"))
+    error = (new.get("applicationState") or {}).get("errorMessage")
+    new["conditions"] = set_condition(
+        status.get("conditions"),
+        type="Ready",
+        status=ready,
+        reason=reason,
+        message=error or default_message,
+        generation=app["metadata"].get("generation"),
+    )
+    previous = _state(status)
+    if previous != state.value:
+        APPLICATION_TRANSITIONS.labels(state.value).inc()
+        log.info(
+            "application state",
+            namespace=app["metadata"]["namespace"],
+            name=app["metadata"]["name"],
+            previous=previous,
+            state=state.value,
+        )
+        failing = state in (AppState.FAILED, AppState.SUBMISSION_FAILED, AppState.PENDING_RERUN)
+        _event(
+            app,
+            "Warning" if failing else "Normal",
+            f"State{state.value.title().replace('_', '')}",
+            message or error or default_message,
+        )
+    await _patch_if_changed(ctx, app, new)
+
+
+async def _patch_if_changed(ctx: OperatorContext, app: dict[str, Any], new: dict[str, Any]) -> None:
+    status = app.get("status") or {}
+    changed = {k: v for k, v in new.items() if _pruned(status.get(k)) != _pruned(v)}
+    # A Ready condition that differs only in its timestamp is no change.
+    if set(changed) == {"conditions"} and _same_conditions(
+        status.get("conditions"), new["conditions"]
+    ):
+        return
+    if changed:
+        await ctx.cluster.patch_status(
+            APPS, app["metadata"]["namespace"], app["metadata"]["name"], changed
+        )
+
+
+def _pruned(value: Any) -> Any:
+    """``value`` without None entries: a merge patch's None deletes, so None equals absent."""
+    if isinstance(value, dict):
+        return {k: _pruned(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_pruned(v) for v in value]
+    return value
+
+
+def _same_conditions(old: Any, new: list[dict[str, Any]]) -> bool:
+    def strip(cs: Any) -> list[dict[str, Any]]:
+        return [{k: v for k, v in c.items() if k != "lastTransitionTime"} for c in cs or []]
+
+    return strip(old) == strip(new)
+
+
+async def _expire(
+    ctx: OperatorContext, app: dict[str, Any], spec: SparkApplicationSpec, status: dict[str, Any]
+) -> None:
+    """Delete an application ``timeToLiveSeconds`` after it ended."""
+    ttl = spec.time_to_live_seconds
+    ended = _ts(status, "terminationTime")
+    if ttl is None or not ended or time.time() < ended + ttl:
+        return
+    _event(app, "Normal", "Expired", f"deleting: ended more than {ttl}s ago (timeToLiveSeconds)")
+    log.info(
+        "application expired",
+        namespace=app["metadata"]["namespace"],
+        name=app["metadata"]["name"],
+        ttl=ttl,
+    )
+    await ctx.cluster.delete(APPS, app["metadata"]["namespace"], app["metadata"]["name"])
+
+
+def _event(app: dict[str, Any], type: str, reason: str, message: str) -> None:
+    # Outside a kopf handler (unit tests) there is no event queue: nothing to post to.
+    with contextlib.suppress(LookupError):
+        kopf.event(
+            kopf.Body(cast(kopf.RawBody, app)), type=type, reason=reason, message=message[:1024]
+        )
+
+
+def _validation_message(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors()[:5]:
+        where = ".".join(str(p) for p in err["loc"])
+        parts.append(f"spec.{where}: {err['msg']}")
+    return "; ".join(parts)

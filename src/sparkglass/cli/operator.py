@@ -1,0 +1,143 @@
+"""``sparkglass operator``: run the Kubernetes operator, or print its CRDs."""
+
+from __future__ import annotations
+
+import importlib.resources
+from pathlib import Path
+
+import typer
+
+operator_app = typer.Typer(
+    name="operator",
+    help=(
+        "The Kubernetes operator: reconciles SparkApplication (runs the Spark job) and "
+        "DataSample (runs one sampling round) custom resources (sparkglass.io/v1alpha1).\n\n"
+        "Example: `sparkglass operator crds | kubectl apply -f -` then "
+        "`sparkglass operator run --namespace spark-jobs`"
+    ),
+    no_args_is_help=True,
+    rich_markup_mode="markdown",
+)
+
+#: The CRDs shipped with the source tree (the chart ships the same files).
+#: The CRDs, shipped as package data (src/sparkglass/crds links to the top-level crds/).
+CRD_DIR = Path(str(importlib.resources.files("sparkglass") / "crds"))
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``operator`` command group to ``app``."""
+    app.add_typer(operator_app, name="operator")
+
+
+@operator_app.command(
+    "run",
+    help=(
+        "Run the operator against the cluster of the current kubeconfig (or in-cluster "
+        "credentials). Watches the given namespaces, or all with --all-namespaces. Two "
+        "replicas peer so only one acts, unless --standalone.\n\n"
+        "Example: `sparkglass operator run --namespace spark-jobs --metrics-port 9090`"
+    ),
+)
+def run(
+    namespace: list[str] = typer.Option(
+        [], "--namespace", "-n", help="Namespace to watch (repeatable; globs allowed)."
+    ),
+    all_namespaces: bool = typer.Option(
+        False, "--all-namespaces", "-A", help="Watch every namespace (cluster-wide)."
+    ),
+    standalone: bool = typer.Option(
+        False, "--standalone", help="No peering: this is the only replica."
+    ),
+    peering: str = typer.Option("sparkglass", "--peering", help="Peering object name."),
+    priority: int = typer.Option(0, "--priority", help="Peering priority (highest acts)."),
+    health_port: int = typer.Option(
+        8080, "--health-port", min=0, max=65535, help="Liveness port (/healthz); 0: off."
+    ),
+    metrics_port: int = typer.Option(
+        9090, "--metrics-port", min=0, max=65535, help="Prometheus metrics port; 0: off."
+    ),
+    bind: str = typer.Option("0.0.0.0", "--bind", help="Address of the health and metrics ports."),
+    resync: float = typer.Option(
+        10.0, "--resync-seconds", min=0.2, max=3600, help="SparkApplication resync interval."
+    ),
+    poll: float = typer.Option(
+        1.0, "--poll-seconds", min=0.1, max=60, help="DataSample step interval."
+    ),
+    max_status_bytes: int = typer.Option(
+        65536,
+        "--max-status-bytes",
+        min=1024,
+        max=1048576,
+        help="Most bytes of records a DataSample status holds (the rest is in the service).",
+    ),
+    service_url: str = typer.Option(
+        "",
+        "--service-url",
+        envvar="SPARKGLASS_SERVICE_URL",
+        help="Base URL of the sparkglass service (for status.resultsURL).",
+    ),
+    store_url: str = typer.Option(
+        "",
+        "--store-url",
+        envvar="SPARKGLASS_DATABASE_URL",
+        help="SQLAlchemy URL of the service's store, where full results are saved.",
+    ),
+    kubernetes_master: str = typer.Option(
+        "k8s://https://kubernetes.default.svc",
+        "--kubernetes-master",
+        help="Spark master URL the drivers use to create executors.",
+    ),
+    runtime_jar: str = typer.Option(
+        "local:///opt/sparkglass/sparkglass-tap.jar",
+        "--runtime-jar",
+        help="The sparkglass plugin jar inside the image (built by `sparkglass jar build`).",
+    ),
+    log_level: str = typer.Option("INFO", "--log-level", help="DEBUG, INFO, WARNING or ERROR."),
+    log_format: str = typer.Option("json", "--log-format", help="json or console."),
+) -> None:
+    from sparkglass.operator.app import run as run_operator
+    from sparkglass.operator.logs import configure_logging
+    from sparkglass.operator.settings import OperatorConfig
+    from sparkglass.operator.spark_conf import DriverEnvironment
+
+    from . import fail
+
+    if all_namespaces and namespace:
+        raise fail("give --namespace or --all-namespaces, not both")
+    if not all_namespaces and not namespace:
+        raise fail("give --namespace NAME (repeatable) or --all-namespaces")
+    if log_format not in ("json", "console"):
+        raise fail(f"--log-format must be json or console, not {log_format!r}")
+    configure_logging(log_level, json_format=log_format == "json")
+    config = OperatorConfig(
+        namespaces=tuple(namespace),
+        standalone=standalone,
+        peering_name=peering,
+        priority=priority,
+        liveness_endpoint=f"http://{bind}:{health_port}/healthz" if health_port else None,
+        metrics_port=metrics_port or None,
+        metrics_address=bind,
+        resync_seconds=resync,
+        poll_seconds=poll,
+        max_status_bytes=max_status_bytes,
+        service_url=service_url or None,
+        store_url=store_url or None,
+        driver=DriverEnvironment(kubernetes_master=kubernetes_master, runtime_jar=runtime_jar),
+    )
+    run_operator(config)
+
+
+@operator_app.command(
+    "crds",
+    help=(
+        "Print the CustomResourceDefinitions (SparkApplication, DataSample, kopf peering) as "
+        "one YAML stream.\n\nExample: `sparkglass operator crds | kubectl apply -f -`"
+    ),
+)
+def crds() -> None:
+    from . import fail
+
+    files = sorted(CRD_DIR.glob("*.yaml")) if CRD_DIR.is_dir() else []
+    if not files:
+        raise fail(f"no CRDs found in {CRD_DIR} (this command needs the source tree)")
+    typer.echo("---\n".join(f.read_text() for f in files), nl=False)

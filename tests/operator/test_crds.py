@@ -1,0 +1,241 @@
+"""The CRDs are structural, self-describing and bounded; every example validates against them.
+
+Validation uses ``jsonschema`` on each CRD's ``openAPIV3Schema`` (the API server would also
+apply the CEL rules; ``test_cel_rules`` evaluates those where a CEL engine is installed).
+Built-in kinds an example may hold are checked with ``kubernetes-validate``.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+CRDS = {
+    "SparkApplication": REPO / "crds" / "sparkapplication.yaml",
+    "DataSample": REPO / "crds" / "datasample.yaml",
+}
+EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))
+#: Keys a structural schema node may carry (apiextensions.k8s.io/v1).
+_STRUCTURAL_KEYS = {
+    "type",
+    "description",
+    "properties",
+    "items",
+    "required",
+    "enum",
+    "default",
+    "format",
+    "minimum",
+    "maximum",
+    "minLength",
+    "maxLength",
+    "minItems",
+    "maxItems",
+    "pattern",
+    "minProperties",
+    "maxProperties",
+    "additionalProperties",
+    "nullable",
+    "uniqueItems",
+    "exclusiveMinimum",
+    "exclusiveMaximum",
+    "multipleOf",
+    "x-kubernetes-validations",
+    "x-kubernetes-list-type",
+    "x-kubernetes-list-map-keys",
+    "x-kubernetes-preserve-unknown-fields",
+    "x-kubernetes-int-or-string",
+    "x-kubernetes-map-type",
+    "x-kubernetes-embedded-resource",
+}
+
+
+def load_crd(kind: str) -> dict[str, Any]:
+    return yaml.safe_load(CRDS[kind].read_text())
+
+
+def schema_of(kind: str) -> dict[str, Any]:
+    (version,) = load_crd(kind)["spec"]["versions"]
+    return version["schema"]["openAPIV3Schema"]
+
+
+def walk(node: dict[str, Any], path: str = "") -> Iterator[tuple[str, dict[str, Any]]]:
+    yield path or "<root>", node
+    for name, child in (node.get("properties") or {}).items():
+        yield from walk(child, f"{path}.{name}")
+    if isinstance(node.get("items"), dict):
+        yield from walk(node["items"], f"{path}[]")
+    if isinstance(node.get("additionalProperties"), dict):
+        yield from walk(node["additionalProperties"], f"{path}{{}}")
+
+
+def validate(kind: str, obj: dict[str, Any]) -> None:
+    jsonschema.Draft7Validator(schema_of(kind)).validate(obj)
+
+
+@pytest.mark.parametrize("kind", sorted(CRDS))
+def test_crd_is_structural(kind: str) -> None:
+    for path, node in walk(schema_of(kind)):
+        assert set(node) <= _STRUCTURAL_KEYS, (
+            f"{kind}{path}: unexpected keys {set(node) - _STRUCTURAL_KEYS}"
+        )
+        assert "type" in node or node.get("x-kubernetes-int-or-string"), f"{kind}{path}: no type"
+        assert not ("properties" in node and "additionalProperties" in node), f"{kind}{path}"
+        if node.get("type") == "array":
+            assert isinstance(node.get("items"), dict), f"{kind}{path}: array without items"
+    root = schema_of(kind)
+    assert root["properties"]["metadata"] == {
+        "type": "object",
+        "description": "Standard object metadata.",
+    }
+
+
+@pytest.mark.parametrize("kind", sorted(CRDS))
+def test_every_field_has_a_description(kind: str) -> None:
+    missing = [path for path, node in walk(schema_of(kind)) if not node.get("description")]
+    assert not missing, f"{kind}: fields without description: {missing}"
+
+
+@pytest.mark.parametrize("kind", sorted(CRDS))
+def test_defaults_validate_against_their_own_schema(kind: str) -> None:
+    for path, node in walk(schema_of(kind)):
+        if "default" in node:
+            sub = {k: v for k, v in node.items() if k != "x-kubernetes-validations"}
+            jsonschema.Draft7Validator(sub).validate(node["default"]), path
+
+
+def test_names_columns_and_subresources() -> None:
+    app, sample = load_crd("SparkApplication"), load_crd("DataSample")
+    assert app["spec"]["group"] == sample["spec"]["group"] == "sparkglass.io"
+    assert app["spec"]["names"]["shortNames"] == ["sgapp"]
+    assert sample["spec"]["names"]["shortNames"] == ["dsample"]
+    for crd in (app, sample):
+        (version,) = crd["spec"]["versions"]
+        assert version["name"] == "v1alpha1" and version["served"] and version["storage"]
+        assert version["subresources"] == {"status": {}}
+    (app_version,) = app["spec"]["versions"]
+    (sample_version,) = sample["spec"]["versions"]
+    app_columns = [
+        c["name"] for c in app_version["additionalPrinterColumns"] if not c.get("priority")
+    ]
+    assert app_columns == ["State", "Attempts", "Age"]
+    assert [c["name"] for c in sample_version["additionalPrinterColumns"]] == [
+        "Application",
+        "Vertex",
+        "Phase",
+        "Records",
+        "Age",
+    ]
+
+
+def test_bounds_from_the_design() -> None:
+    s = schema_of("DataSample")["properties"]["spec"]["properties"]
+    assert (s["maxRecords"]["minimum"], s["maxRecords"]["maximum"]) == (1, 5000)
+    rules = [r["rule"] for r in s["samplingWindow"]["x-kubernetes-validations"]]
+    assert any("duration('1s')" in r and "duration('30s')" in r for r in rules)
+    assert s["vertex"]["pattern"] == "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+    sampling = schema_of("SparkApplication")["properties"]["spec"]["properties"]["sampling"]
+    rate = sampling["properties"]["maxSampleRate"]
+    assert (rate["minimum"], rate["maximum"], rate["default"]) == (1, 10000, 100)
+    vertices = schema_of("SparkApplication")["properties"]["spec"]["properties"]["pipeline"][
+        "properties"
+    ]["vertices"]
+    assert vertices["x-kubernetes-list-map-keys"] == ["name"]  # unique names, server-side
+
+
+def _examples() -> list[tuple[str, dict[str, Any]]]:
+    docs = []
+    for path in EXAMPLES:
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc:
+                docs.append((f"{path.name}:{doc['kind']}/{doc['metadata']['name']}", doc))
+    return docs
+
+
+def test_there_are_examples_of_both_kinds() -> None:
+    kinds = {doc["kind"] for _, doc in _examples()}
+    assert {"SparkApplication", "DataSample"} <= kinds
+
+
+@pytest.mark.parametrize("doc", [d for _, d in _examples()], ids=[i for i, _ in _examples()])
+def test_example_validates(doc: dict[str, Any]) -> None:
+    if doc["kind"] in CRDS:
+        assert doc["apiVersion"] == "sparkglass.io/v1alpha1"
+        validate(doc["kind"], doc)
+    else:
+        import kubernetes_validate
+
+        kubernetes_validate.validate(doc, "1.32", strict=True)
+
+
+def test_example_application_is_a_valid_pipeline() -> None:
+    from sparkglass.operator.planning import resolve
+    from sparkglass.operator.specs import SparkApplicationSpec
+
+    (app,) = [d for _, d in _examples() if d["kind"] == "SparkApplication"]
+    resolved = resolve(SparkApplicationSpec.parse(app["spec"]).pipeline_description("flights"))
+    blocking = {
+        (e["upstream"], e["downstream"]) for e in resolved["edges"] if e["kind"] == "blocking"
+    }
+    assert ("busiest-origins", "enrich-origin") in blocking
+
+
+BAD_SAMPLES = {
+    "maxRecords above the 5000 cap": ("spec.maxRecords", 5001),
+    "maxRecords zero": ("spec.maxRecords", 0),
+    "vertex not DNS-1123": ("spec.vertex", "Parse_Step"),
+    "samplingWindow not a duration": ("spec.samplingWindow", "three seconds"),
+    "negative subtask": ("spec.subtaskIndex", -1),
+    "backoffLimit too high": ("spec.backoffLimit", 11),
+    "unknown phase in status": ("status.phase", "Done"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_SAMPLES))
+def test_bad_datasample_is_rejected(case: str) -> None:
+    (doc,) = [copy.deepcopy(d) for _, d in _examples() if d["kind"] == "DataSample"]
+    path, value = BAD_SAMPLES[case]
+    *parents, leaf = path.split(".")
+    node = doc
+    for p in parents:
+        node = node.setdefault(p, {})
+    node[leaf] = value
+    with pytest.raises(jsonschema.ValidationError):
+        validate("DataSample", doc)
+
+
+BAD_APPS = {
+    "mode cluster": ("spec.mode", "cluster"),
+    "memory without unit": ("spec.driver.memory", "2048"),
+    "zero driver cores": ("spec.driver.cores", 0),
+    "sampling rate above 10000": ("spec.sampling.maxSampleRate", 10001),
+    "restart policy type": ("spec.restartPolicy.type", "Sometimes"),
+    "bad state in status": ("status.applicationState.state", "DONE"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_APPS))
+def test_bad_application_is_rejected(case: str) -> None:
+    (doc,) = [copy.deepcopy(d) for _, d in _examples() if d["kind"] == "SparkApplication"]
+    path, value = BAD_APPS[case]
+    *parents, leaf = path.split(".")
+    node = doc
+    for p in parents:
+        node = node.setdefault(p, {})
+    node[leaf] = value
+    with pytest.raises(jsonschema.ValidationError):
+        validate("SparkApplication", doc)
+
+
+def test_bad_vertex_name_is_rejected() -> None:
+    (doc,) = [copy.deepcopy(d) for _, d in _examples() if d["kind"] == "SparkApplication"]
+    doc["spec"]["pipeline"]["vertices"][0]["name"] = "Flights!"
+    with pytest.raises(jsonschema.ValidationError):
+        validate("SparkApplication", doc)

@@ -1,0 +1,416 @@
+"""The real operator process running DataSample rounds against a driver control endpoint.
+
+A scripted control endpoint (aiohttp on 127.0.0.1, the contract of
+``runtime/sample_result.py``) stands in for the driver, so every phase can be reached by its
+cause; ``test_real_driver.py`` runs the same path against a real local Spark driver.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+from collections import Counter
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp.web
+import pytest
+import yaml
+
+from .conftest import (
+    EXAMPLES_DIR,
+    NAMESPACE,
+    OperatorProcess,
+    SparkglassEmulator,
+    eventually,
+)
+
+pytestmark = pytest.mark.timeout(120)
+
+APPS = "sparkglass.io/v1alpha1/sparkapplications"
+SAMPLES = "sparkglass.io/v1alpha1/datasamples"
+SERVICE_URL = "http://sparkglass.example:8000"
+
+
+@dataclass
+class ScriptedDriver:
+    """The driver's control endpoint with per-vertex behaviour.
+
+    ``behaviour[vertex]``: ``complete`` (default), ``partial``, ``no-data``, ``failed``,
+    ``busy`` (429 on every open), ``flaky`` (503 on the first open), ``disabled``, ``hold``
+    (the round stays PENDING until ``release()``). Unknown vertices (not in ``vertices``) get
+    404. Records: ``records`` per subtask, 2 subtasks, each ~``record_bytes`` long.
+    """
+
+    tokens: set[str] = field(default_factory=set)  # one per application using this driver
+    vertices: set[str] = field(default_factory=set)
+    behaviour: dict[str, str] = field(default_factory=dict)
+    records: int = 3
+    record_bytes: int = 60
+    held: bool = True
+    calls: Counter[str] = field(default_factory=Counter)
+    rounds: dict[str, str] = field(default_factory=dict)  # round id -> vertex
+    auth_failures: int = 0
+    port: int = 0
+
+    def release(self) -> None:
+        self.held = False
+
+    def _authorized(self, request: aiohttp.web.Request) -> bool:
+        ok = request.headers.get("Authorization") in {f"Bearer {t}" for t in self.tokens}
+        self.auth_failures += 0 if ok else 1
+        return ok
+
+    async def open_round(self, request: aiohttp.web.Request) -> aiohttp.web.Response:
+        vertex = request.match_info["vertex"]
+        self.calls[f"open:{vertex}"] += 1
+        if not self._authorized(request):
+            return aiohttp.web.json_response({"error": "unauthorized"}, status=401)
+        if vertex not in self.vertices:
+            return aiohttp.web.json_response(
+                {"error": f"no vertex {vertex!r}; vertices: {sorted(self.vertices)}"}, status=404
+            )
+        mode = self.behaviour.get(vertex, "complete")
+        if mode == "busy":
+            return aiohttp.web.json_response(
+                {"status": "FAILED", "errorCode": "TOO_MANY_CONCURRENT_ROUNDS"}, status=429
+            )
+        if mode == "flaky" and self.calls[f"open:{vertex}"] == 1:
+            return aiohttp.web.json_response({"error": "starting"}, status=503)
+        if mode == "disabled":
+            return aiohttp.web.json_response({"status": "DISABLED"})
+        round_id = f"r{len(self.rounds) + 1}-{vertex}"
+        self.rounds[round_id] = vertex
+        return aiohttp.web.json_response({"status": "PENDING", "roundId": round_id}, status=202)
+
+    async def get_round(self, request: aiohttp.web.Request) -> aiohttp.web.Response:
+        round_id = request.match_info["round"]
+        self.calls[f"get:{round_id}"] += 1
+        if not self._authorized(request):
+            return aiohttp.web.json_response({"error": "unauthorized"}, status=401)
+        if round_id not in self.rounds:
+            return aiohttp.web.json_response({"error": "unknown round"}, status=404)
+        vertex = self.rounds[round_id]
+        mode = self.behaviour.get(vertex, "complete")
+        if self.calls[f"get:{round_id}"] < 2 or (mode == "hold" and self.held):
+            return aiohttp.web.json_response({"status": "PENDING", "roundId": round_id})
+        max_records = int(request.query.get("maxRecords", "5000"))
+        body: dict[str, Any] = {"roundId": round_id, "endTimestamp": 1_700_000_000_000}
+        if mode == "no-data":
+            return aiohttp.web.json_response({**body, "status": "NO_DATA"})
+        if mode == "failed":
+            return aiohttp.web.json_response({**body, "status": "FAILED", "errorCode": "TIMEOUT"})
+        subtasks = [0] if mode == "partial" else [0, 1]
+        samples = []
+        for s in subtasks:
+            records = [
+                {
+                    "sampleTimestamp": 1_700_000_000_000 + i,
+                    "data": json.dumps({"subtask": s, "i": i, "pad": "x" * self.record_bytes}),
+                    "dataType": "struct<subtask:int,i:int,pad:string>",
+                    "truncated": False,
+                }
+                for i in range(self.records)
+            ]
+            samples.append({"subtaskIndex": s, "records": records})
+        total = sum(len(x["records"]) for x in samples)
+        result = {
+            **body,
+            "status": "PARTIAL" if mode == "partial" else "COMPLETE",
+            "totalRecordCount": min(total, max_records),
+            "totalTruncated": total > max_records,
+            "droppedByRateLimit": 7,
+            "samples": samples,
+        }
+        if mode == "partial":
+            result.update(errorCode="EXECUTOR_UNREACHABLE", failedSubtasks=[1])
+        return aiohttp.web.json_response(result)
+
+
+@pytest.fixture()
+async def driver() -> AsyncIterator[ScriptedDriver]:
+    d = ScriptedDriver()
+    app = aiohttp.web.Application()
+    app.router.add_post("/api/v1/vertices/{vertex}/rounds", d.open_round)
+    app.router.add_get("/api/v1/rounds/{round}", d.get_round)
+    runner = aiohttp.web.AppRunner(app)
+    await runner.setup()
+    site = aiohttp.web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    d.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    yield d
+    await runner.cleanup()
+
+
+@pytest.fixture()
+def store_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'store.db'}"
+
+
+@pytest.fixture()
+def operator_args(store_url: str) -> list[str]:
+    return ["--max-status-bytes", "4096", "--service-url", SERVICE_URL, "--store-url", store_url]
+
+
+def example(kind_file: str) -> dict[str, Any]:
+    return yaml.safe_load((EXAMPLES_DIR / kind_file).read_text())
+
+
+async def post(kube: SparkglassEmulator, plural: str, body: dict[str, Any]) -> None:
+    group = "/apis/sparkglass.io/v1alpha1"
+    resp = await kube.post(f"{group}/namespaces/{NAMESPACE}/{plural}", json=body)
+    assert resp.status in (200, 201), await resp.text()
+
+
+async def patch_status(kube: SparkglassEmulator, path: str, status: dict[str, Any]) -> None:
+    resp = await kube.patch(
+        path, json={"status": status}, headers={"Content-Type": "application/merge-patch+json"}
+    )
+    assert resp.status == 200, await resp.text()
+
+
+async def running_app(
+    kube: SparkglassEmulator,
+    operator: OperatorProcess,
+    driver: ScriptedDriver,
+    name: str = "flights",
+    *,
+    sampling: bool = True,
+) -> None:
+    """The example application, its driver Pod 'Running' at 127.0.0.1 (the scripted driver)."""
+    body = example("flights-sparkapplication.yaml")
+    body["metadata"]["name"] = name
+    body["spec"]["sampling"]["controlPort"] = driver.port
+    body["spec"]["sampling"]["enabled"] = sampling
+    await post(kube, "sparkapplications", body)
+    await eventually(lambda: kube.stored("v1/pods", NAMESPACE, f"{name}-driver"), operator=operator)
+    await patch_status(
+        kube,
+        f"/api/v1/namespaces/{NAMESPACE}/pods/{name}-driver/status",
+        {"phase": "Running", "podIP": "127.0.0.1"},
+    )
+    await eventually(
+        lambda: state(kube, name) == "RUNNING", what=f"{name} RUNNING", operator=operator
+    )
+    secret = kube.stored("v1/secrets", NAMESPACE, f"{name}-control-token")
+    assert secret is not None
+    driver.tokens.add(base64.b64decode(secret["data"]["token"]).decode())
+    driver.vertices = {
+        v["name"] for v in body["spec"]["pipeline"]["vertices"] if v.get("kind") != "sink"
+    }
+
+
+def state(kube: SparkglassEmulator, name: str) -> str | None:
+    obj = kube.stored(APPS, NAMESPACE, name) or {}
+    return ((obj.get("status") or {}).get("applicationState") or {}).get("state")
+
+
+def sample_body(name: str, vertex: str, app: str = "flights", **spec: Any) -> dict[str, Any]:
+    body = example("flights-datasample.yaml")
+    body["metadata"]["name"] = name
+    body["spec"].pop("ttlSecondsAfterFinished", None)
+    body["spec"].update(applicationRef={"name": app}, vertex=vertex, **spec)
+    return body
+
+
+def status(kube: SparkglassEmulator, name: str) -> dict[str, Any]:
+    return (kube.stored(SAMPLES, NAMESPACE, name) or {}).get("status") or {}
+
+
+def phase(kube: SparkglassEmulator, name: str) -> str | None:
+    return status(kube, name).get("phase")
+
+
+def events_for(kube: SparkglassEmulator, name: str) -> list[dict[str, Any]]:
+    found = []
+    for n in kube.names("v1/events", NAMESPACE):
+        event = kube.stored("v1/events", NAMESPACE, n) or {}
+        if (event.get("involvedObject") or {}).get("name") == name:
+            found.append(event)
+    return found
+
+
+FINAL = {"Complete", "Partial", "NoData", "Failed", "Disabled", "Abandoned"}
+
+
+async def wait_final(kube: SparkglassEmulator, name: str, operator: OperatorProcess) -> str:
+    return await eventually(
+        lambda: phase(kube, name) if phase(kube, name) in FINAL else None,
+        what=f"{name} to finish",
+        operator=operator,
+    )
+
+
+async def test_round_completes_with_bounded_status_labels_events_and_store(
+    kube: SparkglassEmulator, operator: OperatorProcess, driver: ScriptedDriver, store_url: str
+) -> None:
+    await running_app(kube, operator, driver)
+    driver.records, driver.record_bytes = 40, 200  # 80 records of ~250 B: more than 4 KiB
+    await post(kube, "datasamples", sample_body("parse-1", "parse", maxRecords=100))
+    assert await wait_final(kube, "parse-1", operator) == "Complete"
+    st = status(kube, "parse-1")
+    assert st["totalRecordCount"] == 80 and st["droppedByRateLimit"] == 7
+    assert st["roundId"] == "r1-parse"
+    # Bounded: fewer records than the result, both subtasks represented (round-robin).
+    in_status = sum(len(s["records"]) for s in st["samples"])
+    assert 0 < in_status == st["recordsInStatus"] < 80 and st["samplesTruncated"] is True
+    assert len(json.dumps(st["samples"])) < 4096 + 1024
+    assert {s["subtaskIndex"] for s in st["samples"]} == {0, 1}
+    assert st["resultsURL"] == (
+        f"{SERVICE_URL}/api/v1/namespaces/{NAMESPACE}/applications/flights/rounds/r1-parse"
+    )
+    ready = {c["type"]: c for c in st["conditions"]}["Ready"]
+    assert ready["status"] == "True" and ready["reason"] == "RoundComplete"
+    assert st["observedGeneration"] == 1 and st["completionTime"]
+    labels = kube.stored(SAMPLES, NAMESPACE, "parse-1")["metadata"]["labels"]
+    assert labels == {
+        "sparkglass.io/application": "flights",
+        "sparkglass.io/vertex": "parse",
+        "sparkglass.io/phase": "Complete",
+    }
+    # Events are posted asynchronously (kopf's posting queue).
+    await eventually(
+        lambda: (
+            {"RoundStarted", "RoundComplete"} <= {e["reason"] for e in events_for(kube, "parse-1")}
+        ),
+        what="events",
+        operator=operator,
+    )
+    # One round opened, with the Secret's token; the token never reached status or logs.
+    assert driver.calls["open:parse"] == 1 and driver.auth_failures == 0
+    (token,) = driver.tokens
+    assert token not in json.dumps(kube.stored(SAMPLES, NAMESPACE, "parse-1"))
+    assert token not in operator.output()
+    # The full result (all 80 records) is in the service's store under the round id.
+    from sparkglass.service.store import finished_result, open_store
+
+    with open_store(store_url).begin() as session:
+        result = finished_result(session, "r1-parse")
+        assert result is not None
+        assert sum(len(s.records) for s in result.samples) == 80
+
+
+async def test_each_phase_is_reached_by_its_cause(
+    kube: SparkglassEmulator, operator: OperatorProcess, driver: ScriptedDriver
+) -> None:
+    await running_app(kube, operator, driver)
+    await running_app(kube, operator, driver, "quiet", sampling=False)
+    # A finished application: its driver succeeded.
+    await post(
+        kube,
+        "sparkapplications",
+        {**example("flights-sparkapplication.yaml"), "metadata": {"name": "done"}},
+    )
+    await eventually(lambda: kube.stored("v1/pods", NAMESPACE, "done-driver"), operator=operator)
+    await patch_status(
+        kube, f"/api/v1/namespaces/{NAMESPACE}/pods/done-driver/status", {"phase": "Succeeded"}
+    )
+    await eventually(lambda: state(kube, "done") == "COMPLETED", operator=operator)
+    driver.behaviour.update(
+        {
+            "delays-by-carrier": "busy",
+            "enrich-origin": "partial",
+            "busiest-origins": "no-data",
+            "flights": "failed",
+            "schedule": "flaky",
+            "airports": "disabled",
+        }
+    )
+    cases = {
+        "unknown-vertex": (sample_body("unknown-vertex", "nope"), "Failed", "UnknownVertex"),
+        "off": (sample_body("off", "parse", app="quiet"), "Disabled", "SamplingDisabled"),
+        "over": (sample_body("over", "parse", app="done"), "Abandoned", "ApplicationNotRunning"),
+        "missing-app": (
+            sample_body("missing-app", "parse", app="ghost", backoffLimit=0),
+            "Failed",
+            "ApplicationNotFound",
+        ),
+        "busy": (
+            sample_body("busy", "delays-by-carrier", backoffLimit=1),
+            "Failed",
+            "TooManyConcurrentRounds",
+        ),
+        "partial": (sample_body("partial", "enrich-origin"), "Partial", "RoundPartial"),
+        "no-data": (sample_body("no-data", "busiest-origins"), "NoData", "RoundNoData"),
+        "failed-round": (sample_body("failed-round", "flights"), "Failed", "RoundFailed"),
+        "flaky": (sample_body("flaky", "schedule"), "Complete", "RoundComplete"),
+        "driver-off": (sample_body("driver-off", "airports"), "Disabled", "SamplingDisabled"),
+        "too-wide": (
+            sample_body("too-wide", "parse", samplingWindow="5s"),
+            "Failed",
+            "InvalidSamplingWindow",
+        ),
+    }
+    for body, _, _ in cases.values():
+        await post(kube, "datasamples", body)
+    for name, (_, want_phase, want_reason) in cases.items():
+        got = await wait_final(kube, name, operator)
+        st = status(kube, name)
+        ready = {c["type"]: c for c in st["conditions"]}["Ready"]
+        assert (got, ready["reason"]) == (want_phase, want_reason), (name, st)
+        labels = kube.stored(SAMPLES, NAMESPACE, name)["metadata"]["labels"]
+        assert labels["sparkglass.io/phase"] == got
+    assert (
+        "vertices: flights, schedule, airports, parse" in status(kube, "unknown-vertex")["message"]
+    )
+    assert status(kube, "busy")["errorCode"] == "TOO_MANY_CONCURRENT_ROUNDS"
+    assert status(kube, "busy")["retries"] == 1 and driver.calls["open:delays-by-carrier"] == 2
+    assert status(kube, "partial")["failedSubtasks"] == [1]
+    assert status(kube, "partial")["errorCode"] == "EXECUTOR_UNREACHABLE"
+    assert status(kube, "failed-round")["errorCode"] == "TIMEOUT"
+    assert status(kube, "flaky")["retries"] == 1  # the 503 was retried
+    await eventually(lambda: events_for(kube, "busy"), what="events", operator=operator)
+    assert {e["type"] for e in events_for(kube, "busy")} == {"Warning"}
+
+
+async def test_finished_datasample_is_deleted_after_its_ttl(
+    kube: SparkglassEmulator, operator: OperatorProcess, driver: ScriptedDriver
+) -> None:
+    await running_app(kube, operator, driver)
+    await post(kube, "datasamples", sample_body("brief", "parse", ttlSecondsAfterFinished=1))
+    await post(kube, "datasamples", sample_body("kept", "parse"))
+    assert await wait_final(kube, "brief", operator) == "Complete", status(kube, "brief")
+    await eventually(
+        lambda: kube.stored(SAMPLES, NAMESPACE, "brief") is None,
+        what="TTL deletion",
+        timeout=15,
+        operator=operator,
+    )
+    assert await wait_final(kube, "kept", operator) == "Complete"
+    await asyncio.sleep(1.5)  # longer than brief's TTL: kept has none, so it stays
+    assert phase(kube, "kept") == "Complete"
+
+
+async def test_operator_restart_mid_round_neither_loses_nor_duplicates(
+    kube: SparkglassEmulator,
+    operator: OperatorProcess,
+    driver: ScriptedDriver,
+    store_url: str,
+) -> None:
+    await running_app(kube, operator, driver)
+    driver.behaviour["parse"] = "hold"
+    await post(kube, "datasamples", sample_body("restart", "parse"))
+    await eventually(lambda: phase(kube, "restart") == "InProgress", operator=operator)
+    operator.kill()  # a crash in the middle of the round
+    driver.release()
+    operator.start()
+    assert await wait_final(kube, "restart", operator) == "Complete"
+    assert driver.calls["open:parse"] == 1  # the new process continued the same round
+    assert status(kube, "restart")["roundId"] == "r1-parse"
+    assert status(kube, "restart")["totalRecordCount"] == 6
+    await eventually(
+        lambda: any(e["reason"] == "RoundComplete" for e in events_for(kube, "restart")),
+        what="the completion event",
+        operator=operator,
+    )
+    reasons = Counter(e["reason"] for e in events_for(kube, "restart"))
+    assert (reasons["RoundStarted"], reasons["RoundComplete"]) == (1, 1)
+    from sparkglass.service.store import count_rounds, finished_result, open_store
+
+    with open_store(store_url).begin() as session:
+        assert count_rounds(session) == 1
+        result = finished_result(session, "r1-parse")
+        assert result is not None and result.total_record_count == 6

