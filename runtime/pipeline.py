@@ -2,9 +2,10 @@
 
 A :class:`Pipeline` is a small DAG of named steps. A *source* is a DataFrame (bounded
 when it is a batch DataFrame, unbounded when it is streaming); a *vertex* is a function of
-its input DataFrames returning a DataFrame; a *sink* writes one input. ``start()`` builds
-the DataFrames in topological order, runs the bounded sinks, then starts one streaming
-query per unbounded sink. Names are DNS-1123 labels because they appear in REST URLs and
+its input DataFrames returning a DataFrame; a *sink* writes one input. ``start()`` plans
+the pipeline (:mod:`sparkglass.runtime.planner`) and runs it phase by phase: each phase
+starts its streaming queries, runs its bounded sinks and writes its end-of-input outputs
+before the next phase starts. Names are DNS-1123 labels because they appear in REST URLs and
 Kubernetes labels.
 
 Example::
@@ -31,6 +32,7 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery, StreamingQueryListener
+from pyspark.sql.types import StructType
 
 from .description import (
     ATTRIBUTES_ATTR,
@@ -42,6 +44,8 @@ from .description import (
     topological_order,
 )
 from .errors import PipelineError
+from .fusion import ArrowBatchFunction, ArrowVertexFunction, run_fused
+from .plan import Optimizations, Plan
 
 VertexFunction = Callable[..., DataFrame]
 #: A sink writer: given the sink's input DataFrame, either return a configured
@@ -143,6 +147,7 @@ class Pipeline:
         self._rows_by_query: dict[tuple[str, str], int] = {}
         self._listener: _ProgressListener | None = None
         self._started = False
+        self._plan: Plan | None = None  # set by start(): how output() builds each step
 
     # ------------------------------------------------------------------ building
     @property
@@ -213,6 +218,29 @@ class Pipeline:
             raise PipelineError(f"sink {name!r} needs a callable writer", vertex=name)
         return self._add(Step(name=name, kind=VertexKind.SINK, inputs=(input,), writer=write))
 
+    def python_vertex(
+        self,
+        name: str,
+        input: str,
+        fn: ArrowBatchFunction,
+        schema: StructType | str,
+        *,
+        attributes: VertexAttributes | None = None,
+    ) -> str:
+        """Add a Python batch vertex: ``fn(batch)`` on each Arrow batch of ``input``.
+
+        ``fn`` maps a ``pyarrow.RecordBatch`` to one with the columns of ``schema`` (a
+        ``StructType`` or DDL string); it runs on the executors through ``mapInArrow``.
+        Adjacent Python batch vertices that both declare ``not_cache_record`` run fused in
+        one Python pass (:mod:`sparkglass.runtime.fusion`). Attributes come from
+        ``attributes`` or the decorators on ``fn``. Returns ``name``.
+        """
+        from .attributes import attributes_of
+
+        declared = attributes or attributes_of(fn)
+        wrapped = ArrowVertexFunction(name=name, fn=fn, schema=schema)
+        return self.vertex(name, input, wrapped, attributes=declared, python=True)
+
     # --------------------------------------------------------------- describing
     def steps(self) -> list[Step]:
         """All steps in topological order; raises :class:`PipelineError` on a bad graph."""
@@ -267,19 +295,80 @@ class Pipeline:
             df = step.df
         else:
             assert step.fn is not None
-            df = step.fn(*[self.output(i) for i in step.inputs])
+            fused = self._fused_group(step)
+            if fused is not None:
+                df = run_fused(self.output(fused[0]), fused[1])
+            else:
+                df = step.fn(*[self.output(i) for i in step.inputs])
             if not isinstance(df, DataFrame):
                 raise PipelineError(
                     f"vertex {name!r} returned {type(df).__name__}, not a DataFrame", vertex=name
                 )
+            df = self._apply_plan(step, df)
         df = self._instrument(name, df)
         self._outputs[name] = df
         return df
 
+    def _fused_group(self, step: Step) -> tuple[str, list[ArrowVertexFunction]] | None:
+        """``(input of the group, its functions)`` when ``step`` ends a planned fusion group."""
+        if self._plan is None:
+            return None
+        group = self._plan.fusion(self._plan.vertex(step.name).fusion_group or "")
+        if group is None or group.vertices[-1] != step.name:
+            return None
+        functions = [self._steps[n].fn for n in group.vertices]
+        if not all(isinstance(f, ArrowVertexFunction) for f in functions):
+            return None
+        head = self._steps[group.vertices[0]]
+        return head.inputs[0], [f for f in functions if isinstance(f, ArrowVertexFunction)]
+
+    def _apply_plan(self, step: Step, df: DataFrame) -> DataFrame:
+        """The planner's uses at a vertex output: materialization, latest row per key."""
+        if self._plan is None:
+            return df
+        from .attributes import idempotent_order_by
+        from .latest_per_key import latest_per_key
+        from .materialize import materialize
+
+        planned = self._plan.vertex(step.name)
+        if planned.materialize:
+            path = self._checkpoint_for(f"_materialized/{step.name}")
+            df = materialize(df, path, vertex=step.name)
+        if planned.latest_per_key and planned.adjusted.idempotent is not None:
+            fn = step.fn.fn if isinstance(step.fn, ArrowVertexFunction) else step.fn
+            df = latest_per_key(
+                df,
+                planned.adjusted.idempotent.key,
+                order_by=idempotent_order_by(planned.adjusted, fn),
+                vertex=step.name,
+            )
+        return df
+
+    def plan(self, *, overrides: Any = None, optimizations: Optimizations | None = None) -> Plan:
+        """The attribute-aware plan of this pipeline (see :mod:`sparkglass.runtime.planner`).
+
+        ``overrides``: spec-shaped per-vertex attributes (mapping or YAML text).
+        Raises :class:`PlanError` when declared attributes cannot hold, and
+        :class:`PipelineError` for a bad graph.
+        """
+        from .planner import plan
+
+        fusable = [s.name for s in self._steps.values() if isinstance(s.fn, ArrowVertexFunction)]
+        return plan(
+            self.describe(), overrides=overrides, fusable=fusable, optimizations=optimizations
+        )
+
     def _instrument(self, name: str, df: DataFrame) -> DataFrame:
-        """What the runtime adds at a vertex output: the row counter."""
+        """What the runtime adds at a vertex output: the row counter, then the sampling tap.
+
+        The tap exists only with ``spark.sparkglass.sampling.enabled=true``
+        (:func:`sparkglass.runtime.tap.install_tap`).
+        """
+        from .tap import install_tap
+
         if self._observe_rows and df.isStreaming:
             df = df.observe(f"{OBSERVATION_PREFIX}{name}", F.count(F.lit(1)).alias("rows"))
+        df = install_tap(self, name, df)
         return df
 
     def _checkpoint_for(self, sink: str) -> str:
@@ -289,36 +378,59 @@ class Pipeline:
         return str(self._checkpoint_root / sink)
 
     # ----------------------------------------------------------------- running
-    def start(self) -> None:
-        """Validate, build, run bounded sinks, then start one query per streaming sink.
+    def start(self, *, overrides: Any = None, optimizations: Optimizations | None = None) -> None:
+        """Plan, then run phase by phase; each phase starts its streaming queries, runs its
+        bounded sinks and materializes its end-of-input outputs before the next phase starts.
 
-        Raises :class:`PipelineError` for a bad graph before anything runs.
+        ``overrides``: spec-shaped per-vertex attributes (mapping or YAML text); when None,
+        the Spark conf ``spark.sparkglass.pipeline.attributes`` is used if set.
+        ``optimizations`` switches uses of the attributes off (for comparisons). Raises
+        :class:`PipelineError` for a bad graph and :class:`PlanError` for attributes that
+        cannot hold, before anything runs.
         """
         if self._started:
             raise PipelineError(f"pipeline {self.name!r} already started")
-        description = self.describe()
+        if overrides is None:
+            from .attributes import OVERRIDES_CONF
+
+            overrides = self.spark.conf.get(OVERRIDES_CONF, None) or None
+        plan = self.plan(overrides=overrides, optimizations=optimizations)
+        self._plan = plan
+        # Outputs built before start() were built without the plan: drop those it changes
+        # (and everything downstream), keep the rest (their taps are already registered).
+        changed = {v.name for v in plan.vertices if v.materialize or v.latest_per_key}
+        changed |= {name for group in plan.fusions for name in group.vertices}
+        for v in plan.vertices:
+            if changed & set(v.inputs):
+                changed.add(v.name)
+        for name in changed:
+            self._outputs.pop(name, None)
         self._started = True
         if self._listener is None:
             self._listener = _ProgressListener(self)
             self.spark.streams.addListener(self._listener)
-        for v in description.vertices:
-            if v.kind is not VertexKind.SINK:
-                continue
-            step = self._steps[v.name]
-            assert step.writer is not None
-            df = self.output(step.inputs[0])
-            writer = step.writer(df)
-            if df.isStreaming:
-                if not isinstance(writer, DataStreamWriter):
-                    raise PipelineError(
-                        f"sink {v.name!r} reads a stream; its writer must return a "
-                        f"DataStreamWriter, got {type(writer).__name__}",
-                        vertex=v.name,
-                    )
-                writer = writer.option(
-                    "checkpointLocation", self._checkpoint_option(writer, v.name)
+        for phase in plan.phases:
+            # Streaming queries first: those in this phase do not wait for its bounded work.
+            for sink in [*phase.streaming_sinks, *phase.batch_sinks]:
+                self._run_sink(sink)
+            for vertex in phase.materializes:
+                self.output(vertex)  # writes the output once; later phases read the files
+
+    def _run_sink(self, name: str) -> None:
+        """Run bounded sink ``name`` to completion, or start its streaming query."""
+        step = self._steps[name]
+        assert step.writer is not None
+        df = self.output(step.inputs[0])
+        writer = step.writer(df)
+        if df.isStreaming:
+            if not isinstance(writer, DataStreamWriter):
+                raise PipelineError(
+                    f"sink {name!r} reads a stream; its writer must return a "
+                    f"DataStreamWriter, got {type(writer).__name__}",
+                    vertex=name,
                 )
-                self._queries[v.name] = writer.start()
+            writer = writer.option("checkpointLocation", self._checkpoint_option(writer, name))
+            self._queries[name] = writer.start()
 
     def _checkpoint_option(self, writer: DataStreamWriter, sink: str) -> str:
         # DataStreamWriter has no getter; read the option Spark would use, if the user set it.
@@ -369,6 +481,9 @@ class Pipeline:
         if self._tmp is not None:
             self._tmp.cleanup()
             self._tmp = None
+        from .tap import detach
+
+        detach(self)  # stops the sampling control endpoint with the last pipeline using it
 
     # ---------------------------------------------------------------- progress
     def _record_progress(self, progress: Any) -> None:
@@ -416,6 +531,60 @@ class Pipeline:
                 active_queries=active,
                 failed=failed,
             )
+
+    # ------------------------------------------------------------------- async
+    def async_vertex(
+        self,
+        name: str,
+        input: str,
+        fn: Callable[..., Any],
+        *,
+        capacity: int = 100,
+        timeout: float = 30.0,
+        ordered: bool = True,
+        retry: Any = None,
+        output_schema: Any = None,
+        on_timeout: Callable[..., Any] | None = None,
+    ) -> str:
+        """Add a vertex calling ``await fn(record)`` per row of ``input``. Returns ``name``.
+
+        ``capacity``: requests in flight per task; ``timeout``: seconds per request,
+        retries included; ``retry``: a :mod:`sparkglass.runtime.retry` strategy (default
+        none); ``output_schema``: ``StructType``, DDL, or a function of the input's
+        schema (default: the input's schema);
+        ``on_timeout(record)``: a fallback instead of failing. Bad parameters raise
+        ``AsyncConfigError`` here, before anything runs. See
+        :func:`sparkglass.runtime.async_vertex.async_map`.
+        """
+        from .async_errors import AsyncConfigError
+        from .async_vertex import async_map, make_options
+        from .retry import NO_RETRY
+
+        strategy = NO_RETRY if retry is None else retry
+        try:  # validate now: a bad parameter fails at build time, naming the vertex
+            make_options(
+                capacity=capacity,
+                timeout_s=timeout,
+                ordered=ordered,
+                retry=strategy,
+                on_timeout=on_timeout,
+            )
+        except AsyncConfigError as exc:
+            raise AsyncConfigError(f"async vertex {name!r}: {exc}") from None
+
+        def build(df: DataFrame) -> DataFrame:
+            return async_map(
+                df,
+                fn,
+                capacity=capacity,
+                timeout_s=timeout,
+                ordered=ordered,
+                retry=strategy,
+                on_timeout=on_timeout,
+                output_schema=output_schema,
+            )
+
+        return self.vertex(name, input, build, python=True)
 
 
 def _as_inputs(name: str, inputs: str | Sequence[str]) -> tuple[str, ...]:

@@ -12,6 +12,7 @@ method   path                                                       answer
 GET      ``/healthz``                                               ``{"status": "ok"}``
 GET      ``/api/v1/pipeline``                                       the PipelineDescription
 GET      ``/api/v1/settings``                                       the sampling settings
+GET      ``/api/v1/vertices``                                       ``{"vertices": [...]}``
 POST     ``/api/v1/vertices/{vertex}/rounds[?samplingWindow=3s]``    202 ``DataSampleResult``
                                                                     (``PENDING``, ``roundId``);
                                                                     429 when 5 rounds run

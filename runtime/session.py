@@ -88,11 +88,15 @@ def spark_session(
     *,
     master: str | None = "local[2]",
     conf: Mapping[str, str] | None = None,
+    sampling_plugin: bool | None = None,
 ) -> SparkSession:
     """Get or create a SparkSession with sparkglass defaults.
 
     ``master=None`` leaves the master to ``spark-submit``. ``conf`` entries override
-    :data:`LOCAL_DEFAULTS`. Raises :class:`JavaNotFoundError` before Spark starts if there
+    :data:`LOCAL_DEFAULTS`. ``sampling_plugin`` loads the sampling jar and plugin (compiled
+    on first use, see :mod:`sparkglass.runtime.jar`); ``None`` means: when ``conf`` sets
+    ``spark.sparkglass.sampling.enabled=true``. Load it to switch sampling on later with
+    ``spark.conf.set``. Raises :class:`JavaNotFoundError` before Spark starts if there
     is no Java 17+.
     """
     java_major_version()
@@ -103,9 +107,30 @@ def spark_session(
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     settings = dict(LOCAL_DEFAULTS)
     settings.update(conf or {})
+    if sampling_plugin is None:
+        sampling_plugin = settings.get("spark.sparkglass.sampling.enabled", "").lower() == "true"
+    if sampling_plugin:
+        settings.update(sampling_plugin_conf(settings))
     builder = SparkSession.builder.appName(app_name)
     if master:
         builder = builder.master(master)
     for key, value in settings.items():
         builder = builder.config(key, value)
     return builder.getOrCreate()
+
+
+def sampling_plugin_conf(conf: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``spark.jars`` and ``spark.plugins`` entries adding the sampling jar and plugin to ``conf``.
+
+    Existing values are kept (comma-joined). Compiles the jar on first use.
+    """
+    from .jar import PLUGIN_CLASS, sampling_jar
+
+    conf = conf or {}
+    out: dict[str, str] = {}
+    for key, value in (("spark.jars", str(sampling_jar())), ("spark.plugins", PLUGIN_CLASS)):
+        existing = [v for v in conf.get(key, "").split(",") if v.strip()]
+        if value not in existing:
+            existing.append(value)
+        out[key] = ",".join(existing)
+    return out

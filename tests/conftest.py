@@ -16,8 +16,8 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 def spark() -> Iterator[object]:
     """A real local Spark session (``local[2]``, UI off) shared by every test.
 
-    Sampling is *off* by default (``spark.sparkglass.sampling.enabled=false``); tests that
-    need it set it per pipeline with ``spark.conf.set``.
+    Sampling is *off* by default (``spark.sparkglass.sampling.enabled=false``) but its jar
+    and plugin are loaded; tests that need it set it per pipeline with ``spark.conf.set``.
     """
     from sparkglass.runtime.session import spark_session
 
@@ -25,6 +25,7 @@ def spark() -> Iterator[object]:
         "sparkglass-tests",
         master="local[2]",
         conf={"spark.sql.shuffle.partitions": "2", "spark.default.parallelism": "2"},
+        sampling_plugin=True,  # the jar + plugin are loaded; sampling itself stays off
     )
     yield session
     session.stop()

@@ -39,10 +39,15 @@ def test_every_subcommand_has_help_with_an_example() -> None:
     group = typer.main.get_command(app)
     names = list(group.commands)  # type: ignore[attr-defined]
     assert "demo" in names
+    commands: list[tuple[str, ...]] = []
     for name in names:
-        out = run(name, "--help")
-        assert out.returncode == 0, (name, out.stderr)
-        assert "Example" in out.stdout or "example" in out.stdout, f"{name} --help has no example"
+        commands.append((name,))
+        sub = getattr(group.commands[name], "commands", {})  # type: ignore[attr-defined]
+        commands += [(name, leaf) for leaf in sub]  # a group's own subcommands too
+    for command in commands:
+        out = run(*command, "--help")
+        assert out.returncode == 0, (command, out.stderr)
+        assert "Example" in out.stdout, f"`sparkglass {' '.join(command)} --help` has no example"
 
 
 def test_out_of_range_option_is_an_error_on_stderr() -> None:
@@ -78,3 +83,4 @@ def test_demo_runs_on_real_flights(tmp_path: Path) -> None:
     assert "done (replay finished)" in out.stdout
     assert "3/3 day files" in out.stdout
     assert "mean delay by carrier" in out.stdout
+    assert "Data Sample page" in out.stdout and "/ui/" in out.stdout

@@ -60,6 +60,26 @@ def _register() -> None:
 
     demo.register(app)
 
+    from . import operator
+
+    operator.register(app)
+
+    from . import serve
+
+    serve.register(app)
+
+    from . import sample
+
+    sample.register(app)
+
+    from . import jar
+
+    jar.register(app)
+
+    from . import plan
+
+    plan.register(app)
+
 
 def main() -> None:
     """Entry point of the ``sparkglass`` console script."""

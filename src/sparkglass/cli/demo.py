@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from sparkglass.demo.replay import FlightReplay, ReplayStatus
+    from sparkglass.service.local import LocalService
 
 console = Console()
 
@@ -34,6 +36,8 @@ class DemoOptions:
     feed_interval: float
     workdir: Path | None
     master: str
+    service: bool = True
+    service_port: int = 8080
 
 
 def register(app: typer.Typer) -> None:
@@ -69,8 +73,22 @@ def demo(
         None, "--workdir", help="Keep the demo's files here (default: a temporary directory)."
     ),
     master: str = typer.Option("local[2]", "--master", help="Spark master URL."),
+    service: bool = typer.Option(
+        True,
+        "--service/--no-service",
+        help="Also start the sparkglass service (local mode): prints the Data Sample page's "
+        "URL and a token.",
+    ),
+    service_port: int = typer.Option(
+        8080, "--service-port", min=0, max=65535, help="Service port (0: any free port)."
+    ),
 ) -> None:
-    run_demo(DemoOptions(duration, days, files_per_trigger, feed_interval, workdir, master))
+    run_demo(
+        DemoOptions(
+            duration, days, files_per_trigger, feed_interval, workdir, master, service,
+            service_port,
+        )
+    )
 
 
 def run_demo(opts: DemoOptions) -> None:
@@ -84,9 +102,19 @@ def run_demo(opts: DemoOptions) -> None:
     root = Path(tempfile.mkdtemp(prefix="sparkglass-demo-")) if owned else opts.workdir
     assert root is not None
     console.print(f"[bold]sparkglass demo[/]: starting Spark ({opts.master}); work dir {root}")
-    spark = spark_session("sparkglass-demo", master=opts.master)
+    spark = spark_session(
+        "sparkglass-demo",
+        master=opts.master,
+        conf={"spark.sparkglass.sampling.enabled": "true"},  # taps + plugin + endpoint
+    )
     spark.sparkContext.setLogLevel("ERROR")
-    pipeline = build_pipeline(spark, root, max_files_per_trigger=opts.files_per_trigger)
+    from sparkglass.demo.weather_service import WeatherService
+
+    # The async `weather` vertex calls this local service (20 ms per request) per flight.
+    weather = WeatherService(latency_ms=20).start()
+    pipeline = build_pipeline(
+        spark, root, max_files_per_trigger=opts.files_per_trigger, weather_url=weather.url
+    )
     replay = FlightReplay(
         root / "stream",
         days=opts.days,
@@ -95,22 +123,34 @@ def run_demo(opts: DemoOptions) -> None:
     )
     started = time.monotonic()
     reason = "replay finished"
+    sampler = threading.Thread(
+        target=_sample_when_running, args=(spark, pipeline), name="demo-sampler", daemon=True
+    )
+    service = None
     try:
         pipeline.start()
+        if opts.service:
+            service = _start_service(spark, opts.service_port)
         replay.start()
+        sampler.start()
         reason = _watch(pipeline, replay, opts.duration, started)
         if reason == "replay finished":
             pipeline.process_all_available()
     except KeyboardInterrupt:
         reason = "interrupted"
     finally:
+        if service is not None:
+            service.stop()
         replay.stop()
         progress = pipeline.progress()
+        if sampler.is_alive():  # let a round that is under way finish and print
+            sampler.join(timeout=30)
         try:
             _print_results(spark, DELAYS_TABLE)
         except Exception as exc:
             console.print(f"[yellow]no results table: {exc}[/]")
         pipeline.stop()
+        weather.stop()
         spark.stop()
         if owned:
             shutil.rmtree(root, ignore_errors=True)
@@ -124,6 +164,29 @@ def run_demo(opts: DemoOptions) -> None:
     )
     if progress.failed:
         raise typer.Exit(1)
+
+
+def _start_service(spark: SparkSession, port: int) -> LocalService | None:
+    """Start the service in front of this driver's control endpoint; print URL and token."""
+    from sparkglass.runtime.tap import endpoint_for
+    from sparkglass.service.local import start_local_service
+
+    endpoint = endpoint_for(spark)
+    if endpoint is None:
+        console.print("[yellow]no sampling control endpoint: the service is not started[/]")
+        return None
+    drivers = {"flights": (endpoint.url, endpoint.token)}
+    try:
+        service = start_local_service(drivers, port=port)
+    except (RuntimeError, OSError):  # the port is taken: any free one will do
+        service = start_local_service(drivers, port=0)
+    console.print(f"[bold]Data Sample page[/]: {service.page_url}", highlight=False)
+    console.print(
+        f"service token: {service.token}  (e.g. `sparkglass sample parse --service "
+        f"{service.url} --token {service.token}`)",
+        highlight=False,
+    )
+    return service
 
 
 def _watch(pipeline: Pipeline, replay: FlightReplay, duration: float, started: float) -> str:
@@ -185,3 +248,33 @@ def _print_results(spark: SparkSession, table_name: str) -> None:
             f"{(r['mean_arr_delay'] or 0):.1f}",
         )
     console.print(table)
+
+
+#: The demo vertices sampled once the stream runs.
+SAMPLED_VERTICES = ["parse", "delays-by-carrier", "busiest-origins", "enrich-origin", "weather"]
+
+
+def _sample_when_running(spark: SparkSession, pipeline: Pipeline) -> None:
+    """After the second micro-batch: one sampling round per demo vertex, printed as tables."""
+    from sparkglass.runtime.tap import endpoint_for, sample_vertices
+
+    while (progress := pipeline.progress()).micro_batches < 2:
+        if progress.failed or progress.active_queries == 0:
+            return  # stopped (or failed) before the stream ran: nothing to sample
+        time.sleep(0.5)
+    endpoint = endpoint_for(spark)
+    if endpoint is not None:
+        console.print(
+            f"sample any vertex meanwhile: sparkglass sample parse --endpoint {endpoint.url} "
+            f"--token {endpoint.token}",
+            highlight=False,
+        )
+    try:
+        samples = sample_vertices(spark, SAMPLED_VERTICES, timeout_s=60)
+    except Exception as exc:
+        console.print(f"[yellow]no samples: {exc}[/]")
+        return
+    from sparkglass.cli.sample import render_sample
+
+    for vertex, result in samples.items():
+        console.print(render_sample(vertex, result.to_json_dict(), limit=5))

@@ -7,6 +7,8 @@ Graph (sources in brackets)::
     [schedule] ─┐              ▲
     [airports] ─┴─► busiest-origins
 
+    parse ─► weather (async: the demo weather service) ─► weather-flights (parquet)
+
 ``flights`` is unbounded (CSV day files replayed into a file-stream source); ``schedule``
 (the full 2013 timetable) and ``airports`` are bounded Parquet tables, so the
 ``busiest-origins`` branch is bounded and joined into the stream (a stream-static join).
@@ -22,9 +24,11 @@ from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
 
+from sparkglass.runtime.attributes import idempotent, no_output_until_end_of_input
 from sparkglass.runtime.pipeline import Pipeline
 
 from .replay import FLIGHT_COLUMNS
+from .weather_lookup import RETRY_TRANSIENT, WeatherLookup
 
 #: The replayed CSV files are read as text; ``parse`` gives the columns their types.
 RAW_FLIGHT_SCHEMA = StructType([StructField(c, StringType(), True) for c in FLIGHT_COLUMNS])
@@ -67,6 +71,10 @@ class DemoPaths:
         return self.root / "output" / "enriched"
 
     @property
+    def weather(self) -> Path:
+        return self.root / "output" / "weather"
+
+    @property
     def checkpoints(self) -> Path:
         return self.root / "checkpoints"
 
@@ -90,6 +98,7 @@ def parse(flights: DataFrame) -> DataFrame:
     )
 
 
+@idempotent(key="carrier")
 def delays_by_carrier(parsed: DataFrame) -> DataFrame:
     """Per carrier: flights flown, mean and max departure delay, mean arrival delay (minutes)."""
     return parsed.groupBy("carrier").agg(
@@ -100,6 +109,7 @@ def delays_by_carrier(parsed: DataFrame) -> DataFrame:
     )
 
 
+@no_output_until_end_of_input
 def busiest_origins(schedule: DataFrame, airports: DataFrame) -> DataFrame:
     """Each NYC origin airport with its 2013 scheduled departures and rank (1 = busiest)."""
     counts = schedule.groupBy("origin").agg(F.count(F.lit(1)).alias("departures_2013"))
@@ -129,12 +139,16 @@ def build_pipeline(
     *,
     max_files_per_trigger: int = 3,
     trigger_seconds: float = 1.0,
+    weather_url: str | None = None,
 ) -> Pipeline:
     """The demo :class:`Pipeline` reading day files from ``workdir/stream``.
 
     ``max_files_per_trigger`` (>=1) day files make one micro-batch at most; a micro-batch
     starts every ``trigger_seconds``. Results: the memory table ``carrier_delays``
-    (complete mode) and Parquet files under ``workdir/output/enriched``.
+    (complete mode) and Parquet files under ``workdir/output/enriched``. With
+    ``weather_url`` (the demo weather service), the async vertex ``weather`` enriches each
+    parsed flight with the weather at its origin and hour, written under
+    ``workdir/output/weather``.
     """
     if max_files_per_trigger < 1:
         raise ValueError(f"max_files_per_trigger must be at least 1, got {max_files_per_trigger}")
@@ -177,4 +191,17 @@ def build_pipeline(
             .trigger(processingTime=trigger)
         ),
     )
+    if weather_url is not None:
+        p.async_vertex(
+            "weather", "parse", WeatherLookup(weather_url), capacity=100, timeout=10.0,
+            retry=RETRY_TRANSIENT, output_schema=WeatherLookup.schema_for,
+        )
+        p.sink(
+            "weather-flights",
+            "weather",
+            lambda df: df.writeStream.format("parquet")
+            .option("path", str(paths.weather))
+            .outputMode("append")
+            .trigger(processingTime=trigger),
+        )
     return p
