@@ -25,7 +25,9 @@ DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 DNS1123_MAX_LENGTH = 63
 
 
-class _Model(BaseModel):
+class CamelModel(BaseModel):
+    """Base of the JSON contracts: camelCase keys on the wire, unknown keys rejected."""
+
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
 
     def to_json_dict(self) -> dict[str, object]:
@@ -41,7 +43,7 @@ class VertexKind(StrEnum):
     SINK = "sink"
 
 
-class IdempotentAttribute(_Model):
+class IdempotentAttribute(CamelModel):
     """``idempotent(key=...)``: each output is the final result for its key at that time."""
 
     key: list[str] = Field(min_length=1, description="Columns that identify a result.")
@@ -54,7 +56,7 @@ class IdempotentAttribute(_Model):
     )
 
 
-class VertexAttributes(_Model):
+class VertexAttributes(CamelModel):
     """Declared behaviour of a vertex function (the FLIP ProcessFunction attributes)."""
 
     no_output_until_end_of_input: bool = Field(
@@ -68,7 +70,7 @@ class VertexAttributes(_Model):
     )
 
 
-class VertexDescription(_Model):
+class VertexDescription(CamelModel):
     """One named step of a pipeline."""
 
     name: str
@@ -83,7 +85,7 @@ class VertexDescription(_Model):
     attributes: VertexAttributes = Field(default_factory=VertexAttributes)
 
 
-class PipelineDescription(_Model):
+class PipelineDescription(CamelModel):
     """A whole pipeline: its steps in topological order."""
 
     name: str

@@ -23,18 +23,9 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from pydantic import BaseModel, ConfigDict, Field
-from pydantic.alias_generators import to_camel
+from pydantic import Field
 
-from .description import VertexAttributes, VertexKind
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
-
-    def to_json_dict(self) -> dict[str, object]:
-        """The camelCase JSON-ready dict (the wire form)."""
-        return self.model_dump(mode="json", by_alias=True)
+from .description import CamelModel, VertexAttributes, VertexKind
 
 
 class EdgeKind(StrEnum):
@@ -60,7 +51,7 @@ class TapPlacement(StrEnum):
     NONE = "none"
 
 
-class Optimizations(_Model):
+class Optimizations(CamelModel):
     """Which uses of the attributes are switched on (all by default).
 
     Switching one off runs the pipeline as if the attribute were not declared (for
@@ -80,7 +71,7 @@ class Optimizations(_Model):
     )
 
 
-class PlanVertex(_Model):
+class PlanVertex(CamelModel):
     """One step of the pipeline as the planner resolved it."""
 
     name: str
@@ -110,7 +101,7 @@ class PlanVertex(_Model):
     )
 
 
-class PlanEdge(_Model):
+class PlanEdge(CamelModel):
     """One input edge ``upstream → downstream``."""
 
     upstream: str
@@ -121,7 +112,7 @@ class PlanEdge(_Model):
     )
 
 
-class PlanPhase(_Model):
+class PlanPhase(CamelModel):
     """A set of steps that run together; phase N+1 starts after phase N's blocking outputs."""
 
     index: int = Field(ge=0)
@@ -139,14 +130,14 @@ class PlanPhase(_Model):
     )
 
 
-class FusionGroup(_Model):
+class FusionGroup(CamelModel):
     """Adjacent notCacheRecord Python vertices run as one Python pass, in order."""
 
     name: str
     vertices: list[str] = Field(min_length=2)
 
 
-class Plan(_Model):
+class Plan(CamelModel):
     """The planner's result for one pipeline (see the module docstring for the JSON)."""
 
     pipeline: str

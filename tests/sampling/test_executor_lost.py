@@ -3,10 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,30 +10,14 @@ import pytest
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 
-def test_lost_executor_gives_partial():
-    job = Path(__file__).with_name("lost_executor_job.py")
-    proc = subprocess.Popen(
-        [sys.executable, str(job)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,  # its own process group: the cleanup below reaches the JVMs
-    )
-    try:
-        out, err = proc.communicate(timeout=240)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
-        pytest.fail(f"local-cluster job timed out:\n{err[-3000:]}")
-    lines = [line for line in out.splitlines() if line.startswith("{")]
-    assert proc.returncode == 0 and lines, err[-3000:]
-    report = json.loads(lines[-1])
+def test_lost_executor_gives_partial(run_job_script):
+    report = run_job_script(Path(__file__).with_name("lost_executor_job.py"))
     result = report["result"]
     summary = {k: v for k, v in result.items() if k != "samples"}
     summary["records_per_subtask"] = {
         g["subtaskIndex"]: len(g["records"]) for g in result["samples"]
     }
-    assert result["status"] == "PARTIAL", (summary, err[-2000:])
+    assert result["status"] == "PARTIAL", summary
     assert result["errorCode"] == "EXECUTOR_UNREACHABLE"
     # the partitions the killed executor had captured from are named
     assert set(report["seen"][report["victim"]]) <= set(result["failedSubtasks"])
