@@ -105,7 +105,12 @@ def run_demo(opts: DemoOptions) -> None:
     spark = spark_session(
         "sparkglass-demo",
         master=opts.master,
-        conf={"spark.sparkglass.sampling.enabled": "true"},  # taps + plugin + endpoint
+        conf={
+            "spark.sparkglass.sampling.enabled": "true",  # taps + plugin + endpoint
+            # Three streaming queries share two cores here, so a query may run no
+            # micro-batch within the default 3 s window: give the demo's rounds 10 s.
+            "spark.sparkglass.sampling.sampling-window": "10s",
+        },
     )
     spark.sparkContext.setLogLevel("ERROR")
     from sparkglass.demo.weather_service import WeatherService
@@ -256,6 +261,7 @@ SAMPLED_VERTICES = ["parse", "delays-by-carrier", "busiest-origins", "enrich-ori
 
 def _sample_when_running(spark: SparkSession, pipeline: Pipeline) -> None:
     """After the second micro-batch: one sampling round per demo vertex, printed as tables."""
+    from sparkglass.runtime.sample_result import SampleStatus
     from sparkglass.runtime.tap import endpoint_for, sample_vertices
 
     while (progress := pipeline.progress()).micro_batches < 2:
@@ -271,6 +277,10 @@ def _sample_when_running(spark: SparkSession, pipeline: Pipeline) -> None:
         )
     try:
         samples = sample_vertices(spark, SAMPLED_VERTICES, timeout_s=60)
+        # A vertex whose query ran no micro-batch in the window answers NO_DATA: once more.
+        empty = [v for v, r in samples.items() if r.status is SampleStatus.NO_DATA]
+        if empty and pipeline.progress().active_queries:
+            samples.update(sample_vertices(spark, empty, timeout_s=60))
     except Exception as exc:
         console.print(f"[yellow]no samples: {exc}[/]")
         return
