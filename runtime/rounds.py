@@ -39,6 +39,8 @@ from .sample_result import (
     SampledRecord,
     SampleStatus,
     SubtaskSamples,
+    fair_truncate,
+    post_filter,
 )
 from .sampling_settings import SamplingSettings, SamplingSettingsError, format_duration_ms
 
@@ -115,55 +117,6 @@ class _Round:
 class _Cached:
     result: DataSampleResult
     completed: float
-
-
-def fair_truncate(samples: list[SubtaskSamples], cap: int) -> tuple[list[SubtaskSamples], bool]:
-    """Keep at most ``cap`` records, each subtask's share proportional to its count.
-
-    Quotas are ``floor(n_i * cap / N)``; leftover slots go to the largest remainders (ties:
-    lower subtask index). Each subtask keeps its earliest records. Returns the new list and
-    whether anything was cut.
-    """
-    total = sum(len(s.records) for s in samples)
-    if total <= cap:
-        return samples, False
-    quotas = [len(s.records) * cap // total for s in samples]
-    remainders = sorted(
-        range(len(samples)),
-        key=lambda i: (-(len(samples[i].records) * cap % total), samples[i].subtask_index),
-    )
-    for i in itertools.islice(itertools.cycle(remainders), cap - sum(quotas)):
-        quotas[i] += 1
-    cut = [
-        SubtaskSamples(subtask_index=s.subtask_index, records=s.records[:q])
-        for s, q in zip(samples, quotas, strict=True)
-    ]
-    return cut, True
-
-
-def post_filter(
-    result: DataSampleResult, subtask_index: int | None, max_records: int | None
-) -> DataSampleResult:
-    """Apply the ``subtaskIndex`` / ``maxRecords`` query parameters to a result (a copy)."""
-    if subtask_index is None and max_records is None:
-        return result.model_copy(deep=True)
-    samples = result.samples
-    failed = result.failed_subtasks
-    if subtask_index is not None:
-        samples = [s for s in samples if s.subtask_index == subtask_index]
-        failed = [f for f in failed if f == subtask_index]
-    truncated = result.total_truncated
-    if max_records is not None:
-        samples, cut = fair_truncate(samples, max_records)
-        truncated = truncated or cut
-    return result.model_copy(
-        update={
-            "samples": [s.model_copy(deep=True) for s in samples],
-            "failed_subtasks": list(failed),
-            "total_record_count": sum(len(s.records) for s in samples),
-            "total_truncated": truncated,
-        }
-    )
 
 
 def check_query(

@@ -1,0 +1,44 @@
+"""The service's post-filters cut exactly as the driver's (one implementation)."""
+
+from __future__ import annotations
+
+from sparkglass.runtime.rounds import post_filter
+from sparkglass.runtime.sample_result import (
+    DataSampleResult,
+    SampledRecord,
+    SampleStatus,
+    SubtaskSamples,
+)
+from sparkglass.service.filters import apply_filters
+
+
+def skewed() -> DataSampleResult:
+    # 8 records on subtask 0, 2 on subtask 1: proportional and round-robin sharing differ.
+    samples = [
+        SubtaskSamples(
+            subtask_index=i,
+            records=[SampledRecord(sample_timestamp=t, data=f'{{"i":{t}}}', data_type="x")
+                     for t in range(n)],
+        )
+        for i, n in ((0, 8), (1, 2))
+    ]
+    return DataSampleResult(
+        status=SampleStatus.PARTIAL, round_id="r-1", total_record_count=10,
+        failed_subtasks=[2], samples=samples,
+    )
+
+
+def test_max_records_is_shared_in_proportion_like_the_driver() -> None:
+    result = skewed()
+    got = apply_filters(result, subtask_index=None, max_records=5)
+    assert [len(s.records) for s in got.samples] == [4, 1]  # round-robin would give [3, 2]
+    assert got == post_filter(result, None, 5)
+    assert got.total_truncated and got.total_record_count == 5
+    assert result.total_record_count == 10 and len(result.samples[0].records) == 8  # untouched
+
+
+def test_subtask_index_narrows_records_and_failed_subtasks() -> None:
+    got = apply_filters(skewed(), subtask_index=1, max_records=None)
+    assert [s.subtask_index for s in got.samples] == [1]
+    assert got.failed_subtasks == [] and got.total_record_count == 2
+    assert apply_filters(skewed(), subtask_index=2, max_records=None).failed_subtasks == [2]
