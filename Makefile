@@ -44,7 +44,7 @@ demo: install java-check
 	$(BIN)/sparkglass demo $(DEMO_ARGS)
 
 lint: install-test
-	$(BIN)/ruff check runtime service operator src tests e2e bench
+	$(BIN)/ruff check runtime service operator src tests e2e bench conftest.py
 
 typecheck: install-test
 	$(BIN)/mypy -p sparkglass

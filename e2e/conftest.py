@@ -34,8 +34,8 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -48,7 +48,6 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 E2E = Path(__file__).resolve().parent
 GROUP, VERSION = "sparkglass.io", "v1alpha1"
-PG_ADMIN_URL = os.environ.get("SPARKGLASS_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
 REAL_CLUSTER = bool(os.environ.get("KUBECONFIG")) and (
     os.environ.get("SPARKGLASS_E2E_REAL_CLUSTER") == "1"
 )
@@ -376,24 +375,10 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 
 # --------------------------------------------------------------------------- the store
 @pytest.fixture(scope="session")
-def store_url() -> Iterator[str]:
+def store_url(postgres_database: Callable[[str], AbstractContextManager[str]]) -> Iterator[str]:
     """A throw-away PostgreSQL database (SQLAlchemy URL), dropped at the end."""
-    try:
-        import psycopg
-
-        with psycopg.connect(PG_ADMIN_URL, connect_timeout=3):
-            pass
-    except Exception as exc:
-        pytest.skip(f"no PostgreSQL at {PG_ADMIN_URL} ({exc.__class__.__name__})")
-    name = f"sg_e2e_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    base = PG_ADMIN_URL.rsplit("/", 1)[0].replace("postgresql://", "postgresql+psycopg://", 1)
-    try:
-        yield f"{base}/{name}"
-    finally:
-        with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with postgres_database("sg_e2e") as url:
+        yield url
 
 
 def query(store_url: str, sql: str, *params: Any) -> list[tuple[Any, ...]]:

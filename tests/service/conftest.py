@@ -3,9 +3,8 @@ test), a fake driver on loopback, and a service factory."""
 
 from __future__ import annotations
 
-import os
-import uuid
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +17,6 @@ from sparkglass.service.settings import Settings
 
 from .fake_driver import TOKEN, FakeDriver, ServerThread
 
-PG_ADMIN_URL = os.environ.get("SPARKGLASS_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
-
 TOKENS = {
     "viewer": "viewer-token-0123456789",
     "sampler": "sampler-token-0123456789",
@@ -27,35 +24,18 @@ TOKENS = {
 }
 
 
-def _pg_available() -> bool:
-    try:
-        import psycopg
-
-        with psycopg.connect(PG_ADMIN_URL, connect_timeout=3):
-            return True
-    except Exception:
-        return False
-
-
 @pytest.fixture(params=["sqlite", "postgresql"])
-def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+def db_url(
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    postgres_database: Callable[[str], AbstractContextManager[str]],
+) -> Iterator[str]:
     """A fresh empty store: a SQLite file, or a new PostgreSQL database dropped afterwards."""
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'store.db'}"
         return
-    if not _pg_available():
-        pytest.skip(f"no PostgreSQL at {PG_ADMIN_URL}")
-    import psycopg
-
-    name = f"sg_test_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    base = PG_ADMIN_URL.rsplit("/", 1)[0].replace("postgresql://", "postgresql+psycopg://", 1)
-    try:
-        yield f"{base}/{name}"
-    finally:
-        with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with postgres_database("sg_test") as url:
+        yield url
 
 
 @pytest.fixture(scope="session")

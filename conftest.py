@@ -1,0 +1,45 @@
+"""Fixtures shared by ``tests/`` and ``e2e/`` (pytest loads this root conftest for both)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+
+import pytest
+
+#: The PostgreSQL the tests may create databases on (trust auth on this machine).
+PG_ADMIN_URL = os.environ.get("SPARKGLASS_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
+
+
+@contextlib.contextmanager
+def _throwaway_database(prefix: str) -> Iterator[str]:
+    # Skips (not fails) without a server: the suites still run on a machine without one.
+    try:
+        import psycopg
+
+        with psycopg.connect(PG_ADMIN_URL, connect_timeout=3):
+            pass
+    except Exception as exc:
+        pytest.skip(f"no PostgreSQL at {PG_ADMIN_URL} ({exc.__class__.__name__})")
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    base = PG_ADMIN_URL.rsplit("/", 1)[0].replace("postgresql://", "postgresql+psycopg://", 1)
+    try:
+        yield f"{base}/{name}"
+    finally:
+        with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session")
+def postgres_database() -> Callable[[str], AbstractContextManager[str]]:
+    """``with postgres_database("prefix") as url:`` a new PostgreSQL database, dropped after.
+
+    ``url`` is a SQLAlchemy URL (``postgresql+psycopg://…/prefix_<random>``). Skips the test
+    when no PostgreSQL answers at ``SPARKGLASS_TEST_PG`` (default the local one).
+    """
+    return _throwaway_database
