@@ -54,7 +54,7 @@ def timed(df: Any) -> float:
 
 def run_async(df: Any, url: str, capacity: int) -> float:
     from sparkglass.demo.weather_lookup import WeatherLookup
-    from sparkglass.runtime.async_vertex import async_map
+    from sparkglass.runtime.async_ops.async_vertex import async_map
 
     out = async_map(df, WeatherLookup(url), capacity=capacity, timeout_s=60,
                     output_schema=WeatherLookup.schema_for(df.schema))
@@ -76,7 +76,7 @@ class Sleep:
 
 def run_async_sleep(df: Any, latency_ms: float, capacity: int) -> float:
     """The operator alone: the async vertex over :class:`Sleep` instead of HTTP."""
-    from sparkglass.runtime.async_vertex import async_map
+    from sparkglass.runtime.async_ops.async_vertex import async_map
 
     return timed(async_map(df, Sleep(latency_ms / 1000.0), capacity=capacity, timeout_s=60))
 

@@ -47,9 +47,13 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import DoubleType, LongType, StringType, StructField, StructType
 
-from sparkglass.runtime.attributes import idempotent, no_output_until_end_of_input, not_cache_record
+from sparkglass.runtime.contract.attributes import (
+    idempotent,
+    no_output_until_end_of_input,
+    not_cache_record,
+)
+from sparkglass.runtime.contract.plan import Optimizations
 from sparkglass.runtime.pipeline import Pipeline
-from sparkglass.runtime.plan import Optimizations
 from sparkglass.runtime.session import spark_session
 
 if __name__ != "__main__":

@@ -38,10 +38,10 @@ from typing import Any
 import httpx
 from pyspark.sql import DataFrame, SparkSession
 
-from sparkglass.runtime import tap
+from sparkglass.runtime.contract.sample_result import SampleStatus
 from sparkglass.runtime.pipeline import Pipeline
-from sparkglass.runtime.rounds import RoundCoordinator
-from sparkglass.runtime.sample_result import SampleStatus
+from sparkglass.runtime.sampling import registry
+from sparkglass.runtime.sampling.rounds import RoundCoordinator
 from sparkglass.runtime.session import spark_session
 
 log = logging.getLogger("sampling_bench")
@@ -207,7 +207,7 @@ def main() -> None:
             "idle": build(spark, "bench-on", args.rows, enabled=True),
         }
         spark.conf.set(ENABLED, "true")
-        coordinator = tap.coordinator_for(spark)
+        coordinator = registry.coordinator_for(spark)
         cores = 2
         for df in frames.values():  # JIT and shuffle warm-up, not measured
             run_once(spark, df, args.rows, cores)

@@ -178,7 +178,7 @@ def _with_demo(args: argparse.Namespace) -> dict[str, Any]:
     """Start the demo pipeline and a local service, then run the load against them."""
     from sparkglass.demo.flights import build_pipeline
     from sparkglass.demo.replay import FlightReplay
-    from sparkglass.runtime import tap
+    from sparkglass.runtime.sampling import registry
     from sparkglass.runtime.session import spark_session
     from sparkglass.service.local import start_local_service
 
@@ -200,7 +200,7 @@ def _with_demo(args: argparse.Namespace) -> dict[str, Any]:
             if time.monotonic() > deadline:
                 raise RuntimeError("the demo stream made no progress in 120 s")
             time.sleep(0.2)
-        endpoint = tap.endpoint_for(spark)
+        endpoint = registry.endpoint_for(spark)
         if endpoint is None:
             raise RuntimeError("sampling is on but the driver control endpoint did not start")
         service = start_local_service(

@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 from pydantic import ValidationError
 
-from sparkglass.runtime.sample_result import DataSampleResult, ErrorCode
+from sparkglass.runtime.contract.sample_result import DataSampleResult, ErrorCode
 
 
 class ControlError(Exception):

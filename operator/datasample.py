@@ -36,7 +36,7 @@ import kopf
 import structlog
 from pydantic import ValidationError
 
-from sparkglass.runtime.sample_result import DataSampleResult, ErrorCode, SampleStatus
+from sparkglass.runtime.contract.sample_result import DataSampleResult, ErrorCode, SampleStatus
 
 from . import children, names
 from .cluster import APPS, SAMPLES, SECRETS, ApiError

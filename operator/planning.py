@@ -1,6 +1,6 @@
 """Validating and planning a SparkApplication's declared pipeline.
 
-Uses the runtime's attribute-aware planner (``sparkglass.runtime.planner.plan``) so the
+Uses the runtime's attribute-aware planner (``sparkglass.runtime.contract.planner.plan``) so the
 operator, the job and the UI agree on one plan. Where that module is absent (an older
 runtime) a minimal check runs instead: graph checks, and ``noOutputUntilEndOfInput`` only on
 bounded inputs; every edge out of such a vertex is blocking.
@@ -13,13 +13,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from sparkglass.runtime.description import (
+from sparkglass.runtime.contract.description import (
     PipelineDescription,
     VertexDescription,
     VertexKind,
     topological_order,
 )
-from sparkglass.runtime.errors import SparkglassError
+from sparkglass.runtime.contract.errors import SparkglassError
 
 
 class InvalidPipeline(Exception):
@@ -58,7 +58,7 @@ def resolve(description: PipelineDescription) -> dict[str, list[dict[str, Any]]]
     if not description.vertices:
         return {"vertices": [], "edges": []}
     try:
-        from sparkglass.runtime.planner import plan  # type: ignore[import-not-found,unused-ignore]
+        from sparkglass.runtime.contract.planner import plan  # type: ignore[import-not-found,unused-ignore]
     except ImportError:
         return _fallback(description)
     try:

@@ -12,7 +12,7 @@ import asyncio
 import threading
 from typing import Any
 
-from sparkglass.runtime.sample_result import DataSampleResult
+from sparkglass.runtime.contract.sample_result import DataSampleResult
 
 #: Annotation the service sets on the DataSamples it creates: its own round id.
 ROUND_ID_ANNOTATION = "sparkglass.io/round-id"

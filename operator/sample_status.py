@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from sparkglass.runtime.sample_result import DataSampleResult, SampleStatus
+from sparkglass.runtime.contract.sample_result import DataSampleResult, SampleStatus
 
 #: DataSample phase of each final result status.
 PHASES: dict[SampleStatus, str] = {

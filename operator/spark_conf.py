@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from sparkglass.runtime.attributes import OVERRIDES_CONF
+from sparkglass.runtime.contract.attributes import OVERRIDES_CONF
 
 from . import names
 from .specs import SparkApplicationSpec

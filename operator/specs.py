@@ -16,7 +16,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-from sparkglass.runtime.description import (
+from sparkglass.runtime.contract.description import (
     IdempotentAttribute,
     PipelineDescription,
     VertexAttributes,

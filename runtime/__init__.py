@@ -1,19 +1,102 @@
-"""The in-job library a PySpark job imports (DESIGN.md: ``runtime/``).
+"""The in-job library a PySpark job imports.
 
 ``Pipeline`` is the DSL; ``spark_session`` creates a session with sparkglass defaults.
+
+Sub-packages, by what they are (``docs/architecture.md`` has the whole map):
+
+==================  ==================================================================
+``contract``        Spark-free models and rules shared with the service and the operator:
+                    the data-sample result, pipeline description, plan and planner,
+                    attributes, sampling settings, durations, errors, the DataSample
+                    status codec
+``control``         the driver control endpoint and its one client
+``sampling``        the tap, the JVM bridge, the round coordinator, the per-application
+                    registry and the sampling jar
+``planning``        executing a plan in Spark: materialized outputs, latest-per-key,
+                    fused Arrow vertices
+``async_ops``       async vertices, the async sink writer, retry strategies
+``pipeline``        the DSL; ``session``: creating a SparkSession
+==================  ==================================================================
+
+The names below are imported on first use (PEP 562), so that ``import
+sparkglass.runtime.contract`` (what the service and the operator do) never imports pyspark.
 """
 
-from .async_errors import AsyncConfigError, AsyncRequestError, AsyncTimeoutError
-from .async_sink import AsyncSinkWriter, InitContext, write_partitions
-from .async_vertex import AsyncFunction, async_map
-from .attributes import idempotent, no_output_until_end_of_input, not_cache_record
-from .description import PipelineDescription, VertexAttributes, VertexDescription, VertexKind
-from .errors import JavaNotFoundError, PipelineError, PlanError, SparkglassError
-from .pipeline import Pipeline, PipelineProgress
-from .plan import Optimizations, Plan
-from .planner import plan
-from .retry import NO_RETRY, ExponentialBackoffRetry, FixedDelayRetry
-from .session import spark_session
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from sparkglass.runtime.async_ops.async_sink import (
+        AsyncSinkWriter,
+        InitContext,
+        write_partitions,
+    )
+    from sparkglass.runtime.async_ops.async_vertex import AsyncFunction, async_map
+    from sparkglass.runtime.async_ops.errors import (
+        AsyncConfigError,
+        AsyncRequestError,
+        AsyncTimeoutError,
+    )
+    from sparkglass.runtime.async_ops.retry import (
+        NO_RETRY,
+        ExponentialBackoffRetry,
+        FixedDelayRetry,
+    )
+    from sparkglass.runtime.contract.attributes import (
+        idempotent,
+        no_output_until_end_of_input,
+        not_cache_record,
+    )
+    from sparkglass.runtime.contract.description import (
+        PipelineDescription,
+        VertexAttributes,
+        VertexDescription,
+        VertexKind,
+    )
+    from sparkglass.runtime.contract.errors import (
+        JavaNotFoundError,
+        PipelineError,
+        PlanError,
+        SparkglassError,
+    )
+    from sparkglass.runtime.contract.plan import Optimizations, Plan
+    from sparkglass.runtime.contract.planner import plan
+    from sparkglass.runtime.pipeline import Pipeline, PipelineProgress
+    from sparkglass.runtime.session import spark_session
+
+#: Public name → the module that defines it.
+_EXPORTS: dict[str, str] = {
+    "AsyncSinkWriter": "async_ops.async_sink",
+    "InitContext": "async_ops.async_sink",
+    "write_partitions": "async_ops.async_sink",
+    "AsyncFunction": "async_ops.async_vertex",
+    "async_map": "async_ops.async_vertex",
+    "AsyncConfigError": "async_ops.errors",
+    "AsyncRequestError": "async_ops.errors",
+    "AsyncTimeoutError": "async_ops.errors",
+    "NO_RETRY": "async_ops.retry",
+    "ExponentialBackoffRetry": "async_ops.retry",
+    "FixedDelayRetry": "async_ops.retry",
+    "idempotent": "contract.attributes",
+    "no_output_until_end_of_input": "contract.attributes",
+    "not_cache_record": "contract.attributes",
+    "PipelineDescription": "contract.description",
+    "VertexAttributes": "contract.description",
+    "VertexDescription": "contract.description",
+    "VertexKind": "contract.description",
+    "JavaNotFoundError": "contract.errors",
+    "PipelineError": "contract.errors",
+    "PlanError": "contract.errors",
+    "SparkglassError": "contract.errors",
+    "Optimizations": "contract.plan",
+    "Plan": "contract.plan",
+    "plan": "contract.planner",
+    "Pipeline": "pipeline",
+    "PipelineProgress": "pipeline",
+    "spark_session": "session",
+}
 
 __all__ = [
     "NO_RETRY",
@@ -45,3 +128,16 @@ __all__ = [
     "spark_session",
     "write_partitions",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

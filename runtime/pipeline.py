@@ -3,7 +3,7 @@
 A :class:`Pipeline` is a small DAG of named steps. A *source* is a DataFrame (bounded
 when it is a batch DataFrame, unbounded when it is streaming); a *vertex* is a function of
 its input DataFrames returning a DataFrame; a *sink* writes one input. ``start()`` plans
-the pipeline (:mod:`sparkglass.runtime.planner`) and runs it phase by phase: each phase
+the pipeline (:mod:`sparkglass.runtime.contract.planner`) and runs it phase by phase: each phase
 starts its streaming queries, runs its bounded sinks and writes its end-of-input outputs
 before the next phase starts. Names are DNS-1123 labels because they appear in REST URLs and
 Kubernetes labels.
@@ -34,7 +34,15 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery, StreamingQueryListener
 from pyspark.sql.types import StructType
 
-from .description import (
+from sparkglass.runtime.async_ops.async_vertex import async_map, make_options
+from sparkglass.runtime.async_ops.errors import AsyncConfigError
+from sparkglass.runtime.async_ops.retry import NO_RETRY
+from sparkglass.runtime.contract.attributes import (
+    OVERRIDES_CONF,
+    attributes_of,
+    idempotent_order_by,
+)
+from sparkglass.runtime.contract.description import (
     ATTRIBUTES_ATTR,
     PipelineDescription,
     VertexAttributes,
@@ -43,9 +51,13 @@ from .description import (
     check_vertex_name,
     topological_order,
 )
-from .errors import PipelineError
-from .fusion import ArrowBatchFunction, ArrowVertexFunction, run_fused
-from .plan import Optimizations, Plan
+from sparkglass.runtime.contract.errors import PipelineError
+from sparkglass.runtime.contract.plan import Optimizations, Plan
+from sparkglass.runtime.contract.planner import plan as plan_pipeline
+from sparkglass.runtime.planning.fusion import ArrowBatchFunction, ArrowVertexFunction, run_fused
+from sparkglass.runtime.planning.latest_per_key import latest_per_key
+from sparkglass.runtime.planning.materialize import materialize
+from sparkglass.runtime.sampling.tap import detach, install_tap
 
 VertexFunction = Callable[..., DataFrame]
 #: A sink writer: given the sink's input DataFrame, either return a configured
@@ -232,11 +244,9 @@ class Pipeline:
         ``fn`` maps a ``pyarrow.RecordBatch`` to one with the columns of ``schema`` (a
         ``StructType`` or DDL string); it runs on the executors through ``mapInArrow``.
         Adjacent Python batch vertices that both declare ``not_cache_record`` run fused in
-        one Python pass (:mod:`sparkglass.runtime.fusion`). Attributes come from
+        one Python pass (:mod:`sparkglass.runtime.planning.fusion`). Attributes come from
         ``attributes`` or the decorators on ``fn``. Returns ``name``.
         """
-        from .attributes import attributes_of
-
         declared = attributes or attributes_of(fn)
         wrapped = ArrowVertexFunction(name=name, fn=fn, schema=schema)
         return self.vertex(name, input, wrapped, attributes=declared, python=True)
@@ -326,10 +336,6 @@ class Pipeline:
         """The planner's uses at a vertex output: materialization, latest row per key."""
         if self._plan is None:
             return df
-        from .attributes import idempotent_order_by
-        from .latest_per_key import latest_per_key
-        from .materialize import materialize
-
         planned = self._plan.vertex(step.name)
         if planned.materialize:
             path = self._checkpoint_for(f"_materialized/{step.name}")
@@ -345,16 +351,14 @@ class Pipeline:
         return df
 
     def plan(self, *, overrides: Any = None, optimizations: Optimizations | None = None) -> Plan:
-        """The attribute-aware plan of this pipeline (see :mod:`sparkglass.runtime.planner`).
+        """The attribute-aware plan of this pipeline (:mod:`sparkglass.runtime.contract.planner`).
 
         ``overrides``: spec-shaped per-vertex attributes (mapping or YAML text).
         Raises :class:`PlanError` when declared attributes cannot hold, and
         :class:`PipelineError` for a bad graph.
         """
-        from .planner import plan
-
         fusable = [s.name for s in self._steps.values() if isinstance(s.fn, ArrowVertexFunction)]
-        return plan(
+        return plan_pipeline(
             self.describe(), overrides=overrides, fusable=fusable, optimizations=optimizations
         )
 
@@ -362,10 +366,8 @@ class Pipeline:
         """What the runtime adds at a vertex output: the row counter, then the sampling tap.
 
         The tap exists only with ``spark.sparkglass.sampling.enabled=true``
-        (:func:`sparkglass.runtime.tap.install_tap`).
+        (:func:`sparkglass.runtime.sampling.tap.install_tap`).
         """
-        from .tap import install_tap
-
         if self._observe_rows and df.isStreaming:
             df = df.observe(f"{OBSERVATION_PREFIX}{name}", F.count(F.lit(1)).alias("rows"))
         df = install_tap(self, name, df)
@@ -391,8 +393,6 @@ class Pipeline:
         if self._started:
             raise PipelineError(f"pipeline {self.name!r} already started")
         if overrides is None:
-            from .attributes import OVERRIDES_CONF
-
             overrides = self.spark.conf.get(OVERRIDES_CONF, None) or None
         plan = self.plan(overrides=overrides, optimizations=optimizations)
         self._plan = plan
@@ -449,6 +449,16 @@ class Pipeline:
         """The running streaming queries, by sink name."""
         return dict(self._queries)
 
+    def queries_running(self) -> bool | None:
+        """Whether any streaming query still runs (``None`` when the pipeline has none)."""
+        queries = self.queries
+        if not queries:
+            return None
+        try:
+            return any(q.isActive for q in queries.values())
+        except Exception:  # a stopped session: nothing runs
+            return False
+
     def await_termination(self, timeout: float | None = None) -> bool:
         """Wait until every query ended, or ``timeout`` seconds; True if all ended.
 
@@ -481,9 +491,9 @@ class Pipeline:
         if self._tmp is not None:
             self._tmp.cleanup()
             self._tmp = None
-        from .tap import detach
-
-        detach(self)  # stops the sampling control endpoint with the last pipeline using it
+        # Stops the sampling control endpoint with the last pipeline using it.
+        with contextlib.suppress(Exception):  # no session: nothing was attached
+            detach(self, self.spark)
 
     # ---------------------------------------------------------------- progress
     def _record_progress(self, progress: Any) -> None:
@@ -549,17 +559,13 @@ class Pipeline:
         """Add a vertex calling ``await fn(record)`` per row of ``input``. Returns ``name``.
 
         ``capacity``: requests in flight per task; ``timeout``: seconds per request,
-        retries included; ``retry``: a :mod:`sparkglass.runtime.retry` strategy (default
+        retries included; ``retry``: a :mod:`sparkglass.runtime.async_ops.retry` strategy (default
         none); ``output_schema``: ``StructType``, DDL, or a function of the input's
         schema (default: the input's schema);
         ``on_timeout(record)``: a fallback instead of failing. Bad parameters raise
         ``AsyncConfigError`` here, before anything runs. See
-        :func:`sparkglass.runtime.async_vertex.async_map`.
+        :func:`sparkglass.runtime.async_ops.async_vertex.async_map`.
         """
-        from .async_errors import AsyncConfigError
-        from .async_vertex import async_map, make_options
-        from .retry import NO_RETRY
-
         strategy = NO_RETRY if retry is None else retry
         try:  # validate now: a bad parameter fails at build time, naming the vertex
             make_options(

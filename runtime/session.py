@@ -17,15 +17,11 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from .errors import JavaNotFoundError
+from sparkglass.runtime.contract.errors import JAVA_FIX, JavaNotFoundError
 
 #: Spark 4 needs Java 17 or newer.
 MIN_JAVA_MAJOR = 17
 
-JAVA_FIX = (
-    "install a Java 17+ runtime (Debian/Ubuntu: `apt-get install openjdk-17-jre-headless`) "
-    "or set JAVA_HOME to one"
-)
 
 #: Defaults for one machine; anything in ``conf`` wins.
 LOCAL_DEFAULTS: dict[str, str] = {
@@ -94,7 +90,7 @@ def spark_session(
 
     ``master=None`` leaves the master to ``spark-submit``. ``conf`` entries override
     :data:`LOCAL_DEFAULTS`. ``sampling_plugin`` loads the sampling jar and plugin (compiled
-    on first use, see :mod:`sparkglass.runtime.jar`); ``None`` means: when ``conf`` sets
+    on first use, see :mod:`sparkglass.runtime.sampling.jar`); ``None`` means: when ``conf`` sets
     ``spark.sparkglass.sampling.enabled=true``. Load it to switch sampling on later with
     ``spark.conf.set``. Raises :class:`JavaNotFoundError` before Spark starts if there
     is no Java 17+.
@@ -124,7 +120,7 @@ def sampling_plugin_conf(conf: Mapping[str, str] | None = None) -> dict[str, str
 
     Existing values are kept (comma-joined). Compiles the jar on first use.
     """
-    from .jar import PLUGIN_CLASS, sampling_jar
+    from sparkglass.runtime.sampling.jar import PLUGIN_CLASS, sampling_jar
 
     conf = conf or {}
     out: dict[str, str] = {}

@@ -20,7 +20,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from sparkglass import __version__
-from sparkglass.runtime.sample_result import DataSampleResult
+from sparkglass.runtime.contract.sample_result import DataSampleResult
 
 from .audit import AuditWriter
 from .auth import Authenticator

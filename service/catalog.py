@@ -20,7 +20,7 @@ from pydantic import ValidationError
 from sqlalchemy.orm import Session, sessionmaker
 from urllib3.exceptions import HTTPError
 
-from sparkglass.runtime.description import PipelineDescription, VertexDescription
+from sparkglass.runtime.contract.description import PipelineDescription, VertexDescription
 
 from .graph import graph_of
 from .store import repository

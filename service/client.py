@@ -14,8 +14,8 @@ from types import TracebackType
 
 import httpx
 
-from sparkglass.runtime.errors import SparkglassError
-from sparkglass.runtime.sample_result import DataSampleResult, SampleStatus
+from sparkglass.runtime.contract.errors import SparkglassError
+from sparkglass.runtime.contract.sample_result import DataSampleResult, SampleStatus
 
 from .settings import LOCAL_NAMESPACE
 

@@ -5,7 +5,7 @@ The cached result is never changed; each caller gets a filtered copy.
 
 from __future__ import annotations
 
-from sparkglass.runtime.sample_result import DataSampleResult, post_filter
+from sparkglass.runtime.contract.sample_result import DataSampleResult, post_filter
 
 
 def apply_filters(
@@ -13,7 +13,7 @@ def apply_filters(
 ) -> DataSampleResult:
     """Keep only ``subtask_index``'s records, then at most ``max_records`` records (a copy).
 
-    The same cut the driver makes (:func:`sparkglass.runtime.sample_result.post_filter`):
+    The same cut the driver makes (:func:`sparkglass.runtime.contract.sample_result.post_filter`):
     ``max_records`` is shared in proportion to each subtask's records, each subtask keeps
     its oldest; cutting sets ``totalTruncated``, ``totalRecordCount`` counts what is returned.
     """

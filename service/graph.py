@@ -1,6 +1,6 @@
 """The pipeline graph the API and the page show: edges with kinds, and per-vertex plan facts.
 
-The attribute-aware planner (:func:`sparkglass.runtime.planner.plan`) decides: an edge is
+The attribute-aware planner (:func:`sparkglass.runtime.contract.planner.plan`) decides: an edge is
 ``blocking`` when it leaves an end-of-input chain (downstream starts after upstream ended
 and was materialized), else ``pipelined``; vertices get adjusted attributes, a phase, a tap
 placement and notes. When the planner rejects a pipeline (e.g. ``noOutputUntilEndOfInput``
@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from sparkglass.runtime.description import PipelineDescription
-from sparkglass.runtime.errors import SparkglassError
-from sparkglass.runtime.planner import plan
+from sparkglass.runtime.contract.description import PipelineDescription
+from sparkglass.runtime.contract.errors import SparkglassError
+from sparkglass.runtime.contract.planner import plan
 
 PIPELINED = "pipelined"
 BLOCKING = "blocking"

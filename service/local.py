@@ -2,10 +2,10 @@
 
 Example::
 
-    from sparkglass.runtime import tap
+    from sparkglass.runtime.sampling import registry
     from sparkglass.service.local import start_local_service
 
-    endpoint = tap.endpoint_for(spark)           # the driver control endpoint
+    endpoint = registry.endpoint_for(spark)           # the driver control endpoint
     service = start_local_service({"flights": (endpoint.url, endpoint.token)})
     print(service.page_url, service.token)       # open the page; the token is in its fragment
     ...

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from sparkglass.runtime.sample_result import DataSampleResult, ErrorCode, SampleStatus
+from sparkglass.runtime.contract.sample_result import DataSampleResult, ErrorCode, SampleStatus
 
 from .execution.base import RoundExecutor, RoundRequest, failed
 from .metrics import ServiceMetrics

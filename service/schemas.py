@@ -1,6 +1,6 @@
 """The REST contract's pydantic models (JSON keys camelCase, like the CRDs).
 
-The data-sample body itself is :class:`sparkglass.runtime.sample_result.DataSampleResult`,
+The data-sample body itself is :class:`sparkglass.runtime.contract.sample_result.DataSampleResult`,
 shared with the driver and the ``DataSample`` status.
 """
 
@@ -11,7 +11,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-from sparkglass.runtime.sample_result import DataSampleResult
+from sparkglass.runtime.contract.sample_result import DataSampleResult
 
 from .store.orm import Application, AuditEvent, Round
 

@@ -1,7 +1,8 @@
 """Local mode: the service calls the Spark driver's control endpoint itself.
 
-Contract (``sparkglass.runtime.sample_result``): ``POST {driver}/api/v1/vertices/{vertex}/rounds
-?samplingWindow=3s`` answers 202 ``PENDING`` with a ``roundId`` (429 ``FAILED``
+Contract (``sparkglass.runtime.contract.sample_result``):
+``POST {driver}/api/v1/vertices/{vertex}/rounds?samplingWindow=3s`` answers 202 ``PENDING``
+with a ``roundId`` (429 ``FAILED``
 ``TOO_MANY_CONCURRENT_ROUNDS`` when 5 rounds run; 200 ``DISABLED`` when sampling is off);
 ``GET {driver}/api/v1/rounds/{roundId}`` answers the round until it is no longer ``PENDING``.
 """
@@ -14,7 +15,7 @@ import time
 import httpx
 from pydantic import ValidationError
 
-from sparkglass.runtime.sample_result import DataSampleResult, ErrorCode, SampleStatus
+from sparkglass.runtime.contract.sample_result import DataSampleResult, ErrorCode, SampleStatus
 
 from .base import RoundOutcome, RoundRequest, failed
 

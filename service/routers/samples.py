@@ -8,7 +8,7 @@ from typing import Annotated
 from fastapi import APIRouter, HTTPException, Query, Response, status
 from fastapi.concurrency import run_in_threadpool
 
-from sparkglass.runtime.sample_result import MAX_RECORDS_PER_RESPONSE, DataSampleResult
+from sparkglass.runtime.contract.sample_result import MAX_RECORDS_PER_RESPONSE, DataSampleResult
 
 from ..auth import Permission
 from ..dependencies import (

@@ -20,8 +20,8 @@ from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from sparkglass.runtime.description import PipelineDescription
-from sparkglass.runtime.sample_result import (
+from sparkglass.runtime.contract.description import PipelineDescription
+from sparkglass.runtime.contract.sample_result import (
     DataSampleResult,
     SampledRecord,
     SampleStatus,

@@ -16,8 +16,8 @@ import aiohttp
 
 
 def main(url: str, report_dir: str) -> None:
-    from sparkglass.runtime.async_sink import AsyncSinkWriter, write_partitions
-    from sparkglass.runtime.async_vertex import AsyncFunction, async_map
+    from sparkglass.runtime.async_ops.async_sink import AsyncSinkWriter, write_partitions
+    from sparkglass.runtime.async_ops.async_vertex import AsyncFunction, async_map
     from sparkglass.runtime.session import spark_session
 
     class Echo(AsyncFunction):

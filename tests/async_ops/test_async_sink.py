@@ -15,16 +15,16 @@ import aiohttp
 import pytest
 from pyspark import cloudpickle
 
-from sparkglass.runtime.async_errors import (
+from sparkglass.runtime.async_ops.async_sink import AsyncSinkWriter, InitContext, write_partitions
+from sparkglass.runtime.async_ops.errors import (
     AsyncConfigError,
     AsyncRequestError,
     AsyncTimeoutError,
     WriterInterruptedError,
 )
-from sparkglass.runtime.async_sink import AsyncSinkWriter, InitContext, write_partitions
-from sparkglass.runtime.mailbox import MailboxExecutor
-from sparkglass.runtime.retry import ExponentialBackoffRetry, FixedDelayRetry
-from sparkglass.runtime.worker_loop import worker_loop
+from sparkglass.runtime.async_ops.mailbox import MailboxExecutor
+from sparkglass.runtime.async_ops.retry import ExponentialBackoffRetry, FixedDelayRetry
+from sparkglass.runtime.async_ops.worker_loop import worker_loop
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 

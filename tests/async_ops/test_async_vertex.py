@@ -14,10 +14,10 @@ import aiohttp
 import pytest
 from pyspark import cloudpickle
 
-from sparkglass.runtime.async_errors import AsyncConfigError
-from sparkglass.runtime.async_vertex import AsyncFunction, async_map
+from sparkglass.runtime.async_ops.async_vertex import AsyncFunction, async_map
+from sparkglass.runtime.async_ops.errors import AsyncConfigError
+from sparkglass.runtime.async_ops.retry import ExponentialBackoffRetry, FixedDelayRetry
 from sparkglass.runtime.pipeline import Pipeline
-from sparkglass.runtime.retry import ExponentialBackoffRetry, FixedDelayRetry
 
 # Test modules are not importable on the Python workers: ship their functions by value.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])

@@ -22,9 +22,9 @@ import pytest
 from pyspark import cloudpickle
 from pyspark.errors import StreamingQueryException
 
-from sparkglass.runtime.async_vertex import AsyncFunction
+from sparkglass.runtime.async_ops.async_vertex import AsyncFunction
+from sparkglass.runtime.async_ops.retry import FixedDelayRetry
 from sparkglass.runtime.pipeline import Pipeline
-from sparkglass.runtime.retry import FixedDelayRetry
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 

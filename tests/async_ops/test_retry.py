@@ -7,8 +7,8 @@ import itertools
 
 import pytest
 
-from sparkglass.runtime.async_errors import AsyncConfigError
-from sparkglass.runtime.retry import (
+from sparkglass.runtime.async_ops.errors import AsyncConfigError
+from sparkglass.runtime.async_ops.retry import (
     NO_RETRY,
     Attempts,
     ExponentialBackoffRetry,

@@ -11,8 +11,8 @@ import pyarrow as pa
 import pytest
 from pyspark.sql.types import LongType, StructField, StructType
 
-from sparkglass.runtime.async_errors import AsyncRequestError
-from sparkglass.runtime.async_vertex import _Plan, make_options, run_partition
+from sparkglass.runtime.async_ops.async_vertex import _Plan, make_options, run_partition
+from sparkglass.runtime.async_ops.errors import AsyncRequestError
 
 SCHEMA = StructType([StructField("id", LongType())])
 

@@ -326,7 +326,7 @@ def test_jar_build_step_works(tmp_path: Path) -> None:
     """What the build stage's `sparkglass jar build -o ...` does, compiled here with javac."""
     if shutil.which("javac") is None and not os.environ.get("JAVA_HOME"):
         pytest.skip("no JDK (javac) on this machine")
-    from sparkglass.runtime import jar
+    from sparkglass.runtime.sampling import jar
 
     out = tmp_path / "opt" / "sparkglass-tap.jar"
     from .test_chart import _cli
@@ -393,7 +393,11 @@ def test_build_context_makes_a_complete_wheel(tmp_path: Path) -> None:
         "sparkglass/operator/app.py",
         "sparkglass/service/app.py",
         "sparkglass/service/static/index.html",
-        "sparkglass/runtime/jar.py",
+        "sparkglass/runtime/sampling/jar.py",
+        "sparkglass/runtime/contract/sample_result.py",
+        "sparkglass/runtime/control/endpoint.py",
+        "sparkglass/runtime/async_ops/async_vertex.py",
+        "sparkglass/runtime/planning/materialize.py",
     ):
         assert needed in names, needed
     # `sparkglass jar build` in the image compiles these.

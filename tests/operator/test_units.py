@@ -18,7 +18,7 @@ from sparkglass.operator.specs import (
     SparkApplicationSpec,
     parse_duration,
 )
-from sparkglass.runtime.sample_result import DataSampleResult
+from sparkglass.runtime.contract.sample_result import DataSampleResult
 
 
 def app_spec(**extra: Any) -> SparkApplicationSpec:
@@ -186,7 +186,7 @@ def test_planning_blocking_edges_and_invalid_attributes(
         real_import = builtins.__import__
 
         def no_planner(name: str, *args: Any, **kwargs: Any) -> Any:
-            if name == "sparkglass.runtime.planner":
+            if name == "sparkglass.runtime.contract.planner":
                 raise ImportError(name)
             return real_import(name, *args, **kwargs)
 
@@ -228,7 +228,7 @@ def test_kubectl_is_extracted_from_the_layer_package_tarball(tmp_path: Any) -> N
 
 
 def test_spark_conf_hands_only_the_set_attributes_to_the_driver() -> None:
-    from sparkglass.runtime.attributes import OVERRIDES_CONF, parse_overrides
+    from sparkglass.runtime.contract.attributes import OVERRIDES_CONF, parse_overrides
 
     spec = app_spec(
         pipeline={

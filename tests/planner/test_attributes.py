@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sparkglass.runtime.attributes import (
+from sparkglass.runtime.contract.attributes import (
     apply_overrides,
     attributes_of,
     idempotent,
@@ -13,14 +13,14 @@ from sparkglass.runtime.attributes import (
     not_cache_record,
     parse_overrides,
 )
-from sparkglass.runtime.description import (
+from sparkglass.runtime.contract.description import (
     ATTRIBUTES_ATTR,
     PipelineDescription,
     VertexAttributes,
     VertexDescription,
     VertexKind,
 )
-from sparkglass.runtime.errors import PlanError
+from sparkglass.runtime.contract.errors import PlanError
 
 
 def test_decorators_stack_and_return_the_function():

@@ -13,7 +13,7 @@ from sparkglass.cli import plan as plan_cli
 
 TARGET = textwrap.dedent(
     """
-    from sparkglass.runtime.description import (
+    from sparkglass.runtime.contract.description import (
         PipelineDescription, VertexAttributes, VertexDescription, VertexKind,
     )
 

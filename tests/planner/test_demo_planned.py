@@ -8,7 +8,7 @@ import pytest
 
 from sparkglass.demo.flights import DELAYS_TABLE, build_pipeline
 from sparkglass.demo.replay import FlightReplay
-from sparkglass.runtime.plan import EdgeKind, Optimizations
+from sparkglass.runtime.contract.plan import EdgeKind, Optimizations
 
 pytestmark = pytest.mark.spark
 

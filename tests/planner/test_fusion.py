@@ -10,9 +10,9 @@ import pytest
 from pyspark.sql import DataFrame
 from pyspark.sql.types import DoubleType, LongType, StringType, StructField, StructType
 
-from sparkglass.runtime.attributes import not_cache_record
+from sparkglass.runtime.contract.attributes import not_cache_record
+from sparkglass.runtime.contract.plan import Optimizations
 from sparkglass.runtime.pipeline import Pipeline
-from sparkglass.runtime.plan import Optimizations
 
 from .conftest import FLIGHT_SCHEMA
 

@@ -10,11 +10,11 @@ import pytest
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from sparkglass.runtime.attributes import idempotent
-from sparkglass.runtime.errors import PlanError
-from sparkglass.runtime.latest_per_key import latest_per_key
+from sparkglass.runtime.contract.attributes import idempotent
+from sparkglass.runtime.contract.errors import PlanError
+from sparkglass.runtime.contract.plan import Optimizations
 from sparkglass.runtime.pipeline import Pipeline
-from sparkglass.runtime.plan import Optimizations
+from sparkglass.runtime.planning.latest_per_key import latest_per_key
 
 from .conftest import FLIGHT_SCHEMA
 

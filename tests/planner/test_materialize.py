@@ -8,10 +8,10 @@ import pytest
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
-from sparkglass.runtime.attributes import no_output_until_end_of_input
-from sparkglass.runtime.errors import PlanError
+from sparkglass.runtime.contract.attributes import no_output_until_end_of_input
+from sparkglass.runtime.contract.errors import PlanError
+from sparkglass.runtime.contract.plan import Optimizations
 from sparkglass.runtime.pipeline import Pipeline
-from sparkglass.runtime.plan import Optimizations
 
 from .conftest import FLIGHT_SCHEMA
 
@@ -124,7 +124,7 @@ def test_start_refuses_end_of_input_on_a_stream(spark, flight_days, reference, t
 
 
 def test_overrides_from_spark_conf(spark, flight_days, reference, tmp_path):
-    from sparkglass.runtime.attributes import OVERRIDES_CONF
+    from sparkglass.runtime.contract.attributes import OVERRIDES_CONF
 
     p = build(spark, flight_days, reference, tmp_path, "conf_never")
     spark.conf.set(OVERRIDES_CONF, "pipeline: {vertices: [{name: parse, attributes: {nope: 1}}]}")

@@ -6,16 +6,16 @@ import json
 
 import pytest
 
-from sparkglass.runtime.description import (
+from sparkglass.runtime.contract.description import (
     IdempotentAttribute,
     PipelineDescription,
     VertexAttributes,
     VertexDescription,
     VertexKind,
 )
-from sparkglass.runtime.errors import PipelineError, PlanError
-from sparkglass.runtime.plan import EdgeKind, Optimizations, TapPlacement
-from sparkglass.runtime.planner import adjust, plan, validate
+from sparkglass.runtime.contract.errors import PipelineError, PlanError
+from sparkglass.runtime.contract.plan import EdgeKind, Optimizations, TapPlacement
+from sparkglass.runtime.contract.planner import adjust, plan, validate
 
 EOI = VertexAttributes(no_output_until_end_of_input=True)
 NCR = VertexAttributes(not_cache_record=True)
@@ -227,7 +227,7 @@ def test_jvm_vertex_with_not_cache_record_is_not_fused():
 
 # ---------------------------------------------------------------------- JSON
 def test_plan_json_is_camel_case_and_round_trips():
-    from sparkglass.runtime.plan import Plan
+    from sparkglass.runtime.contract.plan import Plan
 
     p = plan(flights(busiest_origins=EOI))
     data = p.to_json_dict()

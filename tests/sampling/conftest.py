@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from sparkglass.runtime.sampling_settings import SamplingSettings
+from sparkglass.runtime.contract.sampling_settings import SamplingSettings
 
 
 @dataclass

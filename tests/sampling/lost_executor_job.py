@@ -10,8 +10,8 @@ import signal
 import sys
 import time
 
-from sparkglass.runtime import tap
 from sparkglass.runtime.pipeline import Pipeline
+from sparkglass.runtime.sampling import jvm_transport, registry
 from sparkglass.runtime.session import spark_session
 
 _T0 = time.monotonic()
@@ -51,9 +51,9 @@ def main() -> None:
     )
     p.start()
     try:
-        coordinator = tap.coordinator_for(spark)
+        coordinator = registry.coordinator_for(spark)
         transport = coordinator.transport
-        assert isinstance(transport, tap.JvmTransport)
+        assert isinstance(transport, jvm_transport.JvmTransport)
         transport.set_liveness_ms(4000)  # the default 5 s, shortened for the test
         deadline = time.monotonic() + 120
         while True:

@@ -13,10 +13,10 @@ from typer.testing import CliRunner
 from sparkglass import __version__
 from sparkglass.cli import jar as jar_cli
 from sparkglass.cli import sample as sample_cli
-from sparkglass.runtime import jar
-from sparkglass.runtime.control import ControlEndpoint, ControlSettings
-from sparkglass.runtime.rounds import RoundCoordinator, TapInfo
-from sparkglass.runtime.sampling_settings import SamplingSettings
+from sparkglass.runtime.contract.sampling_settings import SamplingSettings
+from sparkglass.runtime.control.endpoint import ControlEndpoint, ControlSettings
+from sparkglass.runtime.sampling import jar
+from sparkglass.runtime.sampling.rounds import RoundCoordinator, TapInfo
 
 TOKEN = "cli-token"
 

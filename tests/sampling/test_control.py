@@ -8,9 +8,9 @@ import time
 import httpx
 import pytest
 
-from sparkglass.runtime.control import ControlEndpoint, ControlSettings
-from sparkglass.runtime.rounds import RoundCoordinator, TapInfo
-from sparkglass.runtime.sampling_settings import SamplingSettings, SamplingSettingsError
+from sparkglass.runtime.contract.sampling_settings import SamplingSettings, SamplingSettingsError
+from sparkglass.runtime.control.endpoint import ControlEndpoint, ControlSettings
+from sparkglass.runtime.sampling.rounds import RoundCoordinator, TapInfo
 
 TOKEN = "s3cret-token"
 

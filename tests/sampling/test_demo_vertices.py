@@ -10,8 +10,8 @@ import pytest
 
 from sparkglass.demo.flights import build_pipeline
 from sparkglass.demo.replay import FlightReplay
-from sparkglass.runtime import tap
-from sparkglass.runtime.sample_result import SampleStatus
+from sparkglass.runtime.contract.sample_result import SampleStatus
+from sparkglass.runtime.sampling import registry
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -35,7 +35,7 @@ def test_each_demo_vertex(spark, sampling_conf, tmp_path):
             assert time.monotonic() < deadline, p.progress()
             time.sleep(0.2)
         replay.start()  # keep data flowing during the rounds
-        c = tap.coordinator_for(spark)
+        c = registry.coordinator_for(spark)
         results: dict = {}
         for _attempt in range(3):  # a loaded machine may run no micro-batch in a window
             todo = [v for v in DEMO_VERTICES if v not in results]

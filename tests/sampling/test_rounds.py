@@ -6,7 +6,16 @@ import time
 
 import pytest
 
-from sparkglass.runtime.rounds import (
+from sparkglass.runtime.contract.errors import InvalidParameterError
+from sparkglass.runtime.contract.sample_result import (
+    MAX_CONCURRENT_ROUNDS,
+    ErrorCode,
+    SampledRecord,
+    SampleStatus,
+    SubtaskSamples,
+)
+from sparkglass.runtime.contract.sampling_settings import SamplingSettings, SamplingSettingsError
+from sparkglass.runtime.sampling.rounds import (
     RoundCoordinator,
     TapInfo,
     UnknownRoundError,
@@ -14,14 +23,6 @@ from sparkglass.runtime.rounds import (
     fair_truncate,
     post_filter,
 )
-from sparkglass.runtime.sample_result import (
-    MAX_CONCURRENT_ROUNDS,
-    ErrorCode,
-    SampledRecord,
-    SampleStatus,
-    SubtaskSamples,
-)
-from sparkglass.runtime.sampling_settings import SamplingSettings, SamplingSettingsError
 
 
 class Clock:
@@ -242,9 +243,9 @@ def test_post_filters(transport, make_partition):
     both = post_filter(full, 0, 3)
     assert both.total_record_count == 3 and both.samples[0].subtask_index == 0
     assert full.total_record_count == 40  # the cached result itself is untouched
-    with pytest.raises(SamplingSettingsError, match=r"maxRecords=0 .*1–5000"):
+    with pytest.raises(InvalidParameterError, match=r"maxRecords=0 .*1–5000"):
         c.round_result(rid, max_records=0)
-    with pytest.raises(SamplingSettingsError, match="subtaskIndex"):
+    with pytest.raises(InvalidParameterError, match="subtaskIndex"):
         c.data_sample("parse", subtask_index=-1)
 
 

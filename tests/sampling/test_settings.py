@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sparkglass.runtime.sampling_settings import (
+from sparkglass.runtime.contract.sampling_settings import (
     SamplingSettings,
     SamplingSettingsError,
     parse_duration_ms,

@@ -12,9 +12,9 @@ from typing import Any
 import httpx
 import pytest
 
-from sparkglass.runtime import tap
+from sparkglass.runtime.contract.sample_result import ErrorCode, SampleStatus
 from sparkglass.runtime.pipeline import Pipeline
-from sparkglass.runtime.sample_result import ErrorCode, SampleStatus
+from sparkglass.runtime.sampling import registry
 
 pytestmark = pytest.mark.spark
 
@@ -70,7 +70,7 @@ def stream(spark) -> Iterator[Pipeline]:
 
 
 def round_on(spark, vertex: str, window_ms: int | None = None, timeout: float = 30) -> Any:
-    c = tap.coordinator_for(spark)
+    c = registry.coordinator_for(spark)
     started = c.start_round(vertex, window_ms)
     assert started.status is SampleStatus.PENDING, started
     result = c.wait(started.round_id, timeout)
@@ -121,7 +121,7 @@ def test_round_returns_real_rows_of_the_vertex(spark, stream, sampling_conf):
         assert row["label"] == f"row-{row['value']}"
     assert {r.data_type for s in result.samples for r in s.records} == {PARSE_TYPE}
     # the source vertex is tapped too: its rows are the rate source's (two rounds at once)
-    both = tap.sample_vertices(spark, ["ticks", "parse"], timeout_s=30)
+    both = registry.coordinator_for(spark).sample_vertices(["ticks", "parse"], timeout_s=30)
     assert {v: r.status for v, r in both.items()} == {
         "ticks": SampleStatus.COMPLETE,
         "parse": SampleStatus.COMPLETE,
@@ -162,7 +162,7 @@ def test_record_truncation(spark, stream, sampling_conf):
 
 def test_cache_stale_and_post_filters(spark, stream, sampling_conf):
     sampling_conf(sampling_window="1s", refresh_interval="2s")
-    c = tap.coordinator_for(spark)
+    c = registry.coordinator_for(spark)
     c.clear_cache("parse")  # earlier tests' rounds filled it
     first = c.data_sample("parse")
     assert first.status is SampleStatus.PENDING
@@ -192,7 +192,7 @@ def test_too_many_concurrent_rounds(spark, sampling_conf):
     for n in names:
         p.vertex(n, "nums", lambda df: df)
         p.output(n)
-    c = tap.coordinator_for(spark)
+    c = registry.coordinator_for(spark)
     started = [c.start_round(n) for n in names[:5]]
     assert all(s.status is SampleStatus.PENDING for s in started)
     rejected = c.start_round(names[5])
@@ -214,7 +214,7 @@ def test_5000_cap_with_fair_truncation(spark, sampling_conf):
     p.source("nums", spark.range(0, 160_000, numPartitions=8))
     p.vertex("wide", "nums", lambda df: df.selectExpr("id", "id % 10 AS digit"))
     df = p.output("wide")
-    c = tap.coordinator_for(spark)
+    c = registry.coordinator_for(spark)
     rid = c.start_round("wide").round_id
     time.sleep(0.5)  # executors pick the round up within one poll (100 ms)
     df.write.format("noop").mode("overwrite").save()
@@ -239,7 +239,7 @@ def test_stopped_query_is_task_terminated(spark, sampling_conf):
     p.sink("out", "halt", lambda df: df.writeStream.format("noop"))
     p.start()
     wait_for_batches(p)
-    c = tap.coordinator_for(spark)
+    c = registry.coordinator_for(spark)
     began = time.monotonic()
     rid = c.start_round("halt").round_id
     time.sleep(1.5)
@@ -256,7 +256,7 @@ def test_disabled_through_the_endpoint(spark, stream, sampling_conf):
     p.source("nums", spark.range(0, 5))
     p.vertex("untapped", "nums", lambda df: df)
     assert "sg_gate" not in physical_plan(p.output("untapped"))
-    ep = tap.endpoint_for(spark)
+    ep = registry.endpoint_for(spark)
     assert ep is not None
     http = httpx.Client(base_url=ep.url, headers={"Authorization": f"Bearer {ep.token}"})
     assert http.get("/api/v1/vertices/untapped/data-sample").json()["status"] == "DISABLED"
@@ -267,7 +267,7 @@ def test_disabled_through_the_endpoint(spark, stream, sampling_conf):
 
 def test_endpoint_end_to_end(spark, stream, sampling_conf):
     sampling_conf(sampling_window="1s")
-    ep = tap.endpoint_for(spark)
+    ep = registry.endpoint_for(spark)
     assert ep is not None
     assert spark.conf.get("spark.sparkglass.control.url") == ep.url
     http = httpx.Client(
@@ -301,7 +301,7 @@ def test_sampling_never_fails_the_job(spark, sampling_conf):
     p.source("nums", spark.range(0, 200_000, numPartitions=4))
     p.vertex("evens", "nums", lambda df: df.where("id % 2 = 0"))
     df = p.output("evens")
-    c = tap.coordinator_for(spark)
+    c = registry.coordinator_for(spark)
     rid = c.start_round("evens").round_id
     counts: list[int] = []
     worker = threading.Thread(target=lambda: counts.append(df.count()))

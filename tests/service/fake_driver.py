@@ -1,7 +1,7 @@
 """A stand-in Spark driver control endpoint on loopback, scriptable per vertex.
 
-It speaks the contract of ``sparkglass.runtime.sample_result`` (POST a round, GET the round)
-so every status and error code can be produced on demand. The real driver endpoint is
+It speaks the contract of ``sparkglass.runtime.contract.sample_result`` (POST a round, GET the
+round) so every status and error code can be produced on demand. The real driver endpoint is
 exercised separately by ``test_real_driver.py``.
 """
 
@@ -18,7 +18,7 @@ import uvicorn
 from fastapi import FastAPI, Header, HTTPException, Request
 from fastapi.responses import JSONResponse
 
-from sparkglass.runtime.description import PipelineDescription
+from sparkglass.runtime.contract.description import PipelineDescription
 
 TOKEN = "driver-secret-token"
 

@@ -123,7 +123,7 @@ def test_driver_gone_is_internal_error(
         app = get_application(s, "local", "flights")
         assert app is not None
         vertices = app.vertices
-    from sparkglass.runtime.description import PipelineDescription
+    from sparkglass.runtime.contract.description import PipelineDescription
 
     register_local_application(
         state.sessions,

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from sparkglass.runtime.rounds import post_filter
-from sparkglass.runtime.sample_result import (
+from sparkglass.runtime.contract.sample_result import (
     DataSampleResult,
     SampledRecord,
     SampleStatus,
     SubtaskSamples,
+    post_filter,
 )
 from sparkglass.service.filters import apply_filters
 

@@ -165,7 +165,7 @@ def _validate_against_crd(obj: dict[str, Any]) -> None:
 
 async def fake_operator(k: kmock.KubernetesEmulator, sessions: Any, seen: list) -> None:
     """Plays the operator: finishes each new DataSample the way the real one would."""
-    from sparkglass.runtime.sample_result import DataSampleResult
+    from sparkglass.runtime.contract.sample_result import DataSampleResult
     from sparkglass.service.store import save_round
 
     while True:

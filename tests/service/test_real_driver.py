@@ -27,7 +27,7 @@ def demo_service(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     """The demo pipeline with sampling on, fed continuously, and the service in front of it."""
     from sparkglass.demo.flights import build_pipeline
     from sparkglass.demo.replay import FlightReplay
-    from sparkglass.runtime import tap
+    from sparkglass.runtime.sampling import registry
 
     workdir = tmp_path_factory.mktemp("demo-service")
     before = spark.conf.get(ENABLED, None)
@@ -42,7 +42,7 @@ def demo_service(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         while pipeline.progress().micro_batches < 1:
             assert time.monotonic() < deadline, "the demo stream made no progress"
             time.sleep(0.2)
-        endpoint = tap.endpoint_for(spark)
+        endpoint = registry.endpoint_for(spark)
         assert endpoint is not None, "sampling on but no control endpoint"
         service = start_local_service(
             {"flights": (endpoint.url, endpoint.token)},

@@ -8,7 +8,7 @@ import time
 import pytest
 from sqlalchemy import inspect
 
-from sparkglass.runtime.sample_result import DataSampleResult
+from sparkglass.runtime.contract.sample_result import DataSampleResult
 from sparkglass.service.retention import RetentionSweeper, sweep
 from sparkglass.service.store import (
     AuditRecord,

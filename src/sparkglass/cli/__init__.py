@@ -13,7 +13,7 @@ import typer
 from rich.console import Console
 
 from sparkglass import __version__
-from sparkglass.runtime.errors import SparkglassError
+from sparkglass.runtime.contract.errors import SparkglassError
 
 app = typer.Typer(
     name="sparkglass",

@@ -173,7 +173,7 @@ def run_demo(opts: DemoOptions) -> None:
 
 def _start_service(spark: SparkSession, port: int) -> LocalService | None:
     """Start the service in front of this driver's control endpoint; print URL and token."""
-    from sparkglass.runtime.tap import endpoint_for
+    from sparkglass.runtime.sampling.registry import endpoint_for
     from sparkglass.service.local import start_local_service
 
     endpoint = endpoint_for(spark)
@@ -261,8 +261,8 @@ SAMPLED_VERTICES = ["parse", "delays-by-carrier", "busiest-origins", "enrich-ori
 
 def _sample_when_running(spark: SparkSession, pipeline: Pipeline) -> None:
     """After the second micro-batch: one sampling round per demo vertex, printed as tables."""
-    from sparkglass.runtime.sample_result import SampleStatus
-    from sparkglass.runtime.tap import endpoint_for, sample_vertices
+    from sparkglass.runtime.contract.sample_result import SampleStatus
+    from sparkglass.runtime.sampling.registry import coordinator_for, endpoint_for
 
     while (progress := pipeline.progress()).micro_batches < 2:
         if progress.failed or progress.active_queries == 0:
@@ -276,11 +276,11 @@ def _sample_when_running(spark: SparkSession, pipeline: Pipeline) -> None:
             highlight=False,
         )
     try:
-        samples = sample_vertices(spark, SAMPLED_VERTICES, timeout_s=60)
+        samples = coordinator_for(spark).sample_vertices(SAMPLED_VERTICES, timeout_s=60)
         # A vertex whose query ran no micro-batch in the window answers NO_DATA: once more.
         empty = [v for v, r in samples.items() if r.status is SampleStatus.NO_DATA]
         if empty and pipeline.progress().active_queries:
-            samples.update(sample_vertices(spark, empty, timeout_s=60))
+            samples.update(coordinator_for(spark).sample_vertices(empty, timeout_s=60))
     except Exception as exc:
         console.print(f"[yellow]no samples: {exc}[/]")
         return

@@ -35,7 +35,7 @@ def register(app: typer.Typer) -> None:
 def build(
     out: Path = typer.Option(..., "-o", "--output", help="Where to write the jar."),
 ) -> None:
-    from sparkglass.runtime.jar import PLUGIN_CLASS, build_jar
+    from sparkglass.runtime.sampling.jar import PLUGIN_CLASS, build_jar
 
     path = build_jar(out)
     typer.echo(f"{path}  (plugin class {PLUGIN_CLASS})")

@@ -20,8 +20,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from sparkglass.runtime.description import PipelineDescription, VertexAttributes
-from sparkglass.runtime.plan import Plan
+from sparkglass.runtime.contract.description import PipelineDescription, VertexAttributes
+from sparkglass.runtime.contract.plan import Plan
 
 console = Console()
 if not console.is_terminal:
@@ -110,8 +110,8 @@ def _local_spark() -> object:
 
 
 def _plan_of(obj: object, overrides: str | None) -> Plan | None:
+    from sparkglass.runtime.contract.planner import plan
     from sparkglass.runtime.pipeline import Pipeline
-    from sparkglass.runtime.planner import plan
 
     if isinstance(obj, Plan):
         return obj

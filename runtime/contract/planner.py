@@ -25,16 +25,20 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .attributes import AttributeOverride, apply_overrides, parse_overrides
-from .description import (
+from sparkglass.runtime.contract.attributes import (
+    AttributeOverride,
+    apply_overrides,
+    parse_overrides,
+)
+from sparkglass.runtime.contract.description import (
     PipelineDescription,
     VertexAttributes,
     VertexDescription,
     VertexKind,
     topological_order,
 )
-from .errors import PlanError
-from .plan import (
+from sparkglass.runtime.contract.errors import PlanError
+from sparkglass.runtime.contract.plan import (
     EdgeKind,
     FusionGroup,
     Optimizations,

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from pyspark.sql import DataFrame
 
-from .errors import PlanError
+from sparkglass.runtime.contract.errors import PlanError
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """The driver control endpoint: a small HTTP server in the Spark driver.
 
 The service and the operator start sampling rounds and read their results through it; the
-routes are the contract in :mod:`sparkglass.runtime.sample_result` (plus ``GET
+routes are the contract in :mod:`sparkglass.runtime.contract.sample_result` (plus ``GET
 /api/v1/vertices``, the vertex names). Every route but ``/healthz`` needs
 ``Authorization: Bearer <token>`` (compared in constant time); a missing or wrong token gets
 401. Bad parameters get 400 with ``{"error": ..., "field": ...}`` naming the field and its
@@ -35,9 +35,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from .rounds import RoundCoordinator, UnknownRoundError, UnknownVertexError
-from .sample_result import DataSampleResult, ErrorCode, SampleStatus
-from .sampling_settings import SamplingSettingsError, parse_duration_ms
+from sparkglass.runtime.contract.errors import InvalidParameterError
+from sparkglass.runtime.contract.sample_result import DataSampleResult, ErrorCode, SampleStatus
+from sparkglass.runtime.contract.sampling_settings import SamplingSettingsError, parse_duration_ms
+from sparkglass.runtime.sampling.rounds import (
+    RoundCoordinator,
+    UnknownRoundError,
+    UnknownVertexError,
+)
 
 log = logging.getLogger(__name__)
 
@@ -209,7 +214,7 @@ class _Handler(BaseHTTPRequestHandler):
             status, body = self._route(method, path, query)
         except _BadRequest as exc:
             status, body = HTTPStatus.BAD_REQUEST, {"error": str(exc), "field": exc.field}
-        except SamplingSettingsError as exc:
+        except InvalidParameterError as exc:
             status, body = HTTPStatus.BAD_REQUEST, {"error": str(exc), "field": exc.field}
         except UnknownVertexError as exc:
             status, body = HTTPStatus.NOT_FOUND, {"error": str(exc), "vertices": exc.known}

@@ -30,8 +30,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from .errors import SparkglassError
-from .sample_result import (
+from sparkglass.runtime.contract.errors import SparkglassError
+from sparkglass.runtime.contract.sample_result import (
     MAX_CONCURRENT_ROUNDS,
     MAX_RECORDS_PER_RESPONSE,
     DataSampleResult,
@@ -41,8 +41,13 @@ from .sample_result import (
     SubtaskSamples,
     fair_truncate,
     post_filter,
+    validate_post_filter,
 )
-from .sampling_settings import SamplingSettings, SamplingSettingsError, format_duration_ms
+from sparkglass.runtime.contract.sampling_settings import (
+    SamplingSettings,
+    SamplingSettingsError,
+    format_duration_ms,
+)
 
 log = logging.getLogger(__name__)
 
@@ -117,22 +122,6 @@ class _Round:
 class _Cached:
     result: DataSampleResult
     completed: float
-
-
-def check_query(
-    subtask_index: int | None, max_records: int | None
-) -> tuple[int | None, int | None]:
-    """Validate the post-filter parameters; raises :class:`SamplingSettingsError`."""
-    if subtask_index is not None and subtask_index < 0:
-        raise SamplingSettingsError(
-            f"subtaskIndex={subtask_index} is out of range: allowed 0 or more", field="subtaskIndex"
-        )
-    if max_records is not None and not 1 <= max_records <= MAX_RECORDS_PER_RESPONSE:
-        raise SamplingSettingsError(
-            f"maxRecords={max_records} is out of range: allowed 1–{MAX_RECORDS_PER_RESPONSE}",
-            field="maxRecords",
-        )
-    return subtask_index, max_records
 
 
 class RoundCoordinator:
@@ -265,7 +254,7 @@ class RoundCoordinator:
 
         Raises :class:`UnknownRoundError`.
         """
-        check_query(subtask_index, max_records)
+        validate_post_filter(subtask_index, max_records)
         with self._lock:
             if round_id in self._running:
                 return DataSampleResult(status=SampleStatus.PENDING, round_id=round_id)
@@ -283,6 +272,25 @@ class RoundCoordinator:
                 return result
             time.sleep(0.05)
 
+    def sample_vertices(
+        self, vertices: list[str], timeout_s: float = 60.0
+    ) -> dict[str, DataSampleResult]:
+        """One round on each of ``vertices`` (at most 5 at a time); their results by vertex.
+
+        Blocks up to ``timeout_s`` per batch of 5 (for displays such as the demo's).
+        Raises :class:`UnknownVertexError` for a bad name.
+        """
+        results: dict[str, DataSampleResult] = {}
+        for i in range(0, len(vertices), MAX_CONCURRENT_ROUNDS):
+            batch = vertices[i : i + MAX_CONCURRENT_ROUNDS]
+            started = {v: self.start_round(v) for v in batch}
+            for v, s in started.items():
+                if s.status is SampleStatus.PENDING and s.round_id is not None:
+                    results[v] = self.wait(s.round_id, timeout_s)
+                else:
+                    results[v] = s
+        return results
+
     def data_sample(
         self, vertex: str, subtask_index: int | None = None, max_records: int | None = None
     ) -> DataSampleResult:
@@ -292,7 +300,7 @@ class RoundCoordinator:
         ``stale=true``, else ``PENDING``. A result younger than ``refresh-interval``: it.
         An older one: starts a new round and answers the old one with ``stale=true``.
         """
-        check_query(subtask_index, max_records)
+        validate_post_filter(subtask_index, max_records)
         settings = self._settings()
         with self._lock:
             self._require_vertex(vertex)

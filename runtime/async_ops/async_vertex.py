@@ -6,8 +6,8 @@ requests of one task outstanding at a time. It is a ``mapInArrow`` over the inpu
 
 - **One event loop per Python worker**, in a daemon thread, reused by every task the
   worker runs (PySpark reuses workers), and so are the resources ``fn`` opens
-  (:class:`~sparkglass.runtime.worker_loop.AsyncFunction`, e.g. one
-  ``aiohttp.ClientSession`` per worker; see :mod:`sparkglass.runtime.worker_loop`).
+  (:class:`~sparkglass.runtime.async_ops.worker_loop.AsyncFunction`, e.g. one
+  ``aiohttp.ClientSession`` per worker; see :mod:`sparkglass.runtime.async_ops.worker_loop`).
 - **Back-pressure**: the task thread hands each input Arrow batch to the loop and reads
   the next one only when every record so far has started and a slot is free. The loop
   starts a waiting record the moment a slot frees, so slots never wait for the task
@@ -47,9 +47,19 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pyspark.sql import DataFrame
 from pyspark.sql.types import StructType
 
-from .async_errors import AsyncConfigError, AsyncRequestError, AsyncTimeoutError
-from .retry import NO_RETRY, Attempts, RetryStrategy, call_with_retry, validation_message
-from .worker_loop import AsyncFunction, opened_function, worker_loop
+from sparkglass.runtime.async_ops.errors import (
+    AsyncConfigError,
+    AsyncRequestError,
+    AsyncTimeoutError,
+)
+from sparkglass.runtime.async_ops.retry import (
+    NO_RETRY,
+    Attempts,
+    RetryStrategy,
+    call_with_retry,
+    validation_message,
+)
+from sparkglass.runtime.async_ops.worker_loop import AsyncFunction, opened_function, worker_loop
 
 __all__ = [
     "AsyncFunction",

@@ -11,6 +11,18 @@ class SparkglassError(Exception):
     """Base class of every error sparkglass raises on purpose."""
 
 
+class InvalidParameterError(SparkglassError, ValueError):
+    """A request parameter or setting is malformed or out of range.
+
+    ``field`` is the offending name as the caller wrote it (``maxRecords``,
+    ``spark.sparkglass.sampling.timeout``); the message names it and the allowed range.
+    """
+
+    def __init__(self, message: str, *, field: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
 class PipelineError(SparkglassError):
     """The pipeline graph is malformed.
 
@@ -38,5 +50,12 @@ class PlanError(SparkglassError):
         self.source = source
 
 
+#: What to do when no usable Java is found (Spark and ``javac`` need 17+).
+JAVA_FIX = (
+    "install a Java 17+ runtime (Debian/Ubuntu: `apt-get install openjdk-17-jre-headless`) "
+    "or set JAVA_HOME to one"
+)
+
+
 class JavaNotFoundError(SparkglassError):
-    """No usable Java runtime: Spark cannot start."""
+    """No usable Java runtime: Spark cannot start (the message ends with :data:`JAVA_FIX`)."""

@@ -26,7 +26,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
-from .errors import SparkglassError
+from sparkglass.runtime.contract.errors import InvalidParameterError
 
 PREFIX = "spark.sparkglass.sampling."
 
@@ -34,12 +34,8 @@ _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|sec|m|min|h)?\s*$", re.IGNO
 _UNIT_MS = {"ms": 1, "s": 1000, "sec": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000}
 
 
-class SamplingSettingsError(SparkglassError, ValueError):
+class SamplingSettingsError(InvalidParameterError):
     """A sampling setting is malformed or out of range; ``field`` is the offending name."""
-
-    def __init__(self, message: str, *, field: str) -> None:
-        super().__init__(message)
-        self.field = field
 
 
 def parse_duration_ms(text: str | int | float, *, field: str) -> int:

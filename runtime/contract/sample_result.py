@@ -36,6 +36,8 @@ from enum import StrEnum
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+from sparkglass.runtime.contract.errors import InvalidParameterError
+
 #: Hard caps (DESIGN.md): records per response, concurrent rounds per application,
 #: records per subtask buffer.
 MAX_RECORDS_PER_RESPONSE = 5000
@@ -134,6 +136,26 @@ def fair_truncate(samples: list[SubtaskSamples], cap: int) -> tuple[list[Subtask
         for s, q in zip(samples, quotas, strict=True)
     ]
     return cut, True
+
+
+def validate_post_filter(
+    subtask_index: int | None, max_records: int | None
+) -> tuple[int | None, int | None]:
+    """Check the ``subtaskIndex`` (0 or more) and ``maxRecords`` (1–5000) query parameters.
+
+    Raises :class:`~sparkglass.runtime.contract.errors.InvalidParameterError` naming the
+    parameter and its allowed range.
+    """
+    if subtask_index is not None and subtask_index < 0:
+        raise InvalidParameterError(
+            f"subtaskIndex={subtask_index} is out of range: allowed 0 or more", field="subtaskIndex"
+        )
+    if max_records is not None and not 1 <= max_records <= MAX_RECORDS_PER_RESPONSE:
+        raise InvalidParameterError(
+            f"maxRecords={max_records} is out of range: allowed 1–{MAX_RECORDS_PER_RESPONSE}",
+            field="maxRecords",
+        )
+    return subtask_index, max_records
 
 
 def post_filter(

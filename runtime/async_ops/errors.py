@@ -8,7 +8,7 @@ committed offsets (nothing in flight is ever stored, so nothing else can recover
 
 from __future__ import annotations
 
-from .errors import SparkglassError
+from sparkglass.runtime.contract.errors import SparkglassError
 
 
 class AsyncConfigError(SparkglassError, ValueError):

@@ -15,7 +15,7 @@ from enum import StrEnum
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-from .errors import PipelineError
+from sparkglass.runtime.contract.errors import PipelineError
 
 #: Attribute set on a vertex function by the attribute decorators (a VertexAttributes).
 ATTRIBUTES_ATTR = "__sparkglass_attributes__"

@@ -39,7 +39,7 @@ from typing import Any
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from .errors import PlanError
+from sparkglass.runtime.contract.errors import PlanError
 
 log = logging.getLogger(__name__)
 

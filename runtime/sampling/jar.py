@@ -26,14 +26,12 @@ import platformdirs
 import pyspark
 
 from sparkglass import __version__
-
-from .errors import SparkglassError
-from .session import JAVA_FIX
+from sparkglass.runtime.contract.errors import JAVA_FIX, SparkglassError
 
 log = logging.getLogger(__name__)
 
 #: Where the Java source lives (shipped as package data).
-JAVA_SOURCE_ROOT = Path(__file__).parent / "jvm"
+JAVA_SOURCE_ROOT = Path(__file__).parents[1] / "jvm"
 #: The plugin class to name in ``spark.plugins``.
 PLUGIN_CLASS = "io.sparkglass.sampling.SamplingPlugin"
 #: Java release the classes target (Spark 4 needs 17).

@@ -1,7 +1,7 @@
 """Vertex attributes: the decorators and the per-vertex overrides (the parsing stage).
 
 A vertex function can declare what it does with its data (the FLIP ProcessFunction
-attributes), and the planner (:mod:`sparkglass.runtime.planner`) uses that to schedule and
+attributes), and the planner (:mod:`sparkglass.runtime.contract.planner`) uses that to schedule and
 execute the pipeline better while results stay the same::
 
     @no_output_until_end_of_input
@@ -39,14 +39,14 @@ from typing import Any, TypeVar, overload
 import yaml
 from pydantic import ValidationError
 
-from .description import (
+from sparkglass.runtime.contract.description import (
     ATTRIBUTES_ATTR,
     IdempotentAttribute,
     PipelineDescription,
     VertexAttributes,
     VertexKind,
 )
-from .errors import PlanError
+from sparkglass.runtime.contract.errors import PlanError
 
 F = TypeVar("F", bound=Callable[..., Any])
 

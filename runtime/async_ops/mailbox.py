@@ -15,7 +15,7 @@ import queue
 import threading
 from collections.abc import Callable
 
-from .async_errors import WriterInterruptedError
+from sparkglass.runtime.async_ops.errors import WriterInterruptedError
 
 Action = Callable[[], None]
 

@@ -44,10 +44,14 @@ from typing import Any, Generic, TypeVar
 
 from pyspark.sql import DataFrame, Row
 
-from .async_errors import AsyncConfigError, AsyncRequestError, AsyncTimeoutError
-from .mailbox import MailboxExecutor
-from .retry import NO_RETRY, RetryStrategy
-from .worker_loop import worker_loop
+from sparkglass.runtime.async_ops.errors import (
+    AsyncConfigError,
+    AsyncRequestError,
+    AsyncTimeoutError,
+)
+from sparkglass.runtime.async_ops.mailbox import MailboxExecutor
+from sparkglass.runtime.async_ops.retry import NO_RETRY, RetryStrategy
+from sparkglass.runtime.async_ops.worker_loop import worker_loop
 
 T = TypeVar("T")
 
@@ -99,7 +103,7 @@ class AsyncSinkWriter(ABC, Generic[T]):
     """Bounded asynchronous writes with back-pressure (see the module docstring).
 
     ``capacity``: sends in flight at most (1–100000). ``retry``: a strategy of
-    :mod:`sparkglass.runtime.retry`. ``timeout_s``: seconds per element, retries
+    :mod:`sparkglass.runtime.async_ops.retry`. ``timeout_s``: seconds per element, retries
     included. Raises :class:`AsyncConfigError` for a bad parameter. Use one writer per
     task, from the task thread.
     """

@@ -2,8 +2,9 @@
 
 This is the shape the operator writes into a ``SparkApplication``'s status (resolved
 vertices with adjusted attributes and edge kinds) and the web UI draws; ``sparkglass plan``
-prints it. It is computed from a :class:`~sparkglass.runtime.description.PipelineDescription`
-alone (no Spark), by :func:`sparkglass.runtime.planner.plan`.
+prints it. It is computed from a
+:class:`~sparkglass.runtime.contract.description.PipelineDescription`
+alone (no Spark), by :func:`sparkglass.runtime.contract.planner.plan`.
 
 Example (abridged)::
 
@@ -25,7 +26,7 @@ from enum import StrEnum
 
 from pydantic import Field
 
-from .description import CamelModel, VertexAttributes, VertexKind
+from sparkglass.runtime.contract.description import CamelModel, VertexAttributes, VertexKind
 
 
 class EdgeKind(StrEnum):

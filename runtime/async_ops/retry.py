@@ -28,7 +28,7 @@ from typing import Any, ClassVar, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from .async_errors import AsyncConfigError
+from sparkglass.runtime.async_ops.errors import AsyncConfigError
 
 T = TypeVar("T")
 ResultPredicate = Callable[[Any], bool]

@@ -1,0 +1,76 @@
+"""The Py4J bridge from the round coordinator to the sampling plugin's driver half.
+
+The JVM half (``runtime/jvm``, ``io.sparkglass.sampling``) keeps per-round state on the
+driver and hears from executors through Spark's plugin RPC; :class:`JvmTransport` is the
+:class:`~sparkglass.runtime.sampling.rounds.RoundTransport` that calls it from Python.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pyspark.sql import SparkSession
+
+from sparkglass.runtime.contract.sampling_settings import SamplingSettings
+
+#: The Java package of the JVM half.
+JVM_PACKAGE = "io.sparkglass.sampling"
+
+
+class JvmTransport:
+    """:class:`~sparkglass.runtime.sampling.rounds.RoundTransport` over the driver plugin (Py4J)."""
+
+    def __init__(self, spark: SparkSession) -> None:
+        self._spark = spark
+        jvm = spark._jvm
+        assert jvm is not None
+        self._driver: Any = getattr(jvm, f"{JVM_PACKAGE}.SamplingDriver")
+        self._udfs: Any = getattr(jvm, f"{JVM_PACKAGE}.TapUdfs")
+
+    def available(self) -> bool:
+        """True when the driver plugin runs (``spark.plugins`` named it at startup)."""
+        try:
+            return bool(self._driver.isActive())
+        except Exception:  # the class is not on the driver classpath
+            return False
+
+    def application_start_ms(self) -> int:
+        """SparkContext start time, ms since the epoch."""
+        return int(self._driver.applicationStartMs())
+
+    def register_udfs(self, tap_key: str, gate: str, capture: str) -> None:
+        """Register the tap's gate and capture UDFs in this session."""
+        self._udfs.register(self._spark._jsparkSession, tap_key, gate, capture)
+
+    def start_round(
+        self, round_id: str, tap_key: str, settings: SamplingSettings, window_ms: int
+    ) -> None:
+        self._driver.startRound(
+            round_id,
+            tap_key,
+            window_ms,
+            settings.max_sample_rate,
+            settings.max_record_length,
+            settings.tostring_budget_ms,
+        )
+
+    def round_status(self, round_id: str) -> dict[str, Any]:
+        return dict(json.loads(self._driver.roundStatus(round_id)))
+
+    def round_reports(self, round_id: str) -> dict[str, list[dict[str, Any]]]:
+        return dict(json.loads(self._driver.roundReports(round_id))["reports"])
+
+    def cancel_round(self, round_id: str) -> None:
+        self._driver.cancelRound(round_id)
+
+    def forget_round(self, round_id: str) -> None:
+        self._driver.forgetRound(round_id)
+
+    def executors(self) -> dict[str, dict[str, int]]:
+        """Executors that polled the driver: id → ``{"pid", "silentMs"}``."""
+        return dict(json.loads(self._driver.executors()))
+
+    def set_liveness_ms(self, ms: int) -> None:
+        """How long an executor may stay silent before it counts as lost."""
+        self._driver.setLivenessMs(ms)

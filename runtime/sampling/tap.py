@@ -1,0 +1,102 @@
+"""Installing the sampling tap at a vertex output.
+
+With ``spark.sparkglass.sampling.enabled=true``, :func:`install_tap` adds to a vertex's
+DataFrame the filter ::
+
+    CASE WHEN sg_gate_N() THEN sg_capture_N(to_json(struct(*), map('ignoreNullFields', 'false')))
+    ELSE true END
+
+whose two JVM UDFs (``runtime/jvm``, registered nondeterministic so the optimizer never
+folds or moves them) cost one volatile read per row when no round runs, render a row with
+``to_json`` only when the gate admitted it, and always keep the row (forward-first). With
+sampling disabled nothing is added: the physical plan is exactly the vertex's own.
+
+The taps of an application share its coordinator and control endpoint
+(:class:`~sparkglass.runtime.sampling.registry.SamplingApplication`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import uuid
+from collections.abc import Callable
+from typing import Protocol
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from sparkglass.runtime.contract.sampling_settings import settings_from_spark
+from sparkglass.runtime.sampling.registry import REGISTRY, AttachedPipeline
+from sparkglass.runtime.sampling.rounds import TapInfo
+
+log = logging.getLogger(__name__)
+
+#: Prefixes of the per-tap UDF names (they show in the physical plan).
+GATE_PREFIX = "sg_gate_"
+CAPTURE_PREFIX = "sg_capture_"
+
+_udf_counter = itertools.count(1)
+
+
+class TappedPipeline(AttachedPipeline, Protocol):
+    """What a tap needs of its pipeline: a name, a description and whether it runs."""
+
+    def queries_running(self) -> bool | None: ...
+
+
+def tap_expression(gate: str, capture: str) -> str:
+    """The SQL filter condition of a tap (always true; see module docstring)."""
+    # ignoreNullFields=false: a sampled record shows every column, null ones included.
+    return (
+        f"CASE WHEN {gate}() THEN "
+        f"{capture}(to_json(struct(*), map('ignoreNullFields', 'false'))) ELSE true END"
+    )
+
+
+def install_tap(pipeline: TappedPipeline, vertex: str, df: DataFrame) -> DataFrame:
+    """Return ``df`` with a tap at its output when sampling is enabled, else ``df`` itself.
+
+    Also makes sure the application's coordinator and control endpoint run and know this
+    pipeline. Raises :class:`~sparkglass.runtime.sampling.registry.SamplingUnavailableError`
+    (plugin missing) and
+    :class:`~sparkglass.runtime.contract.sampling_settings.SamplingSettingsError` (bad conf).
+    """
+    spark = df.sparkSession
+    settings = settings_from_spark(spark)
+    if not settings.enabled:
+        if control_enabled(spark):
+            REGISTRY.attach(pipeline, spark).coordinator.register_vertices([vertex])
+        return df
+    app = REGISTRY.application(spark)
+    app.require_plugin()
+    REGISTRY.attach(pipeline, spark)
+    n = next(_udf_counter)
+    gate, capture = f"{GATE_PREFIX}{n}", f"{CAPTURE_PREFIX}{n}"
+    tap_key = f"{pipeline.name}/{vertex}/{uuid.uuid4().hex[:12]}"
+    app.transport.register_udfs(tap_key, gate, capture)
+    try:
+        tapped = df.filter(F.expr(tap_expression(gate, capture)))
+    except Exception as exc:  # never break the pipeline for sampling
+        log.warning("cannot tap vertex %s (%s); it will not be sampleable", vertex, exc)
+        return df
+    is_running: Callable[[], bool | None] = pipeline.queries_running
+    app.coordinator.register_tap(
+        TapInfo(
+            vertex=vertex,
+            tap_key=tap_key,
+            data_type=df.schema.simpleString(),
+            is_running=is_running,
+        )
+    )
+    return tapped
+
+
+def control_enabled(spark: SparkSession) -> bool:
+    """``spark.sparkglass.control.enabled=true``: serve the endpoint even with sampling off."""
+    return str(spark.conf.get("spark.sparkglass.control.enabled", "false")).lower() == "true"
+
+
+def detach(pipeline: AttachedPipeline, spark: SparkSession) -> None:
+    """The pipeline stopped: stop the endpoint when no attached pipeline is left."""
+    REGISTRY.detach(pipeline, spark)
