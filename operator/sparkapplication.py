@@ -46,7 +46,7 @@ from .driver_state import (
     state_of,
 )
 from .metrics import APPLICATION_TRANSITIONS, DRIVER_PODS_CREATED, RECONCILES
-from .planning import InvalidPipeline, resolve
+from .pipeline_status import InvalidPipeline, resolve
 from .specs import SparkApplicationSpec
 
 log = structlog.get_logger(__name__)

@@ -54,9 +54,13 @@ from sparkglass.runtime.contract.description import (
 from sparkglass.runtime.contract.errors import PipelineError
 from sparkglass.runtime.contract.plan import Optimizations, Plan
 from sparkglass.runtime.contract.planner import plan as plan_pipeline
-from sparkglass.runtime.planning.fusion import ArrowBatchFunction, ArrowVertexFunction, run_fused
-from sparkglass.runtime.planning.latest_per_key import latest_per_key
-from sparkglass.runtime.planning.materialize import materialize
+from sparkglass.runtime.optimizations.fusion import (
+    ArrowBatchFunction,
+    ArrowVertexFunction,
+    run_fused,
+)
+from sparkglass.runtime.optimizations.latest_per_key import latest_per_key
+from sparkglass.runtime.optimizations.materialize import materialize
 from sparkglass.runtime.sampling.tap import detach, install_tap
 
 VertexFunction = Callable[..., DataFrame]
@@ -244,7 +248,7 @@ class Pipeline:
         ``fn`` maps a ``pyarrow.RecordBatch`` to one with the columns of ``schema`` (a
         ``StructType`` or DDL string); it runs on the executors through ``mapInArrow``.
         Adjacent Python batch vertices that both declare ``not_cache_record`` run fused in
-        one Python pass (:mod:`sparkglass.runtime.planning.fusion`). Attributes come from
+        one Python pass (:mod:`sparkglass.runtime.optimizations.fusion`). Attributes come from
         ``attributes`` or the decorators on ``fn``. Returns ``name``.
         """
         declared = attributes or attributes_of(fn)

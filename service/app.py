@@ -34,8 +34,8 @@ from .kube import make_api_client
 from .metrics import ServiceMetrics
 from .retention import RetentionSweeper
 from .routers import applications, audit, operations, samples
-from .sampling import SampleCoordinator
 from .settings import AuthMode, ExecutionMode, Settings
+from .shared_rounds import SharedRounds
 from .state import ServiceState
 from .store import open_store, repository
 
@@ -133,7 +133,7 @@ def build_state(
             executor = LocalDriverExecutor()
     if settings.execution_mode is ExecutionMode.KUBERNETES and api_client is not None:
         catalog = KubernetesCatalog(api_client, sessions)
-    coordinator = SampleCoordinator(sessions, executor, settings, metrics)
+    coordinator = SharedRounds(sessions, executor, settings, metrics)
     return ServiceState(
         settings=settings,
         sessions=sessions,

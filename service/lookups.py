@@ -21,14 +21,27 @@ def refresh_catalog(state: ServiceState, namespace: str, name: str | None = None
         raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, detail=str(exc)) from None
 
 
-def find_application(
-    state: ServiceState, session: Session, namespace: str, name: str
+def application_or_404(
+    state: ServiceState, namespace: str, name: str, session: Session | None = None
 ) -> Application:
-    """The application or 404 naming the applications of ``namespace`` (rows are cached for
-    a couple of seconds, see :mod:`.app_cache`)."""
+    """The application or 404 naming the applications of ``namespace``.
+
+    Rows are cached for a couple of seconds (:mod:`.app_cache`); a store session is opened
+    only on a cache miss when none is given (the poll's hot path: no session, no thread-pool
+    hop for a dependency).
+    """
     cached = state.applications.get(namespace, name)
     if cached is not None:
         return cached
+    if session is None:
+        with state.sessions() as own:
+            return _load_application(state, own, namespace, name)
+    return _load_application(state, session, namespace, name)
+
+
+def _load_application(
+    state: ServiceState, session: Session, namespace: str, name: str
+) -> Application:
     refresh_catalog(state, namespace, name)
     app = repository.get_application(session, namespace, name)
     if app is not None:
@@ -43,17 +56,7 @@ def find_application(
     return app
 
 
-def lookup_application(state: ServiceState, namespace: str, name: str) -> Application:
-    """:func:`find_application` opening a store session only on a cache miss (the poll's
-    hot path: no session, no thread-pool hop for a dependency)."""
-    cached = state.applications.get(namespace, name)
-    if cached is not None:
-        return cached
-    with state.sessions() as session:
-        return find_application(state, session, namespace, name)
-
-
-def check_vertex(app: Application, vertex: str) -> None:
+def vertex_or_404(app: Application, vertex: str) -> None:
     """404 naming the application's vertices unless ``vertex`` is one of them."""
     names = [v.name for v in app.vertices]
     if vertex not in names:

@@ -12,8 +12,8 @@ from .auth import Authenticator, Principal
 from .auth.cache import TTLCache
 from .catalog import KubernetesCatalog
 from .metrics import ServiceMetrics
-from .sampling import SampleCoordinator
 from .settings import Settings
+from .shared_rounds import SharedRounds
 
 
 @dataclass
@@ -23,7 +23,7 @@ class ServiceState:
     settings: Settings
     sessions: sessionmaker[Session]
     authenticator: Authenticator
-    coordinator: SampleCoordinator
+    coordinator: SharedRounds
     audit: AuditWriter
     metrics: ServiceMetrics
     catalog: KubernetesCatalog | None = None

@@ -111,6 +111,10 @@ class DataSampleResult(_Model):
     failed_subtasks: list[int] = Field(default_factory=list)
     samples: list[SubtaskSamples] = Field(default_factory=list)
 
+    def record_count(self) -> int:
+        """How many records this result carries (after any post-filter)."""
+        return sum(len(s.records) for s in self.samples)
+
 
 # The query parameters are post-filters on a cached result, and the driver and the service
 # must cut the same way: one implementation, here with the contract.

@@ -7,7 +7,7 @@ from fastapi import APIRouter, HTTPException, Response, status
 from ..auth import Permission
 from ..catalog import CatalogError, register_local_application
 from ..dependencies import AdminDep, PrincipalDep, ReaderDep, SessionDep, StateDep, check
-from ..lookups import find_application, refresh_catalog
+from ..lookups import application_or_404, refresh_catalog
 from ..schemas import (
     ApplicationDetail,
     ApplicationSummary,
@@ -67,7 +67,7 @@ def get_application(
     namespace: str, application: str, state: StateDep, session: SessionDep, _: ReaderDep
 ) -> ApplicationDetail:
     """One application with its vertices (attributes) and edges (``pipelined``/``blocking``)."""
-    return application_detail(find_application(state, session, namespace, application))
+    return application_detail(application_or_404(state, namespace, application, session))
 
 
 @router.put(
@@ -96,7 +96,7 @@ def register_application(
     except CatalogError as exc:
         raise HTTPException(status.HTTP_502_BAD_GATEWAY, detail=str(exc)) from None
     state.applications.invalidate(namespace, application)
-    return application_detail(find_application(state, session, namespace, application))
+    return application_detail(application_or_404(state, namespace, application, session))
 
 
 @router.delete(
@@ -108,7 +108,7 @@ def delete_application(
     namespace: str, application: str, state: StateDep, session: SessionDep, _: AdminDep
 ) -> Response:
     """Forget an application with its rounds and records (admin)."""
-    app = find_application(state, session, namespace, application)
+    app = application_or_404(state, namespace, application, session)
     with state.sessions.begin() as writer:
         repository.delete_application(writer, namespace, application)
     state.coordinator.forget(app.id)

@@ -8,7 +8,11 @@ from typing import Annotated
 from fastapi import APIRouter, HTTPException, Query, Response, status
 from fastapi.concurrency import run_in_threadpool
 
-from sparkglass.runtime.contract.sample_result import MAX_RECORDS_PER_RESPONSE, DataSampleResult
+from sparkglass.runtime.contract.sample_result import (
+    MAX_RECORDS_PER_RESPONSE,
+    DataSampleResult,
+    post_filter,
+)
 
 from ..auth import Permission
 from ..dependencies import (
@@ -20,9 +24,8 @@ from ..dependencies import (
     authorized_principal,
     check,
 )
-from ..filters import apply_filters, record_count
-from ..lookups import check_vertex, find_application, lookup_application
-from ..sampling import PollAnswer, TriggerForbiddenError
+from ..lookups import application_or_404, vertex_or_404
+from ..shared_rounds import PollAnswer, TriggerForbiddenError
 from ..schemas import ErrorBody, RoundSummary, round_summary
 from ..store import repository
 from ..store.repository import AuditRecord
@@ -88,8 +91,8 @@ async def data_sample(
     principal = await authorized_principal(state, credentials, namespace, Permission.READ)
     app = state.applications.get(namespace, application)
     if app is None:
-        app = await run_in_threadpool(lookup_application, state, namespace, application)
-    check_vertex(app, vertex)
+        app = await run_in_threadpool(application_or_404, state, namespace, application)
+    vertex_or_404(app, vertex)
     fresh = state.coordinator.fresh_answer(app, vertex)
     answer: PollAnswer
     if fresh is not None:
@@ -111,7 +114,7 @@ async def data_sample(
         body = state.coordinator.render(result)
     else:
         result = await run_in_threadpool(
-            apply_filters, answer.result, subtask_index=subtask_index, max_records=max_records
+            post_filter, answer.result, subtask_index, max_records
         )
         body = result.model_dump_json(by_alias=True).encode()
     state.audit.record(
@@ -122,7 +125,7 @@ async def data_sample(
             application=application,
             vertex=vertex,
             round_id=answer.started_round or result.round_id,
-            record_count=record_count(result),
+            record_count=result.record_count(),
             status=result.status.value,
             at=repository.now_ms(),
         )
@@ -141,8 +144,8 @@ def round_history(
     limit: Annotated[int, Query(ge=1, le=500, description="Most rounds to list (1-500).")] = 50,
 ) -> list[RoundSummary]:
     """The vertex's rounds, newest first (no records)."""
-    app = find_application(state, session, namespace, application)
-    check_vertex(app, vertex)
+    app = application_or_404(state, namespace, application, session)
+    vertex_or_404(app, vertex)
     return [round_summary(r) for r in repository.list_rounds(session, app.id, vertex, limit=limit)]
 
 
@@ -158,16 +161,14 @@ def round_result(
     max_records: MaxRecords = None,
 ) -> Response:
     """One round's full stored result (the ``resultsURL`` of a DataSample)."""
-    app = find_application(state, session, namespace, application)
+    app = application_or_404(state, namespace, application, session)
     row = repository.get_round(session, round_id)
     if row is None or row.application_id != app.id:
         raise HTTPException(
             status.HTTP_404_NOT_FOUND,
             detail=f"no round {round_id!r} in application {application!r}",
         )
-    result = apply_filters(
-        repository.load_result(session, row), subtask_index=subtask_index, max_records=max_records
-    )
+    result = post_filter(repository.load_result(session, row), subtask_index, max_records)
     state.audit.record(
         AuditRecord(
             actor=principal.user,
@@ -176,7 +177,7 @@ def round_result(
             application=application,
             vertex=row.vertex,
             round_id=row.id,
-            record_count=record_count(result),
+            record_count=result.record_count(),
             status=result.status.value,
             at=repository.now_ms(),
         )

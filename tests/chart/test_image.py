@@ -397,7 +397,7 @@ def test_build_context_makes_a_complete_wheel(tmp_path: Path) -> None:
         "sparkglass/runtime/contract/sample_result.py",
         "sparkglass/runtime/control/endpoint.py",
         "sparkglass/runtime/async_ops/async_vertex.py",
-        "sparkglass/runtime/planning/materialize.py",
+        "sparkglass/runtime/optimizations/materialize.py",
     ):
         assert needed in names, needed
     # `sparkglass jar build` in the image compiles these.

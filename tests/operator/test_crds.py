@@ -176,7 +176,7 @@ def test_example_validates(doc: dict[str, Any]) -> None:
 
 
 def test_example_application_is_a_valid_pipeline() -> None:
-    from sparkglass.operator.planning import resolve
+    from sparkglass.operator.pipeline_status import resolve
     from sparkglass.operator.specs import SparkApplicationSpec
 
     (app,) = [d for _, d in _examples() if d["kind"] == "SparkApplication"]

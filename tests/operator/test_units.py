@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from sparkglass.operator import children, driver_state, planning, spark_conf
+from sparkglass.operator import children, driver_state, pipeline_status, spark_conf
 from sparkglass.operator.conditions import set_condition
 from sparkglass.operator.driver_state import AppState, after_end, after_submission_failure
 from sparkglass.operator.sample_status import bounded_status
@@ -191,17 +191,17 @@ def test_planning_blocking_edges_and_invalid_attributes(
             return real_import(name, *args, **kwargs)
 
         monkeypatch.setattr(builtins, "__import__", no_planner)
-    resolved = planning.resolve(_flights().pipeline_description("f"))
+    resolved = pipeline_status.resolve(_flights().pipeline_description("f"))
     kinds = {(e["upstream"], e["downstream"]): e["kind"] for e in resolved["edges"]}
     assert kinds[("top", "join")] == "blocking" and kinds[("parse", "join")] == "pipelined"
     assert [v["name"] for v in resolved["vertices"]][-1] == "out"
     bad = _flights(parse={"attributes": {"noOutputUntilEndOfInput": True}})
-    with pytest.raises(planning.InvalidPipeline) as err:
-        planning.resolve(bad.pipeline_description("f"))
+    with pytest.raises(pipeline_status.InvalidPipeline) as err:
+        pipeline_status.resolve(bad.pipeline_description("f"))
     assert err.value.reason == "InvalidAttributes" and "parse" in err.value.message
     cyclic = _flights(parse={"inputs": ["join"]})
-    with pytest.raises(planning.InvalidPipeline) as err:
-        planning.resolve(cyclic.pipeline_description("f"))
+    with pytest.raises(pipeline_status.InvalidPipeline) as err:
+        pipeline_status.resolve(cyclic.pipeline_description("f"))
     assert err.value.reason == "InvalidPipeline"
 
 

@@ -1,4 +1,4 @@
-"""The service's post-filters cut exactly as the driver's (one implementation)."""
+"""The post-filters (``subtaskIndex``, ``maxRecords``) that the driver and the service share."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ from sparkglass.runtime.contract.sample_result import (
     SubtaskSamples,
     post_filter,
 )
-from sparkglass.service.filters import apply_filters
 
 
 def skewed() -> DataSampleResult:
@@ -30,15 +29,14 @@ def skewed() -> DataSampleResult:
 
 def test_max_records_is_shared_in_proportion_like_the_driver() -> None:
     result = skewed()
-    got = apply_filters(result, subtask_index=None, max_records=5)
+    got = post_filter(result, None, 5)
     assert [len(s.records) for s in got.samples] == [4, 1]  # round-robin would give [3, 2]
-    assert got == post_filter(result, None, 5)
     assert got.total_truncated and got.total_record_count == 5
     assert result.total_record_count == 10 and len(result.samples[0].records) == 8  # untouched
 
 
 def test_subtask_index_narrows_records_and_failed_subtasks() -> None:
-    got = apply_filters(skewed(), subtask_index=1, max_records=None)
+    got = post_filter(skewed(), 1, None)
     assert [s.subtask_index for s in got.samples] == [1]
     assert got.failed_subtasks == [] and got.total_record_count == 2
-    assert apply_filters(skewed(), subtask_index=2, max_records=None).failed_subtasks == [2]
+    assert post_filter(skewed(), 2, None).failed_subtasks == [2]

@@ -52,7 +52,7 @@ class PollAnswer:
     started_round: str | None
 
 
-class SampleCoordinator:
+class SharedRounds:
     """Answers polls and runs rounds (one per (application, vertex) per refresh interval)."""
 
     def __init__(

@@ -13,8 +13,8 @@ from pyspark.sql import functions as F
 from sparkglass.runtime.contract.attributes import idempotent
 from sparkglass.runtime.contract.errors import PlanError
 from sparkglass.runtime.contract.plan import Optimizations
+from sparkglass.runtime.optimizations.latest_per_key import latest_per_key
 from sparkglass.runtime.pipeline import Pipeline
-from sparkglass.runtime.planning.latest_per_key import latest_per_key
 
 from .conftest import FLIGHT_SCHEMA
 
