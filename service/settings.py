@@ -77,11 +77,16 @@ class Settings(BaseSettings):
     refresh_interval_seconds: float = Field(
         default=60.0,
         gt=0,
-        description="A result is served from cache this long; at most one round per "
-        "(application, vertex) starts per interval across replicas.",
+        description="For an application whose sampling settings do not state "
+        "refresh-interval: a result is served from cache this long; at most one round per "
+        "(application, vertex) starts per interval across replicas. Applications' own "
+        "spark.sparkglass.sampling.refresh-interval (spec.sampling.refreshInterval) wins.",
     )
     round_timeout_seconds: float = Field(
-        default=30.0, gt=0, description="Give up on a round after this long (driver timeout)."
+        default=30.0,
+        gt=0,
+        description="For an application whose sampling settings do not state timeout: give "
+        "up on a round after this long. Applications' own spark.sparkglass.sampling.timeout wins.",
     )
     round_grace_seconds: float = Field(
         default=10.0,

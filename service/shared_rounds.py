@@ -27,6 +27,11 @@ from dataclasses import dataclass
 from sqlalchemy.orm import Session, sessionmaker
 
 from sparkglass.runtime.contract.sample_result import DataSampleResult, ErrorCode, SampleStatus
+from sparkglass.runtime.contract.sampling_settings import (
+    SamplingSettingsError,
+    client_deadline_ms,
+    settings_from_spec,
+)
 
 from .execution.base import RoundExecutor, RoundRequest, failed
 from .metrics import ServiceMetrics
@@ -38,6 +43,14 @@ log = logging.getLogger(__name__)
 
 #: Finished results kept in memory (they never change once stored).
 _RESULT_CACHE_SIZE = 256
+
+
+@dataclass(frozen=True)
+class RoundPolicy:
+    """One application's refresh interval (ms) and how long the service waits for a round (s)."""
+
+    refresh_ms: int
+    deadline_s: float
 
 
 class TriggerForbiddenError(Exception):
@@ -76,16 +89,27 @@ class SharedRounds:
         self._cache_lock = threading.Lock()
         self._futures: set[Future[None]] = set()
 
-    @property
-    def refresh_ms(self) -> int:
-        """The refresh interval in ms."""
-        return int(self._settings.refresh_interval_seconds * 1000)
+    def policy(self, app: Application) -> RoundPolicy:
+        """The application's own refresh interval and round deadline.
 
-    @property
-    def round_deadline_s(self) -> float:
-        """How long the service waits for a round: the driver timeout plus a grace period
-        (sampling window, polling, the operator)."""
-        return self._settings.round_timeout_seconds + self._settings.round_grace_seconds
+        They come from its sampling settings (the driver's ``spark.sparkglass.sampling.*`` in
+        local mode, ``spec.sampling`` of its SparkApplication in Kubernetes mode), so REST, the
+        page and the CLI refresh alike; the service's ``refresh_interval_seconds`` and
+        ``round_timeout_seconds`` only stand in for a setting the application does not state.
+        """
+        refresh_ms = int(self._settings.refresh_interval_seconds * 1000)
+        timeout_ms = int(self._settings.round_timeout_seconds * 1000)
+        try:
+            own = settings_from_spec(app.sampling or {})
+        except SamplingSettingsError as exc:
+            log.warning("application %s/%s: %s", app.namespace, app.name, exc)
+        else:
+            if "refresh_interval_ms" in own.model_fields_set:
+                refresh_ms = own.refresh_interval_ms
+            if "timeout_ms" in own.model_fields_set:
+                timeout_ms = own.timeout_ms
+        grace_ms = int(self._settings.round_grace_seconds * 1000)
+        return RoundPolicy(refresh_ms, client_deadline_ms(timeout_ms, grace_ms) / 1000)
 
     def fresh_answer(self, app: Application, vertex: str) -> PollAnswer | None:
         """The answer from memory when this replica holds a fresh result, else ``None``.
@@ -111,6 +135,7 @@ class SharedRounds:
         """
         can_trigger = False
         t = repository.now_ms()
+        policy = self.policy(app)
         fresh_key = (app.id, vertex)
         cached = self.fresh_answer(app, vertex)
         if cached is not None:
@@ -118,12 +143,13 @@ class SharedRounds:
         started: Round | None = None
         with self._sessions.begin() as session:
             latest = repository.latest_finished_round(session, app.id, vertex)
-            if latest is not None and t - (latest.end_timestamp or 0) < self.refresh_ms:
+            if latest is not None and t - (latest.end_timestamp or 0) < policy.refresh_ms:
                 result = self._result(session, latest)
                 with self._cache_lock:
-                    self._fresh[fresh_key] = ((latest.end_timestamp or 0) + self.refresh_ms, result)
+                    expires = (latest.end_timestamp or 0) + policy.refresh_ms
+                    self._fresh[fresh_key] = (expires, result)
                 return PollAnswer(result, None)
-            abandoned_before = t - int(self.round_deadline_s * 1000) - 5000
+            abandoned_before = t - int(policy.deadline_s * 1000) - 5000
             running = repository.running_round(
                 session, app.id, vertex, started_after=abandoned_before
             )
@@ -132,7 +158,7 @@ class SharedRounds:
             if running is None and can_trigger:
                 rid = secrets.token_hex(8)
                 if repository.claim_round(
-                    session, app.id, vertex, rid, interval_ms=self.refresh_ms, at=t
+                    session, app.id, vertex, rid, interval_ms=policy.refresh_ms, at=t
                 ):
                     started = repository.create_round(
                         session, rid, app.id, vertex, triggered_by=actor, at=t
@@ -145,7 +171,7 @@ class SharedRounds:
                     )
             latest_result = self._result(session, latest) if latest is not None else None
         if started is not None:
-            self._launch(app, vertex, started.id, actor)
+            self._launch(app, vertex, started.id, actor, policy)
         if latest_result is not None:
             return PollAnswer(
                 latest_result.model_copy(update={"stale": True}),
@@ -189,14 +215,16 @@ class SharedRounds:
                 self._bodies.popitem(last=False)
         return body
 
-    def _launch(self, app: Application, vertex: str, round_id: str, actor: str) -> None:
+    def _launch(
+        self, app: Application, vertex: str, round_id: str, actor: str, policy: RoundPolicy
+    ) -> None:
         request = RoundRequest(
             round_id=round_id,
             namespace=app.namespace,
             application=app.name,
             vertex=vertex,
             sampling_window=self._settings.sampling_window,
-            timeout_s=self.round_deadline_s,
+            timeout_s=policy.deadline_s,
             poll_interval_s=self._settings.poll_interval_seconds,
             requested_by=actor,
             driver_url=app.driver_url,

@@ -169,3 +169,47 @@ def _parse(name: str, key: str, raw: str) -> Any:
 def settings_from_spark(spark: Any) -> SamplingSettings:
     """The settings of a live SparkSession (runtime conf, so ``spark.conf.set`` counts)."""
     return SamplingSettings.from_conf(lambda k: spark.conf.get(k, None))
+
+
+#: Field of a SparkApplication's ``spec.sampling`` by model field (durations there are text such
+#: as ``3s``; the model's own JSON names them ``samplingWindowMs`` etc. in ms).
+SPEC_FIELDS: dict[str, str] = {
+    "enabled": "enabled",
+    "max_sample_rate": "maxSampleRate",
+    "max_record_length": "maxRecordLength",
+    "sampling_window_ms": "samplingWindow",
+    "refresh_interval_ms": "refreshInterval",
+    "timeout_ms": "timeout",
+    "tostring_budget_ms": "tostringBudgetMs",
+}
+
+
+def settings_from_spec(spec: Mapping[str, Any]) -> SamplingSettings:
+    """Settings from the camelCase shape of ``spec.sampling`` (``{"samplingWindow": "3s"}``) or
+    of :class:`SamplingSettings`' own JSON (``{"samplingWindowMs": 3000}``, what a driver's
+    ``GET /api/v1/settings`` answers); unknown keys are ignored, missing ones take the defaults
+    and stay out of ``model_fields_set`` (so a caller can tell given from defaulted).
+
+    Raises :class:`SamplingSettingsError` naming the spec field and its allowed range.
+    """
+    values: dict[str, Any] = {}
+    for name, spec_key in SPEC_FIELDS.items():
+        if spec.get(spec_key) is not None:
+            raw = spec[spec_key]
+            values[name] = (
+                parse_duration_ms(raw, field=spec_key) if name in _DURATIONS else raw
+            )
+        elif spec.get(to_camel(name)) is not None:  # the model's JSON: durations in ms
+            values[name] = spec[to_camel(name)]
+    return SamplingSettings.validated(values, key_of=lambda n: SPEC_FIELDS[n])
+
+
+def client_deadline_ms(timeout_ms: int, grace_ms: int) -> int:
+    """How long a client that opened a round (the service, the operator) waits for its result
+    before it declares ``TIMEOUT`` itself, in ms.
+
+    The driver ends every round within ``timeout`` of its start (with ``TIMEOUT`` at the
+    latest); ``grace_ms`` covers the client's own polling, a busy driver and, in Kubernetes
+    mode, the operator's hop. The one rule for every client, so that none gives up first.
+    """
+    return timeout_ms + grace_ms

@@ -117,6 +117,11 @@ class FakeDriver:
     """The server's state: rounds started per vertex, and how long rounds stay PENDING."""
 
     pending_seconds: float = 0.3
+    #: What ``GET /api/v1/settings`` answers: only what a test states (a real driver states
+    #: every field; the service falls back to its own settings for the missing ones).
+    sampling: dict[str, Any] = field(
+        default_factory=lambda: {"enabled": True, "maxSampleRate": 100}
+    )
     rounds: dict[str, dict[str, Any]] = field(default_factory=dict)
     started: dict[str, int] = field(default_factory=dict)
     url: str = ""
@@ -137,7 +142,7 @@ class FakeDriver:
         @api.get("/api/v1/settings")
         def settings(authorization: str | None = Header(None)) -> dict[str, Any]:
             auth(authorization)
-            return {"enabled": True, "maxSampleRate": 100, "refreshInterval": "60s"}
+            return dict(self.sampling)
 
         @api.post("/api/v1/vertices/{vertex}/rounds")
         def start(

@@ -164,6 +164,40 @@ def test_stale_result_while_next_round_runs(
     assert second["roundId"] != first["roundId"]
 
 
+def test_the_applications_own_refresh_interval_rules_rest(
+    make_service: ServiceFactory, fake_driver: FakeDriver
+) -> None:
+    # The driver says refresh-interval 5s; the service's own fallback (60 s) must not apply.
+    fake_driver.sampling = {"enabled": True, "refreshInterval": "5s", "timeout": "30s"}
+    client = make_service(refresh_interval_seconds=60.0)
+    first = poll_until_done(client, "parse")
+    again = client.get(sample_url("parse"), headers=auth("sampler")).json()
+    assert (again["roundId"], again["stale"]) == (first["roundId"], False)  # cached
+    deadline = time.monotonic() + 30
+    while True:  # the cached result serves until 5 s after the round ended, then a round starts
+        body = client.get(sample_url("parse"), headers=auth("sampler")).json()
+        if body["stale"] or body["roundId"] != first["roundId"]:
+            break
+        assert time.monotonic() < deadline, "no new round 30 s after a 5 s refresh interval"
+        time.sleep(0.1)
+    waited_ms = int(time.time() * 1000) - first["endTimestamp"]
+    assert 5_000 <= waited_ms < 30_000
+    second = poll_until_done(client, "parse")
+    assert second["roundId"] != first["roundId"]
+
+
+def test_the_applications_own_timeout_bounds_the_round(
+    make_service: ServiceFactory, fake_driver: FakeDriver
+) -> None:
+    # The service's fallback would wait 30 s; the application's 1 s timeout must rule.
+    fake_driver.sampling = {"enabled": True, "timeout": "1s", "samplingWindow": "1s"}
+    client = make_service(round_timeout_seconds=30.0)
+    started = time.monotonic()
+    body = poll_until_done(client, "stuck", timeout=20)
+    assert (body["status"], body["errorCode"]) == ("FAILED", "TIMEOUT")
+    assert time.monotonic() - started < 20
+
+
 def test_401_without_or_with_bad_token(make_service: ServiceFactory) -> None:
     client = make_service()
     for headers in ({}, {"Authorization": "Bearer nope"}, {"Authorization": "Basic eDp5"}):
