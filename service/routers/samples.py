@@ -25,8 +25,8 @@ from ..dependencies import (
     check,
 )
 from ..lookups import application_or_404, vertex_or_404
-from ..shared_rounds import PollAnswer, TriggerForbiddenError
 from ..schemas import ErrorBody, RoundSummary, round_summary
+from ..shared_rounds import PollAnswer, TriggerForbiddenError
 from ..store import repository
 from ..store.repository import AuditRecord
 
