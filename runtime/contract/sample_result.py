@@ -66,6 +66,18 @@ class ErrorCode(StrEnum):
     INTERNAL_ERROR = "INTERNAL_ERROR"
 
 
+class NoDataReason(StrEnum):
+    """Why a ``NO_DATA`` round saw no row (an addition to the FLIP fields)."""
+
+    #: The streaming queries that run the vertex ran no micro-batch during the round
+    #: (``lastMicroBatchTimestamp`` says when the last one ended).
+    NO_MICRO_BATCH = "NO_MICRO_BATCH"
+    #: The vertex's tasks ran through the tap during the round but emitted no row.
+    NO_ROWS = "NO_ROWS"
+    #: No streaming query that runs the vertex is active.
+    QUERY_NOT_ACTIVE = "QUERY_NOT_ACTIVE"
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True)
 
@@ -110,6 +122,14 @@ class DataSampleResult(_Model):
     error_code: ErrorCode | None = None
     failed_subtasks: list[int] = Field(default_factory=list)
     samples: list[SubtaskSamples] = Field(default_factory=list)
+    no_data_reason: NoDataReason | None = Field(
+        default=None, description="Why a NO_DATA round saw no row."
+    )
+    last_micro_batch_timestamp: int | None = Field(
+        default=None,
+        description="When the last micro-batch of the vertex's queries ended, ms since the "
+        "epoch (streaming vertices).",
+    )
 
     def record_count(self) -> int:
         """How many records this result carries (after any post-filter)."""

@@ -10,7 +10,12 @@ conf key (``spark.sparkglass.sampling.``)  default    allowed
 ``refresh-interval``                       ``60s``    1s–24h
 ``timeout``                                ``30s``    1s–10min, and ≥ sampling-window
 ``tostring-budget-ms``                     ``50``     1–1000 ms per second per tap
+``min-micro-batches``                      ``1``      0–100 micro-batches per round
 =========================================  =========  ===============
+
+``min-micro-batches``: a round on a vertex of a streaming query stays open after its window
+until that many micro-batches ran through the tap (or ``timeout`` passes), because Spark runs
+a vertex in bursts that a fixed window can fall between; ``0`` keeps the plain window.
 
 Durations accept ``ms``, ``s``, ``m``/``min`` and ``h`` suffixes (``1500ms``, ``3s``, ``1m``);
 a bare number means seconds. Out-of-range or malformed values raise
@@ -74,6 +79,7 @@ RANGES: dict[str, _Range] = {
     "refresh_interval_ms": _Range(1_000, 86_400_000, "1s–24h"),
     "timeout_ms": _Range(1_000, 600_000, "1s–10min"),
     "tostring_budget_ms": _Range(1, 1_000, "1–1000 ms per second"),
+    "min_micro_batches": _Range(0, 100, "0–100 micro-batches"),
 }
 
 #: Conf key suffix by model field.
@@ -85,6 +91,7 @@ CONF_KEYS: dict[str, str] = {
     "refresh_interval_ms": "refresh-interval",
     "timeout_ms": "timeout",
     "tostring_budget_ms": "tostring-budget-ms",
+    "min_micro_batches": "min-micro-batches",
 }
 _DURATIONS = {"sampling_window_ms", "refresh_interval_ms", "timeout_ms"}
 
@@ -101,6 +108,9 @@ class SamplingSettings(BaseModel):
     refresh_interval_ms: int = Field(default=60_000, description="Result cache lifetime.")
     timeout_ms: int = Field(default=30_000, description="Deadline of a whole round.")
     tostring_budget_ms: int = Field(default=50, description="Rendering ms per second per tap.")
+    min_micro_batches: int = Field(
+        default=1, description="Micro-batches a round on a streaming vertex waits for, 0–100."
+    )
 
     @classmethod
     def from_conf(cls, get: Mapping[str, str] | Callable[[str], str | None]) -> SamplingSettings:
@@ -181,6 +191,7 @@ SPEC_FIELDS: dict[str, str] = {
     "refresh_interval_ms": "refreshInterval",
     "timeout_ms": "timeout",
     "tostring_budget_ms": "tostringBudgetMs",
+    "min_micro_batches": "minMicroBatches",
 }
 
 

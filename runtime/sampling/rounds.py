@@ -36,6 +36,7 @@ from sparkglass.runtime.contract.sample_result import (
     MAX_RECORDS_PER_RESPONSE,
     DataSampleResult,
     ErrorCode,
+    NoDataReason,
     SampledRecord,
     SampleStatus,
     SubtaskSamples,
@@ -95,17 +96,50 @@ class UnknownRoundError(SparkglassError):
 
 
 @dataclass(frozen=True)
+class MicroBatches:
+    """What the driver's query listener saw of the streaming queries that run a vertex.
+
+    ``completed``: micro-batches that started at or after the time asked about and finished;
+    ``rows``: rows the vertex emitted in those (Spark's observed metrics; ``None`` unknown);
+    ``last_end_ms``: when the latest micro-batch of those queries ended, at any time (ms
+    since the epoch; ``None`` when none ran yet).
+    """
+
+    completed: int
+    rows: int | None = None
+    last_end_ms: int | None = None
+
+
+def _no_micro_batches(since_ms: int) -> MicroBatches | None:
+    return None
+
+
+@dataclass(frozen=True)
 class TapInfo:
     """A tap installed at a vertex output.
 
     ``is_running`` answers whether the streaming queries that feed the tap still run
     (``None``: unknown, e.g. a bounded pipeline; never counts as terminated).
+    ``micro_batches(since_ms)`` tells what those queries ran since ``since_ms`` (ms since the
+    epoch); ``None`` when no streaming query runs the vertex (rounds are then plain windows).
     """
 
     vertex: str
     tap_key: str
     data_type: str
     is_running: Callable[[], bool | None] = field(default=lambda: None, compare=False)
+    micro_batches: Callable[[int], MicroBatches | None] = field(
+        default=_no_micro_batches, compare=False
+    )
+
+
+#: A micro-batch counts for a round only when it started this long after the round: the
+#: executors pick a round up within one poll (``spark.sparkglass.sampling.poll-interval-ms``,
+#: 100 ms by default), so all its tasks ran through an open tap.
+ACTIVATION_MS = 250
+#: Executors stop capturing this long before the round's timeout, so that their reports
+#: arrive before it (a round that waits for a micro-batch captures until then at most).
+REPORT_MARGIN_MS = 2_000
 
 
 @dataclass
@@ -115,7 +149,15 @@ class _Round:
     started: float
     window_ms: int
     timeout_ms: int
+    #: How long the executors capture unless told to stop (>= window_ms; longer when the
+    #: round waits for micro-batches).
+    capture_ms: int
+    #: Wall-clock start, ms since the epoch (micro-batch times are wall-clock).
+    started_ms: int
+    min_micro_batches: int
     terminated: bool = False
+    #: The window and the micro-batch minimum are met: executors were told to stop.
+    closing: bool = False
 
 
 @dataclass
@@ -228,22 +270,38 @@ class RoundCoordinator:
                     end_timestamp=_now_ms(),
                 )
             round_id = f"{self._prefix}-{next(self._counter)}"
+            tap = self._taps[vertex]
+            started_ms = _now_ms()
+            waits = settings.min_micro_batches > 0 and tap.micro_batches(started_ms) is not None
             rnd = _Round(
                 round_id=round_id,
-                tap=self._taps[vertex],
+                tap=tap,
                 started=self._clock(),
                 window_ms=window,
                 timeout_ms=settings.timeout_ms,
+                # A streaming vertex runs in bursts: capture until the window is over *and*
+                # enough micro-batches ran through the tap (then executors are told to stop).
+                capture_ms=(
+                    max(window, settings.timeout_ms - REPORT_MARGIN_MS) if waits else window
+                ),
+                started_ms=started_ms,
+                min_micro_batches=settings.min_micro_batches if waits else 0,
             )
             self._running[round_id] = rnd
             self._by_vertex[vertex] = round_id
         try:
-            self._transport.start_round(round_id, rnd.tap.tap_key, settings, window)
+            self._transport.start_round(round_id, rnd.tap.tap_key, settings, rnd.capture_ms)
         except Exception as exc:  # the JVM may be gone: report, do not raise
             log.warning("cannot start round %s on %s: %s", round_id, vertex, exc)
             self._finish(rnd, None, {}, ErrorCode.INTERNAL_ERROR, set())
             return self.round_result(round_id)
-        log.info("sampling round %s started on vertex %s (%d ms)", round_id, vertex, window)
+        log.info(
+            "sampling round %s started on vertex %s (window %d ms, at least %d micro-batches)",
+            round_id,
+            vertex,
+            window,
+            rnd.min_micro_batches,
+        )
         self._ensure_monitor()
         return DataSampleResult(status=SampleStatus.PENDING, round_id=round_id)
 
@@ -312,6 +370,7 @@ class RoundCoordinator:
             fresh = (
                 cached is not None
                 and (self._clock() - cached.completed) * 1000 < settings.refresh_interval_ms
+                and not self._idle_result_outdated(vertex, cached.result)
             )
             if running is None and fresh:
                 assert cached is not None
@@ -364,16 +423,47 @@ class RoundCoordinator:
         if not status.get("known", True):
             self._finish(rnd, status, {}, ErrorCode.INTERNAL_ERROR, set())
             return
+        window_met = elapsed_ms >= rnd.window_ms and not (rnd.closing or rnd.terminated)
+        if window_met and self._enough_micro_batches(rnd):
+            rnd.closing = True
+            if rnd.capture_ms > rnd.window_ms:
+                self._transport.cancel_round(rnd.round_id)  # stop capturing, report now
         participants = set(status.get("participants", []))
         missing = participants - set(status.get("reported", []))
         lost = missing - set(status.get("alive", []))
-        window_over = elapsed_ms >= rnd.window_ms or rnd.terminated
+        window_over = rnd.closing or rnd.terminated or elapsed_ms >= rnd.capture_ms
         if window_over and not (missing - lost):
             error = ErrorCode.EXECUTOR_UNREACHABLE if lost else None
             self._finish(rnd, status, self._transport.round_reports(rnd.round_id), error, lost)
         elif elapsed_ms >= rnd.timeout_ms:
             error = ErrorCode.EXECUTOR_UNREACHABLE if lost else ErrorCode.TIMEOUT
             self._finish(rnd, status, self._transport.round_reports(rnd.round_id), error, missing)
+
+    def _idle_result_outdated(self, vertex: str, result: DataSampleResult) -> bool:
+        """A ``NO_DATA`` of an idle query stands only until its next micro-batch ran."""
+        if result.no_data_reason is not NoDataReason.NO_MICRO_BATCH:
+            return False
+        tap = self._taps.get(vertex)
+        seen = tap.micro_batches(result.end_timestamp or 0) if tap is not None else None
+        return seen is not None and seen.completed > 0
+
+    def _enough_micro_batches(self, rnd: _Round) -> bool:
+        if rnd.min_micro_batches == 0:
+            return True
+        seen = rnd.tap.micro_batches(rnd.started_ms + ACTIVATION_MS)
+        return seen is None or seen.completed >= rnd.min_micro_batches
+
+    def _no_data_reason(self, rnd: _Round, result: DataSampleResult) -> None:
+        """Say why a round that ran to its end saw no row (``noDataReason``)."""
+        seen = rnd.tap.micro_batches(rnd.started_ms + ACTIVATION_MS)
+        if seen is not None:
+            result.last_micro_batch_timestamp = seen.last_end_ms
+        if rnd.tap.is_running() is False:
+            result.no_data_reason = NoDataReason.QUERY_NOT_ACTIVE
+        elif seen is not None and seen.completed == 0:
+            result.no_data_reason = NoDataReason.NO_MICRO_BATCH
+        else:
+            result.no_data_reason = NoDataReason.NO_ROWS
 
     def _finish(
         self,
@@ -389,6 +479,8 @@ class RoundCoordinator:
         if rnd.terminated:
             error = ErrorCode.TASK_TERMINATED
         result.failed_subtasks = failed
+        if result.status is SampleStatus.NO_DATA and error is None:
+            self._no_data_reason(rnd, result)
         if error is not None:
             result.error_code = error
             result.status = (

@@ -10,12 +10,16 @@ from sparkglass.runtime.contract.errors import InvalidParameterError
 from sparkglass.runtime.contract.sample_result import (
     MAX_CONCURRENT_ROUNDS,
     ErrorCode,
+    NoDataReason,
     SampledRecord,
     SampleStatus,
     SubtaskSamples,
 )
 from sparkglass.runtime.contract.sampling_settings import SamplingSettings, SamplingSettingsError
 from sparkglass.runtime.sampling.rounds import (
+    ACTIVATION_MS,
+    REPORT_MARGIN_MS,
+    MicroBatches,
     RoundCoordinator,
     TapInfo,
     UnknownRoundError,
@@ -278,3 +282,124 @@ def test_data_sample_lazy_trigger_cache_and_stale(transport, make_partition):
     c.wait(second, 5)
     fresh = c.data_sample("parse")
     assert fresh.round_id == second and not fresh.stale and fresh.total_record_count == 4
+
+
+# ------------------------------------------------------------ micro-batch-aware rounds
+class Batches:
+    """The micro-batches a streaming tap's queries ran (what the query listener reports)."""
+
+    def __init__(self) -> None:
+        self.ended: list[tuple[int, int, int]] = []  # (start ms, end ms, rows of the vertex)
+
+    def run(self, rows: int = 5) -> None:
+        now = int(time.time() * 1000)
+        self.ended.append((now, now + 1, rows))
+
+    def __call__(self, since_ms: int) -> MicroBatches:
+        after = [b for b in self.ended if b[0] >= since_ms]
+        return MicroBatches(
+            completed=len(after),
+            rows=sum(b[2] for b in after),
+            last_end_ms=max((b[1] for b in self.ended), default=None),
+        )
+
+
+def streaming(c: RoundCoordinator, batches: Batches, vertex: str = "parse") -> None:
+    c.register_tap(
+        TapInfo(vertex, f"p/{vertex}/s", "struct<x:int>", lambda: True, micro_batches=batches)
+    )
+
+
+def wait_until(predicate, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.01)
+
+
+def test_streaming_round_waits_past_its_window_for_a_micro_batch(transport, make_partition):
+    batches = Batches()
+    c = make(transport, settings(sampling_window_ms=1000, timeout_ms=10_000))
+    streaming(c, batches)
+    rid = c.start_round("parse").round_id
+    # Executors capture until the timeout less the report margin unless told to stop.
+    assert transport.rounds[rid].window_ms == 10_000 - REPORT_MARGIN_MS
+    time.sleep(1.3)  # the window is over, but no micro-batch ran through the tap
+    assert c.round_result(rid).status is SampleStatus.PENDING
+    assert not transport.rounds[rid].cancelled
+    time.sleep(ACTIVATION_MS / 1000)
+    batches.run()
+    wait_until(lambda: transport.rounds[rid].cancelled)  # enough: executors stop and report
+    transport.report(rid, "1", [make_partition(0, 3)])
+    transport.report(rid, "2", [])
+    result = c.wait(rid, 5)
+    assert result.status is SampleStatus.COMPLETE and result.total_record_count == 3
+    assert result.no_data_reason is None
+
+
+def test_a_micro_batch_already_running_at_the_start_does_not_count(transport):
+    batches = Batches()
+    c = make(transport, settings(sampling_window_ms=1000, timeout_ms=10_000))
+    streaming(c, batches)
+    rid = c.start_round("parse").round_id
+    batches.run()  # started before the executors could have opened their taps
+    time.sleep(1.3)
+    assert not transport.rounds[rid].cancelled
+    assert c.round_result(rid).status is SampleStatus.PENDING
+
+
+def test_min_micro_batches_zero_keeps_the_plain_window(transport):
+    batches = Batches()
+    c = make(transport, settings(sampling_window_ms=1000, min_micro_batches=0))
+    streaming(c, batches)
+    rid = c.start_round("parse").round_id
+    assert transport.rounds[rid].window_ms == 1000
+    transport.report(rid, "1", [])
+    transport.report(rid, "2", [])
+    assert c.wait(rid, 5).status is SampleStatus.NO_DATA
+
+
+def test_idle_query_gives_no_data_saying_no_micro_batch_ran(transport):
+    batches = Batches()
+    batches.ended.append((1_000, 2_000, 7))  # long before the round
+    c = make(transport, settings(sampling_window_ms=1000, timeout_ms=3000))
+    streaming(c, batches)
+    rid = c.start_round("parse").round_id
+    assert transport.rounds[rid].window_ms == 1000  # timeout - margin is below the window
+    transport.report(rid, "1", [])
+    transport.report(rid, "2", [])
+    result = c.wait(rid, 5)
+    assert result.status is SampleStatus.NO_DATA
+    assert result.no_data_reason is NoDataReason.NO_MICRO_BATCH
+    assert result.last_micro_batch_timestamp == 2_000
+    assert result.to_json_dict()["noDataReason"] == "NO_MICRO_BATCH"
+
+
+def test_empty_vertex_gives_no_data_saying_no_rows(transport):
+    batches = Batches()
+    c = make(transport, settings(sampling_window_ms=1000, timeout_ms=10_000))
+    streaming(c, batches)
+    rid = c.start_round("parse").round_id
+    time.sleep(ACTIVATION_MS / 1000)
+    batches.run(rows=0)
+    wait_until(lambda: transport.rounds[rid].cancelled)
+    transport.report(rid, "1", [])
+    transport.report(rid, "2", [])
+    result = c.wait(rid, 5)
+    assert (result.status, result.no_data_reason) == (SampleStatus.NO_DATA, NoDataReason.NO_ROWS)
+
+
+def test_idle_no_data_is_cached_only_until_the_next_micro_batch(transport):
+    batches = Batches()
+    c = make(transport, settings(sampling_window_ms=1000, timeout_ms=3000))
+    streaming(c, batches)
+    first = c.data_sample("parse")
+    transport.report(first.round_id, "1", [])
+    transport.report(first.round_id, "2", [])
+    idle = c.wait(first.round_id, 5)
+    assert idle.no_data_reason is NoDataReason.NO_MICRO_BATCH
+    assert c.data_sample("parse").round_id == first.round_id  # still the answer
+    batches.run()  # the query woke up: the next poll starts a round
+    again = c.data_sample("parse")
+    assert again.stale and again.round_id == first.round_id
+    assert c.running_rounds() and c.running_rounds()[0] != first.round_id
