@@ -24,8 +24,10 @@ import math
 import tempfile
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +63,7 @@ from sparkglass.runtime.optimizations.fusion import (
 )
 from sparkglass.runtime.optimizations.latest_per_key import latest_per_key
 from sparkglass.runtime.optimizations.materialize import materialize
+from sparkglass.runtime.sampling.rounds import MicroBatches
 from sparkglass.runtime.sampling.tap import detach, install_tap
 
 VertexFunction = Callable[..., DataFrame]
@@ -114,6 +117,23 @@ class PipelineProgress:
     failed: str | None = None
 
 
+#: Micro-batches remembered for sampling rounds (per pipeline; a few minutes at most rates).
+KEPT_MICRO_BATCHES = 1024
+
+
+@dataclass(frozen=True)
+class _MicroBatch:
+    query_id: str
+    start_ms: int  # trigger start, ms since the epoch
+    end_ms: int
+    vertex_rows: dict[str, int]  # observed rows per vertex in this micro-batch
+
+
+def _epoch_ms(timestamp: str) -> int:
+    """Spark's progress timestamp (``2026-11-22T17:55:01.123Z``) in ms since the epoch."""
+    return int(datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp() * 1000)
+
+
 class _ProgressListener(StreamingQueryListener):
     """Accumulates per-vertex row counts from each micro-batch's observed metrics."""
 
@@ -161,6 +181,7 @@ class Pipeline:
         self._progress = PipelineProgress()
         self._rates: dict[str, tuple[float, float]] = {}
         self._rows_by_query: dict[tuple[str, str], int] = {}
+        self._batches: deque[_MicroBatch] = deque(maxlen=KEPT_MICRO_BATCHES)
         self._listener: _ProgressListener | None = None
         self._started = False
         self._plan: Plan | None = None  # set by start(): how output() builds each step
@@ -502,7 +523,20 @@ class Pipeline:
     # ---------------------------------------------------------------- progress
     def _record_progress(self, progress: Any) -> None:
         metrics = progress.observedMetrics or {}
+        batch_rows = {
+            key[len(OBSERVATION_PREFIX) :]: int(row["rows"] or 0)
+            for key, row in metrics.items()
+            if key.startswith(OBSERVATION_PREFIX)
+        }
+        try:
+            start_ms = _epoch_ms(str(progress.timestamp))
+        except ValueError:  # never lose the row counts over a timestamp Spark changed
+            start_ms = int(time.time() * 1000) - int(progress.batchDuration or 0)
+        batch = _MicroBatch(
+            str(progress.id), start_ms, start_ms + int(progress.batchDuration or 0), batch_rows
+        )
         with self._lock:
+            self._batches.append(batch)
             p = self._progress
             p.micro_batches += 1
             self._rates[str(progress.id)] = (
@@ -522,6 +556,35 @@ class Pipeline:
                 key = (str(progress.id), vertex)
                 self._rows_by_query[key] = self._rows_by_query.get(key, 0) + rows
                 vp.rows_total = max(vp.rows_total, self._rows_by_query[key])
+
+    def micro_batches(self, vertex: str, since_ms: int) -> MicroBatches | None:
+        """What the streaming queries that run ``vertex`` did since ``since_ms`` (ms since the
+        epoch): micro-batches started then and finished, the vertex's rows in them, and when
+        the latest one ended. ``None`` when no streaming query of this pipeline runs the
+        vertex (a bounded vertex, or before ``start()``)."""
+        sinks = self._sinks_downstream_of(vertex)
+        with self._lock:
+            ids = {str(q.id) for name, q in self._queries.items() if name in sinks}
+            if not ids:
+                return None
+            mine = [b for b in self._batches if b.query_id in ids]
+        after = [b for b in mine if b.start_ms >= since_ms]
+        counted = [b.vertex_rows[vertex] for b in after if vertex in b.vertex_rows]
+        return MicroBatches(
+            completed=len(after),
+            rows=sum(counted) if len(counted) == len(after) else None,
+            last_end_ms=max((b.end_ms for b in mine), default=None),
+        )
+
+    def _sinks_downstream_of(self, vertex: str) -> set[str]:
+        reached, todo = {vertex}, [vertex]
+        while todo:
+            current = todo.pop()
+            for step in self._steps.values():
+                if current in step.inputs and step.name not in reached:
+                    reached.add(step.name)
+                    todo.append(step.name)
+        return {n for n in reached if self._steps[n].kind is VertexKind.SINK}
 
     def progress(self) -> PipelineProgress:
         """A consistent snapshot of :class:`PipelineProgress`."""

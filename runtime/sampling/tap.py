@@ -17,6 +17,7 @@ The taps of an application share its coordinator and control endpoint
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import uuid
@@ -28,7 +29,7 @@ from pyspark.sql import functions as F
 
 from sparkglass.runtime.contract.sampling_settings import settings_from_spark
 from sparkglass.runtime.sampling.registry import REGISTRY, AttachedPipeline
-from sparkglass.runtime.sampling.rounds import TapInfo
+from sparkglass.runtime.sampling.rounds import MicroBatches, TapInfo
 
 log = logging.getLogger(__name__)
 
@@ -40,9 +41,12 @@ _udf_counter = itertools.count(1)
 
 
 class TappedPipeline(AttachedPipeline, Protocol):
-    """What a tap needs of its pipeline: a name, a description and whether it runs."""
+    """What a tap needs of its pipeline: a name, a description, whether its queries run and
+    what micro-batches they ran (``sparkglass.runtime.pipeline.Pipeline``)."""
 
     def queries_running(self) -> bool | None: ...
+
+    def micro_batches(self, vertex: str, since_ms: int) -> MicroBatches | None: ...
 
 
 def tap_expression(gate: str, capture: str) -> str:
@@ -87,6 +91,7 @@ def install_tap(pipeline: TappedPipeline, vertex: str, df: DataFrame) -> DataFra
             tap_key=tap_key,
             data_type=df.schema.simpleString(),
             is_running=is_running,
+            micro_batches=functools.partial(pipeline.micro_batches, vertex),
         )
     )
     return tapped
