@@ -36,6 +36,7 @@ import kopf
 import structlog
 from pydantic import ValidationError
 
+from sparkglass.runtime.contract.datasample_status import encode, phase_of
 from sparkglass.runtime.contract.sample_result import DataSampleResult, ErrorCode, SampleStatus
 
 from . import children, names
@@ -46,7 +47,6 @@ from .control_client import ControlClient, ControlRejected, ControlUnavailable
 from .driver_state import TERMINAL, AppState
 from .metrics import RECONCILES, ROUND_SECONDS, SAMPLE_RETRIES, SAMPLES_FINISHED
 from .results import ROUND_ID_ANNOTATION, results_url
-from .sample_status import PHASES, bounded_status
 from .specs import DataSampleSpec, SparkApplicationSpec, parse_duration
 
 log = structlog.get_logger(__name__)
@@ -275,7 +275,7 @@ class _Step:
             or self.body["metadata"].get("uid")
             or self.name
         )
-        extra = bounded_status(result, self.ctx.config.max_status_bytes)
+        extra = encode(result, self.ctx.config.max_status_bytes)
         if self.ctx.store is not None:
             try:
                 await self.ctx.store.save(
@@ -296,7 +296,7 @@ class _Step:
             extra["resultsURL"] = results_url(
                 self.ctx.config.service_url, self.namespace, spec.application_ref.name, round_id
             )
-        phase = PHASES.get(result.status, "Failed")
+        phase = phase_of(result)
         started = _parse_time(self.status.get("startTime"))
         if started:
             ROUND_SECONDS.observe(max(0.0, time.time() - started))

@@ -1,9 +1,10 @@
 """Saving a DataSample's full result in the sparkglass service's store.
 
-The status holds a byte-bounded part (``sample_status``); the whole result goes to the
-service's database with ``sparkglass.service.store.save_round``, keyed by the round id, so
-saving twice (an operator restart between saving and writing the status) replaces the same
-round instead of adding a second one. The service serves it at :func:`results_url`.
+The status holds a byte-bounded part (``sparkglass.runtime.contract.datasample_status``);
+the whole result goes to the service's database with ``sparkglass.service.store.save_round``,
+keyed by the round id, so saving twice (an operator restart between saving and writing the
+status) replaces the same round instead of adding a second one. The service serves it at
+:func:`results_url`.
 """
 
 from __future__ import annotations

@@ -6,7 +6,8 @@ application's namespace (spec: ``applicationRef.name``, ``vertex``, ``maxRecords
 service's round id; ``sparkglass.io/results-url`` = where the service serves the full
 result, when ``public_url`` is set), then reads its ``status.phase`` until it is terminal.
 The operator saves the full result in the shared store under that round id
-(``store.save_round``); when it has not, the bounded samples of the status are used.
+(``store.save_round``); when it has not, the bounded samples of the status are used
+(read with :func:`sparkglass.runtime.contract.datasample_status.decode`).
 """
 
 from __future__ import annotations
@@ -19,14 +20,13 @@ from typing import Any
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-from pydantic import ValidationError
 from urllib3.exceptions import HTTPError
 
+from sparkglass.runtime.contract.datasample_status import decode
 from sparkglass.runtime.contract.sample_result import (
     MAX_RECORDS_PER_RESPONSE,
     DataSampleResult,
     ErrorCode,
-    SampleStatus,
 )
 
 from .base import RoundOutcome, RoundRequest, failed
@@ -41,16 +41,6 @@ REQUESTED_BY_ANNOTATION = "sparkglass.io/requested-by"
 RESULTS_URL_ANNOTATION = "sparkglass.io/results-url"
 APPLICATION_LABEL = "sparkglass.io/application"
 VERTEX_LABEL = "sparkglass.io/vertex"
-
-#: DataSample phase -> REST status. ``Abandoned`` (the application went away) is a failure.
-PHASES: dict[str, SampleStatus] = {
-    "Complete": SampleStatus.COMPLETE,
-    "Partial": SampleStatus.PARTIAL,
-    "NoData": SampleStatus.NO_DATA,
-    "Failed": SampleStatus.FAILED,
-    "Disabled": SampleStatus.DISABLED,
-    "Abandoned": SampleStatus.FAILED,
-}
 
 #: Given a round id, the full result the operator saved in the store, if any.
 StoredResultLookup = Callable[[str], DataSampleResult | None]
@@ -94,39 +84,6 @@ def datasample_body(request: RoundRequest, ttl_seconds: int) -> dict[str, Any]:
     }
 
 
-def result_from_status(status: dict[str, Any], round_id: str) -> DataSampleResult | None:
-    """The REST body from a terminal DataSample status (bounded samples), or ``None``."""
-    phase = status.get("phase")
-    if phase not in PHASES:
-        return None
-    fields = {
-        k: status[k]
-        for k in (
-            "endTimestamp",
-            "totalRecordCount",
-            "totalTruncated",
-            "droppedByContention",
-            "droppedByRateLimit",
-            "errorCode",
-            "failedSubtasks",
-            "samples",
-        )
-        if status.get(k) is not None
-    }
-    try:
-        result = DataSampleResult.model_validate(
-            {**fields, "status": PHASES[phase].value, "roundId": round_id}
-        )
-    except ValidationError:
-        log.warning("DataSample status does not match the result contract")
-        return failed(ErrorCode.INTERNAL_ERROR, round_id)
-    if phase == "Abandoned" and result.error_code is None:
-        result.error_code = ErrorCode.TASK_TERMINATED
-    if result.status is SampleStatus.FAILED and result.error_code is None:
-        result.error_code = ErrorCode.INTERNAL_ERROR
-    return result
-
-
 class DataSampleExecutor:
     """Creates DataSamples and waits for the operator to finish them."""
 
@@ -159,7 +116,7 @@ class DataSampleExecutor:
                     GROUP, VERSION, request.namespace, PLURAL, name, _request_timeout=10
                 )
                 status = (obj or {}).get("status") or {}
-                result = result_from_status(status, request.round_id)
+                result = decode(status, request.round_id)
                 if result is not None:
                     # The operator may store the full result right after the status: prefer it.
                     stored = self._stored_result(request.round_id)

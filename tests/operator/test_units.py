@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import builtins
-import json
 from typing import Any
 
 import pytest
@@ -11,14 +10,12 @@ import pytest
 from sparkglass.operator import children, driver_state, pipeline_status, spark_conf
 from sparkglass.operator.conditions import set_condition
 from sparkglass.operator.driver_state import AppState, after_end, after_submission_failure
-from sparkglass.operator.sample_status import bounded_status
 from sparkglass.operator.specs import (
     DataSampleSpec,
     RestartPolicy,
     SparkApplicationSpec,
     parse_duration,
 )
-from sparkglass.runtime.contract.sample_result import DataSampleResult
 
 
 def app_spec(**extra: Any) -> SparkApplicationSpec:
@@ -125,34 +122,6 @@ def test_memory_and_pod_resources() -> None:
     resources = pod["spec"]["containers"][0]["resources"]
     assert resources["requests"] == {"cpu": "2", "memory": f"{2048 + 384}Mi"}
     assert resources["limits"] == {"memory": f"{2048 + 384}Mi", "cpu": "2500m"}
-
-
-def test_bounded_status_is_round_robin_and_within_bytes() -> None:
-    def record(i: int) -> dict[str, Any]:
-        return {
-            "sampleTimestamp": i,
-            "data": json.dumps({"i": i, "p": "x" * 80}),
-            "dataType": "struct<i:int,p:string>",
-        }
-
-    result = DataSampleResult.model_validate(
-        {
-            "status": "COMPLETE",
-            "totalRecordCount": 30,
-            "samples": [
-                {"subtaskIndex": 2, "records": [record(i) for i in range(20)]},
-                {"subtaskIndex": 0, "records": [record(i) for i in range(10)]},
-            ],
-        }
-    )
-    out = bounded_status(result, 1500)
-    kept = {s["subtaskIndex"]: len(s["records"]) for s in out["samples"]}
-    assert set(kept) == {0, 2} and abs(kept[0] - kept[2]) <= 1
-    assert out["recordsInStatus"] == sum(kept.values()) < 30 and out["samplesTruncated"]
-    assert len(json.dumps([r for s in out["samples"] for r in s["records"]])) <= 1500 + 50
-    everything = bounded_status(result, 1_000_000)
-    assert everything["recordsInStatus"] == 30 and not everything["samplesTruncated"]
-    assert everything["errorCode"] is None  # merge-patch null: cleared
 
 
 def test_condition_transition_time_moves_only_on_change() -> None:
