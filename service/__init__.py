@@ -1,4 +1,4 @@
-"""The REST service and web page (DESIGN.md: ``service/``).
+"""The REST service and web page (docs/architecture.md, "Components").
 
 Layout (FastAPI "bigger applications"):
 

@@ -1,6 +1,6 @@
 """The lazy trigger + polling rule of the data-sample endpoint, and the shared-round rule.
 
-One poll of ``GET .../data-sample`` (DESIGN.md):
+One poll of ``GET .../data-sample`` (docs/architecture.md, "Lazy trigger and polling"):
 
 1. a result that ended less than ``refresh_interval`` ago is answered as is;
 2. otherwise, if no round runs, the caller (when allowed to trigger) tries to *claim* the

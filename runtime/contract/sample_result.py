@@ -1,4 +1,4 @@
-"""The data-sample result: the JSON body users see (DESIGN.md "Contracts users see").
+"""The data-sample result: the JSON body users see (docs/architecture.md, "REST contract").
 
 One model serves the driver control endpoint, the REST service and the ``DataSample``
 status, so the three can never drift apart. JSON keys are camelCase.
@@ -38,7 +38,7 @@ from pydantic.alias_generators import to_camel
 
 from sparkglass.runtime.contract.errors import InvalidParameterError
 
-#: Hard caps (DESIGN.md): records per response, concurrent rounds per application,
+#: Hard caps (docs/architecture.md): records per response, concurrent rounds per application,
 #: records per subtask buffer.
 MAX_RECORDS_PER_RESPONSE = 5000
 MAX_CONCURRENT_ROUNDS = 5

@@ -1,4 +1,4 @@
-"""The ``spark.sparkglass.sampling.*`` configuration, validated (DESIGN.md "Spark conf").
+"""The ``spark.sparkglass.sampling.*`` configuration, validated (docs/architecture.md).
 
 =========================================  =========  ===============
 conf key (``spark.sparkglass.sampling.``)  default    allowed

@@ -14,7 +14,7 @@ output on every live executor for ``sampling-window``; the coordinator
   streaming queries stopped mid-round (``TASK_TERMINATED``),
 - cuts the result to :data:`MAX_RECORDS_PER_RESPONSE` records, proportionally per subtask,
 - caches the last result per vertex for ``refresh-interval`` and answers
-  ``GET .../data-sample`` with the lazy-trigger + polling protocol of DESIGN.md, applying
+  ``GET .../data-sample`` with the lazy-trigger + polling protocol (docs/architecture.md), applying
   ``subtaskIndex`` / ``maxRecords`` as post-filters on the cached result.
 """
 

@@ -82,7 +82,7 @@ async def data_sample(
     subtask_index: SubtaskIndex = None,
     max_records: MaxRecords = None,
 ) -> Response:
-    """Lazy trigger + polling (DESIGN.md): the first call starts a round and answers
+    """Lazy trigger + polling: the first call starts a round and answers
     ``PENDING``; while a round runs, the previous result with ``stale=true`` (or ``PENDING``);
     afterwards the result, cached for the refresh interval. Starting a round needs ``create``
     on ``datasamples`` (local: sampler role); reading needs ``get`` (viewer)."""
