@@ -12,7 +12,7 @@ Sub-packages, by what they are (``docs/architecture.md`` has the whole map):
 ``control``         the driver control endpoint and its one client
 ``sampling``        the tap, the JVM bridge, the round coordinator, the per-application
                     registry and the sampling jar
-``planning``        executing a plan in Spark: materialized outputs, latest-per-key,
+``optimizations``   executing a plan in Spark: materialized outputs, latest-per-key,
                     fused Arrow vertices
 ``async_ops``       async vertices, the async sink writer, retry strategies
 ``pipeline``        the DSL; ``session``: creating a SparkSession

@@ -9,7 +9,7 @@ Layout (FastAPI "bigger applications"):
 - :mod:`.dependencies`: state, store sessions, authentication and permission checks.
 - :mod:`.auth`: ``local`` (tokens bound to viewer/sampler/admin) and ``kubernetes``
   (TokenReview + SubjectAccessReview, cached) modes.
-- :mod:`.sampling`: lazy trigger + polling and the shared-round rule (a database lease).
+- :mod:`.shared_rounds`: lazy trigger + polling and the shared-round rule (a database lease).
 - :mod:`.execution`: running a round through the driver endpoint (local) or a ``DataSample``
   resource (Kubernetes).
 - :mod:`.store`: SQLAlchemy tables, Alembic migrations, repository (``save_round`` for the
