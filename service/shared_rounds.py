@@ -26,7 +26,12 @@ from dataclasses import dataclass
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from sparkglass.runtime.contract.sample_result import DataSampleResult, ErrorCode, SampleStatus
+from sparkglass.runtime.contract.sample_result import (
+    DataSampleResult,
+    ErrorCode,
+    NoDataReason,
+    SampleStatus,
+)
 from sparkglass.runtime.contract.sampling_settings import (
     SamplingSettingsError,
     client_deadline_ms,
@@ -51,6 +56,11 @@ class RoundPolicy:
 
     refresh_ms: int
     deadline_s: float
+
+
+def _found_query_idle(row: Round) -> bool:
+    """A ``NO_DATA`` round that saw no micro-batch: it answers only until the next round."""
+    return row.no_data_reason == NoDataReason.NO_MICRO_BATCH.value
 
 
 class TriggerForbiddenError(Exception):
@@ -143,7 +153,11 @@ class SharedRounds:
         started: Round | None = None
         with self._sessions.begin() as session:
             latest = repository.latest_finished_round(session, app.id, vertex)
-            if latest is not None and t - (latest.end_timestamp or 0) < policy.refresh_ms:
+            if (
+                latest is not None
+                and t - (latest.end_timestamp or 0) < policy.refresh_ms
+                and not _found_query_idle(latest)
+            ):
                 result = self._result(session, latest)
                 with self._cache_lock:
                     expires = (latest.end_timestamp or 0) + policy.refresh_ms
@@ -276,6 +290,19 @@ class SharedRounds:
             except Exception:
                 log.exception("saving round %s failed", request.round_id)
                 return
+        if result.no_data_reason is NoDataReason.NO_MICRO_BATCH:
+            try:  # the next poll starts a round that waits for the next micro-batch
+                with self._sessions.begin() as session:
+                    app = repository.get_application(
+                        session, request.namespace, request.application
+                    )
+                    if app is not None:
+                        repository.release_claim(
+                            session, app.id, request.vertex, request.round_id,
+                            at=repository.now_ms(),
+                        )
+            except Exception:
+                log.exception("releasing the claim of round %s failed", request.round_id)
         self._metrics.rounds.labels(result.status.value).inc()
         self._metrics.round_duration.observe(time.monotonic() - start)
 

@@ -119,6 +119,10 @@ class Round(Base):
     dropped_by_contention: Mapped[int] = mapped_column(BigInteger, default=0)
     dropped_by_rate_limit: Mapped[int] = mapped_column(BigInteger, default=0)
     failed_subtasks: Mapped[list[int]] = mapped_column(JSON, default=list)
+    #: Why a NO_DATA round saw no row (``NoDataReason``), and when the vertex's last
+    #: micro-batch ended (ms since the epoch), for streaming vertices.
+    no_data_reason: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    last_micro_batch_timestamp: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     triggered_by: Mapped[str | None] = mapped_column(String(253), nullable=True)
     #: Driver round id (local mode) or DataSample name (Kubernetes mode).
     external_ref: Mapped[str | None] = mapped_column(String(253), nullable=True)

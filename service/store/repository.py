@@ -210,6 +210,23 @@ def create_round(
     return row
 
 
+def release_claim(
+    session: Session, application_id: int, vertex: str, round_id: str, *, at: int
+) -> None:
+    """Let the next poll claim ``vertex`` again from ``at`` on (ms), if ``round_id`` still holds
+    its lease: a round that found the query idle should not block the next one for a whole
+    refresh interval."""
+    session.execute(
+        update(VertexLease)
+        .where(
+            VertexLease.application_id == application_id,
+            VertexLease.vertex == vertex,
+            VertexLease.round_id == round_id,
+        )
+        .values(next_start_at=at)
+    )
+
+
 def save_round(
     session: Session,
     *,
@@ -250,6 +267,8 @@ def save_round(
     row.dropped_by_contention = result.dropped_by_contention
     row.dropped_by_rate_limit = result.dropped_by_rate_limit
     row.failed_subtasks = list(result.failed_subtasks)
+    row.no_data_reason = result.no_data_reason.value if result.no_data_reason else None
+    row.last_micro_batch_timestamp = result.last_micro_batch_timestamp
     if external_ref is not None:
         row.external_ref = external_ref
     session.execute(delete(SampleRecord).where(SampleRecord.round_id == rid))
@@ -368,6 +387,8 @@ def load_result(session: Session, row: Round) -> DataSampleResult:
         error_code=row.error_code,  # type: ignore[arg-type]  # validated to ErrorCode
         failed_subtasks=list(row.failed_subtasks or []),
         samples=[SubtaskSamples(subtask_index=k, records=v) for k, v in sorted(groups.items())],
+        no_data_reason=row.no_data_reason,  # type: ignore[arg-type]  # validated to the enum
+        last_micro_batch_timestamp=row.last_micro_batch_timestamp,
     )
 
 

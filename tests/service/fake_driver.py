@@ -50,6 +50,7 @@ PIPELINE = PipelineDescription.model_validate(
             {"name": "terminated", "inputs": ["parse"]},
             {"name": "slow", "inputs": ["parse"]},
             {"name": "timeout", "inputs": ["parse"]},
+            {"name": "idle", "inputs": ["parse"]},
             {"name": "out", "kind": "sink", "inputs": ["enriched"]},
         ],
     }
@@ -84,7 +85,14 @@ def final_result(vertex: str, round_id: str) -> tuple[int, dict[str, Any]]:
             "totalRecordCount": 6,
         }
     if vertex == "empty":
-        return 202, {**base, "status": "NO_DATA"}
+        return 202, {**base, "status": "NO_DATA", "noDataReason": "NO_ROWS"}
+    if vertex == "idle":  # the query ran no micro-batch during the round
+        return 202, {
+            **base,
+            "status": "NO_DATA",
+            "noDataReason": "NO_MICRO_BATCH",
+            "lastMicroBatchTimestamp": 1_700_000_000_000,
+        }
     if vertex == "off":
         return 200, {"status": "DISABLED"}
     if vertex == "busy":

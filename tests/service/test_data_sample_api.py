@@ -10,7 +10,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from .conftest import TOKENS, ServiceFactory, auth
-from .fake_driver import FakeDriver
+from .fake_driver import PIPELINE, FakeDriver
 
 BASE = "/api/v1/namespaces/local/applications/flights"
 BODY_KEYS = {
@@ -25,6 +25,9 @@ BODY_KEYS = {
     "errorCode",
     "failedSubtasks",
     "samples",
+    # Additions to the FLIP fields: why a NO_DATA round saw no row.
+    "noDataReason",
+    "lastMicroBatchTimestamp",
 }
 
 
@@ -198,6 +201,39 @@ def test_the_applications_own_timeout_bounds_the_round(
     assert time.monotonic() - started < 20
 
 
+def test_no_data_of_an_idle_query_is_not_kept_for_the_refresh_interval(
+    make_service: ServiceFactory, fake_driver: FakeDriver
+) -> None:
+    client = make_service(refresh_interval_seconds=60.0)
+    deadline = time.monotonic() + 15
+    while (idle := client.get(sample_url("idle"), headers=auth("sampler")).json())[
+        "status"
+    ] == "PENDING":
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert (idle["status"], idle["noDataReason"]) == ("NO_DATA", "NO_MICRO_BATCH")
+    assert idle["lastMicroBatchTimestamp"] == 1_700_000_000_000
+    started = fake_driver.started["idle"]
+    # Within the refresh interval, the next poll starts a round (it waits for the next
+    # micro-batch on the driver) and answers the idle result as stale meanwhile.
+    deadline = time.monotonic() + 15
+    while True:
+        again = client.get(sample_url("idle"), headers=auth("sampler")).json()
+        assert (again["status"], again["noDataReason"]) == ("NO_DATA", "NO_MICRO_BATCH")
+        if fake_driver.started["idle"] > started:
+            break
+        assert time.monotonic() < deadline, "no new round after an idle NO_DATA"
+        time.sleep(0.05)
+    assert again["stale"]  # the idle answer stands while the new round runs
+    # An empty vertex whose micro-batches ran (NO_ROWS) is kept like any result.
+    empty = poll_until_done(client, "empty")
+    assert empty["noDataReason"] == "NO_ROWS"
+    before = fake_driver.started["empty"]
+    cached = client.get(sample_url("empty"), headers=auth("sampler")).json()
+    assert (cached["roundId"], cached["stale"]) == (empty["roundId"], False)
+    assert fake_driver.started["empty"] == before
+
+
 def test_401_without_or_with_bad_token(make_service: ServiceFactory) -> None:
     client = make_service()
     for headers in ({}, {"Authorization": "Bearer nope"}, {"Authorization": "Basic eDp5"}):
@@ -302,7 +338,7 @@ def test_applications_graph_and_registration(
     assert edges[("carrier-names", "enriched")] == "blocking"
     assert edges[("parse", "enriched")] == "pipelined"
     listed = client.get("/api/v1/applications", headers=auth("viewer")).json()
-    assert [a["name"] for a in listed] == ["flights"] and listed[0]["vertexCount"] == 16
+    assert [a["name"] for a in listed] == ["flights"] and listed[0]["vertexCount"] == len(PIPELINE.vertices)
     bad = client.put(
         "/api/v1/namespaces/local/applications/x",
         headers=auth("admin"),
