@@ -77,5 +77,12 @@ bench-async: install-test java-check
 bench-service: install-test java-check
 	$(BIN)/python bench/service_bench.py
 
+# The chart ships the same CRDs as crds/, byte for byte (tests/chart checks it): run after
+# editing crds/*.yaml. Chart copies whose source is gone are removed too.
+.PHONY: crds
+crds:
+	@for f in charts/sparkglass/crds/*.yaml; do [ -e "crds/$${f##*/}" ] || rm -v "$$f"; done
+	cp crds/*.yaml charts/sparkglass/crds/
+
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache build *.egg-info

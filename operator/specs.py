@@ -3,17 +3,18 @@
 The CRDs in ``crds/`` are the contract; these models read a spec dict as the API server
 stores it (camelCase keys) and apply the same defaults as the CRDs, because the operator must
 also work where the server does no defaulting (the loopback emulator in tests, or an object
-written before a default was added). Unknown keys are ignored so a newer CRD never breaks an
-older operator.
+written before a default was added); ``tests/operator/test_units.py`` checks every default and
+bound restated here against ``crds/*.yaml``. Durations are checked with the CRDs' own grammar
+(:mod:`sparkglass.runtime.contract.durations`). Unknown keys are ignored so a newer CRD never
+breaks an older operator.
 """
 
 from __future__ import annotations
 
-import re
 from enum import StrEnum
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo
 from pydantic.alias_generators import to_camel
 
 from sparkglass.runtime.contract.description import (
@@ -23,25 +24,29 @@ from sparkglass.runtime.contract.description import (
     VertexDescription,
     VertexKind,
 )
-
-_DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h)")
-_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+from sparkglass.runtime.contract.durations import parse_duration_ms
 
 
-def parse_duration(text: str) -> float:
-    """Seconds in a duration such as ``3s``, ``1500ms`` or ``1m30s``.
+def parse_duration(text: str, *, field: str = "duration") -> float:
+    """Seconds (float) in a duration of the one grammar (``3s``, ``1500ms``, ``1m30s``).
 
-    Raises ``ValueError`` naming the text when it is not such a duration.
+    The grammar is :mod:`sparkglass.runtime.contract.durations`; this wrapper exists because
+    the operator's deadlines are in seconds. Raises
+    :class:`~sparkglass.runtime.contract.errors.SamplingSettingsError` (a ``ValueError``)
+    naming ``field`` when ``text`` is not such a duration.
     """
-    pos, total = 0, 0.0
-    for m in _DURATION_PART.finditer(text):
-        if m.start() != pos:
-            break
-        total += float(m.group(1)) * _DURATION_UNITS[m.group(2)]
-        pos = m.end()
-    if not text or pos != len(text):
-        raise ValueError(f"{text!r} is not a duration like 3s, 1500ms or 1m30s")
-    return total
+    return parse_duration_ms(text, field=field) / 1000
+
+
+def _duration(value: str, info: ValidationInfo) -> str:
+    # Checked on parse, so a malformed duration fails the spec (InvalidSpec) where the API
+    # server did not check it, instead of failing later in the driver.
+    parse_duration(value, field=to_camel(info.field_name or "duration"))
+    return value
+
+
+#: A duration kept as the string the user wrote (Spark reads it as such), checked on parse.
+Duration = Annotated[str, AfterValidator(_duration)]
 
 
 class _Spec(BaseModel):
@@ -132,9 +137,9 @@ class SamplingSpec(_Spec):
     enabled: bool = False
     max_sample_rate: int = 100
     max_record_length: int = 10000
-    sampling_window: str = "3s"
-    refresh_interval: str = "60s"
-    timeout: str = "30s"
+    sampling_window: Duration = "3s"
+    refresh_interval: Duration = "60s"
+    timeout: Duration = "30s"
     control_port: int = 4045
 
 
@@ -194,7 +199,7 @@ class DataSampleSpec(_Spec):
     vertex: str
     subtask_index: int | None = None
     max_records: int = Field(default=100, ge=1, le=5000)
-    sampling_window: str | None = None
+    sampling_window: Duration | None = None
     ttl_seconds_after_finished: int | None = Field(default=None, ge=0)
     backoff_limit: int = Field(default=3, ge=0, le=10)
 

@@ -1,8 +1,10 @@
 """The service's settings, all in one place (environment variables prefixed ``SPARKGLASS_``).
 
 Example: ``SPARKGLASS_AUTH_MODE=kubernetes SPARKGLASS_DATABASE_URL=postgresql+psycopg://...``.
-Durations are seconds (floats). Nothing here is ever logged whole: it may hold a database
-password in ``database_url``.
+Durations are seconds (floats), except ``sampling_window``: a duration string in the one
+grammar the CRDs and the driver accept (``3s``, ``1500ms``, ``1s500ms``; see
+:mod:`sparkglass.runtime.contract.durations`), because it is handed on to them as written.
+Nothing here is ever logged whole: it may hold a database password in ``database_url``.
 """
 
 from __future__ import annotations
@@ -12,8 +14,12 @@ from functools import cached_property
 from pathlib import Path
 
 import platformdirs
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from sparkglass.runtime.contract.durations import format_duration_ms, parse_duration_ms
+from sparkglass.runtime.contract.errors import SamplingSettingsError
+from sparkglass.runtime.contract.sampling_settings import RANGES
 
 #: The namespace every application lives in when the service runs in local mode.
 LOCAL_NAMESPACE = "local"
@@ -96,8 +102,8 @@ class Settings(BaseSettings):
     )
     sampling_window: str | None = Field(
         default=None,
-        description="Sampling window asked for (e.g. 3s, 1s-30s); unset: the application's "
-        "spark.sparkglass.sampling.sampling-window.",
+        description="Sampling window asked for (a duration such as 3s or 1500ms, 1s-30s); "
+        "unset: the application's spark.sparkglass.sampling.sampling-window.",
     )
     poll_interval_seconds: float = Field(
         default=0.25, gt=0, description="How often a running round's result is polled."
@@ -120,7 +126,35 @@ class Settings(BaseSettings):
         description="Base URL this service is reachable at (for DataSample resultsURL).",
     )
 
+    @field_validator("sampling_window")
+    @classmethod
+    def _check_sampling_window(cls, value: str | None) -> str | None:
+        # Checked at start-up: a bad window would otherwise fail every round, in the driver
+        # (local mode) or at DataSample admission (Kubernetes mode).
+        if value is not None:
+            _window_ms(value)
+        return value
+
+    @property
+    def sampling_window_ms(self) -> int | None:
+        """``sampling_window`` in milliseconds (1000–30000), or ``None`` when unset."""
+        return None if self.sampling_window is None else _window_ms(self.sampling_window)
+
     @cached_property
     def resolved_database_url(self) -> str:
         """``database_url`` or the SQLite default."""
         return self.database_url or default_database_url()
+
+
+def _window_ms(text: str) -> int:
+    """Milliseconds in a ``sampling_window``; :class:`SamplingSettingsError` if malformed or
+    outside the driver's (and the DataSample CRD's) 1s–30s."""
+    field = "sampling_window"
+    ms = parse_duration_ms(text, field=field)
+    allowed = RANGES["sampling_window_ms"]
+    if not allowed.low <= ms <= allowed.high:
+        raise SamplingSettingsError(
+            f"{field}={format_duration_ms(ms)} is out of range: allowed {allowed.text}",
+            field=field,
+        )
+    return ms

@@ -23,6 +23,10 @@ class InvalidParameterError(SparkglassError, ValueError):
         self.field = field
 
 
+class SamplingSettingsError(InvalidParameterError):
+    """A sampling setting or duration is malformed or out of range; ``field`` names it."""
+
+
 class PipelineError(SparkglassError):
     """The pipeline graph is malformed.
 

@@ -8,7 +8,7 @@ conf key (``spark.sparkglass.sampling.``)  default    allowed
 ``max-record-length``                      ``10000``  1–1000000 characters
 ``sampling-window``                        ``3s``     1s–30s
 ``refresh-interval``                       ``60s``    1s–24h
-``timeout``                                ``30s``    1s–10min, and ≥ sampling-window
+``timeout``                                ``30s``    1s–10m, and ≥ sampling-window
 ``tostring-budget-ms``                     ``50``     1–1000 ms per second per tap
 ``min-micro-batches``                      ``1``      0–100 micro-batches per round
 =========================================  =========  ===============
@@ -17,51 +17,26 @@ conf key (``spark.sparkglass.sampling.``)  default    allowed
 until that many micro-batches ran through the tap (or ``timeout`` passes), because Spark runs
 a vertex in bursts that a fixed window can fall between; ``0`` keeps the plain window.
 
-Durations accept ``ms``, ``s``, ``m``/``min`` and ``h`` suffixes (``1500ms``, ``3s``, ``1m``);
-a bare number means seconds. Out-of-range or malformed values raise
-:class:`SamplingSettingsError` naming the conf key and the allowed range.
+Durations are in the one grammar of :mod:`sparkglass.runtime.contract.durations`, the same
+the CRDs accept: ``1500ms``, ``3s``, ``1m30s``, ``1s500ms`` (no bare numbers, no ``min``/``sec``,
+no spaces). Out-of-range or malformed values, and a duration key set to an empty string, raise
+:class:`SamplingSettingsError` naming the conf key and the allowed range. Other keys set to an
+empty string take their default.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
-from sparkglass.runtime.contract.errors import InvalidParameterError
+# Re-exported: these names were defined here before the grammar had a module of its own.
+from sparkglass.runtime.contract.durations import format_duration_ms, parse_duration_ms
+from sparkglass.runtime.contract.errors import SamplingSettingsError
 
 PREFIX = "spark.sparkglass.sampling."
-
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|sec|m|min|h)?\s*$", re.IGNORECASE)
-_UNIT_MS = {"ms": 1, "s": 1000, "sec": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000}
-
-
-class SamplingSettingsError(InvalidParameterError):
-    """A sampling setting is malformed or out of range; ``field`` is the offending name."""
-
-
-def parse_duration_ms(text: str | int | float, *, field: str) -> int:
-    """``"3s"`` → 3000. Bare numbers are seconds. Raises :class:`SamplingSettingsError`."""
-    if isinstance(text, bool):
-        raise SamplingSettingsError(
-            f"{field}: expected a duration such as 3s, got {text!r}", field=field
-        )
-    if isinstance(text, int | float):
-        return round(float(text) * 1000)
-    m = _DURATION.match(str(text))
-    if not m:
-        raise SamplingSettingsError(
-            f"{field}: expected a duration such as 500ms, 3s or 1m, got {text!r}", field=field
-        )
-    return round(float(m.group(1)) * _UNIT_MS[(m.group(2) or "s").lower()])
-
-
-def format_duration_ms(ms: int) -> str:
-    """3000 → ``"3s"``, 1500 → ``"1500ms"``."""
-    return f"{ms // 1000}s" if ms % 1000 == 0 else f"{ms}ms"
 
 
 class _Range:
@@ -77,7 +52,7 @@ RANGES: dict[str, _Range] = {
     "max_record_length": _Range(1, 1_000_000, "1–1000000 characters"),
     "sampling_window_ms": _Range(1_000, 30_000, "1s–30s"),
     "refresh_interval_ms": _Range(1_000, 86_400_000, "1s–24h"),
-    "timeout_ms": _Range(1_000, 600_000, "1s–10min"),
+    "timeout_ms": _Range(1_000, 600_000, "1s–10m"),
     "tostring_budget_ms": _Range(1, 1_000, "1–1000 ms per second"),
     "min_micro_batches": _Range(0, 100, "0–100 micro-batches"),
 }
@@ -124,7 +99,9 @@ class SamplingSettings(BaseModel):
         for name, suffix in CONF_KEYS.items():
             key = PREFIX + suffix
             raw = lookup(key)
-            if raw is None or str(raw).strip() == "":
+            # An empty duration is rejected like any other non-duration (the CRDs reject it
+            # too); elsewhere empty has always meant "unset".
+            if raw is None or (name not in _DURATIONS and str(raw).strip() == ""):
                 continue
             values[name] = _parse(name, key, str(raw))
         return cls.validated(values, key_of=lambda n: PREFIX + CONF_KEYS[n])
@@ -154,7 +131,7 @@ class SamplingSettings(BaseModel):
             raise SamplingSettingsError(
                 f"{key_of('timeout_ms')}={format_duration_ms(settings.timeout_ms)} is out of "
                 f"range: must be at least {key_of('sampling_window_ms')}="
-                f"{format_duration_ms(settings.sampling_window_ms)} (allowed 1s–10min)",
+                f"{format_duration_ms(settings.sampling_window_ms)} (allowed 1s–10m)",
                 field=key_of("timeout_ms"),
             )
         return settings

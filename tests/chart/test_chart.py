@@ -589,9 +589,13 @@ def test_chart_crds_identical_to_top_level() -> None:
         pytest.skip("top-level crds/ does not exist yet (the operator issue adds it)")
     ours = {p.name: p.read_bytes() for p in sorted((CHART / "crds").glob("*.yaml"))}
     theirs = {p.name: p.read_bytes() for p in sorted(top.glob("*.yaml"))}
-    assert sorted(ours) == sorted(theirs), "copy crds/*.yaml to charts/sparkglass/crds/"
+    assert sorted(ours) == sorted(theirs), (
+        "charts/sparkglass/crds/ does not hold the same files as crds/: run `make crds`"
+    )
     for name in theirs:
-        assert ours[name] == theirs[name], f"charts/sparkglass/crds/{name} differs from crds/"
+        assert ours[name] == theirs[name], (
+            f"charts/sparkglass/crds/{name} differs from crds/{name}: run `make crds`"
+        )
 
 
 def test_chart_loads_its_crds() -> None:

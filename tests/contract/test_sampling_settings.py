@@ -28,7 +28,7 @@ def test_reads_conf_keys_and_durations():
             P + "max-record-length": "80",
             P + "sampling-window": "1500ms",
             P + "refresh-interval": "2m",
-            P + "timeout": "10",
+            P + "timeout": "10s",
             P + "tostring-budget-ms": "20",
         }
     )
@@ -61,6 +61,33 @@ def test_errors_name_the_key_and_the_range(key, value, message):
 
 def test_parse_duration():
     assert parse_duration_ms("3s", field="x") == 3000
-    assert parse_duration_ms("1min", field="x") == 60_000
-    assert parse_duration_ms("2.5", field="x") == 2500
+    assert parse_duration_ms("1m", field="x") == 60_000
+    assert parse_duration_ms("1s500ms", field="x") == 1500
     assert parse_duration_ms(2, field="x") == 2000
+    assert parse_duration_ms(2.5, field="x") == 2500
+
+
+# Accepted before the driver shared the CRDs' grammar; a DataSample could not carry them, and
+# `1s500ms`, which it could, was rejected here. Now they are errors, as in the CRDs.
+@pytest.mark.parametrize("text", ["1min", "2.5", "10", "3 s", "3sec", " 3s", "3S"])
+def test_strings_outside_the_crd_grammar_are_rejected(text):
+    with pytest.raises(SamplingSettingsError, match=r"^x: expected a duration such as 3s"):
+        parse_duration_ms(text, field="x")
+    with pytest.raises(SamplingSettingsError, match=r"timeout: expected a duration") as err:
+        SamplingSettings.from_conf({P + "timeout": text})
+    assert err.value.field == P + "timeout"
+
+
+def test_an_empty_duration_is_an_error_and_other_empty_keys_are_unset():
+    with pytest.raises(SamplingSettingsError, match=r"sampling-window: expected a duration"):
+        SamplingSettings.from_conf({P + "sampling-window": ""})
+    s = SamplingSettings.from_conf({P + "enabled": "", P + "max-sample-rate": " "})
+    assert (s.enabled, s.max_sample_rate) == (False, 100)
+
+
+def test_the_old_names_are_the_contract_ones():
+    from sparkglass.runtime.contract import durations, errors, sampling_settings
+
+    assert sampling_settings.parse_duration_ms is durations.parse_duration_ms
+    assert sampling_settings.format_duration_ms is durations.format_duration_ms
+    assert sampling_settings.SamplingSettingsError is errors.SamplingSettingsError

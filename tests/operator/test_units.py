@@ -3,9 +3,16 @@
 from __future__ import annotations
 
 import builtins
-from typing import Any
+import re
+from collections.abc import Iterator
+from enum import Enum
+from pathlib import Path
+from typing import Any, get_args, get_origin
 
 import pytest
+import yaml
+from pydantic import BaseModel
+from pydantic.fields import FieldInfo
 
 from sparkglass.operator import children, driver_state, pipeline_status, spark_conf
 from sparkglass.operator.conditions import set_condition
@@ -16,6 +23,10 @@ from sparkglass.operator.specs import (
     SparkApplicationSpec,
     parse_duration,
 )
+from sparkglass.runtime.contract.durations import parse_duration_ms
+from sparkglass.runtime.contract.sampling_settings import RANGES, SamplingSettings
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def app_spec(**extra: Any) -> SparkApplicationSpec:
@@ -38,16 +49,122 @@ def test_parse_duration_rejects(text: str) -> None:
         parse_duration(text)
 
 
-def test_spec_defaults_match_the_crd_defaults() -> None:
-    spec = app_spec()
-    assert (spec.type, spec.mode, spec.sampling.enabled) == ("Python", "client", False)
-    assert (spec.sampling.max_sample_rate, spec.sampling.sampling_window) == (100, "3s")
-    sample = DataSampleSpec.parse({"applicationRef": {"name": "a"}, "vertex": "v"})
-    assert (sample.max_records, sample.backoff_limit, sample.ttl_seconds_after_finished) == (
-        100,
-        3,
-        None,
-    )
+# ----------------------------------------------------- defaults restated from the CRDs
+
+_CRDS = {"SparkApplication": SparkApplicationSpec, "DataSample": DataSampleSpec}
+
+#: Defaults the operator has where the CRD declares none, with why that is right.
+_OPERATOR_ONLY_DEFAULTS = {
+    ("SparkApplication", ".spec.dynamicAllocation.enabled"): "unset means off, as in Spark",
+}
+
+
+def _crd_spec_schema(kind: str) -> dict[str, Any]:
+    crd = yaml.safe_load((REPO / "crds" / f"{kind.lower()}.yaml").read_text())
+    (version,) = crd["spec"]["versions"]
+    return version["schema"]["openAPIV3Schema"]["properties"]["spec"]
+
+
+def _crd_nodes(node: dict[str, Any], path: str = ".spec") -> Iterator[tuple[str, dict[str, Any]]]:
+    yield path, node
+    for name, child in (node.get("properties") or {}).items():
+        yield from _crd_nodes(child, f"{path}.{name}")
+    if isinstance(node.get("items"), dict):
+        yield from _crd_nodes(node["items"], f"{path}[]")
+
+
+def _model_fields(model: type[BaseModel], path: str = ".spec") -> Iterator[tuple[str, FieldInfo]]:
+    """Every field of ``model`` and its sub-models, by CRD path (aliases, ``[]`` for items)."""
+    for name, field in model.model_fields.items():
+        here = f"{path}.{field.alias or name}"
+        yield here, field
+        inner = field.annotation
+        while get_origin(inner) is not None and not (
+            isinstance(inner, type) and issubclass(inner, BaseModel)
+        ):
+            args = [a for a in get_args(inner) if a is not type(None)]
+            if get_origin(inner) is list:
+                here += "[]"
+            inner = args[0] if args else None
+        if (
+            isinstance(inner, type)
+            and issubclass(inner, BaseModel)
+            and inner.__module__ == SparkApplicationSpec.__module__
+        ):
+            yield from _model_fields(inner, here)
+
+
+def _plain(value: Any) -> Any:
+    return value.value if isinstance(value, Enum) else value
+
+
+@pytest.mark.parametrize("kind", sorted(_CRDS))
+def test_every_crd_default_is_the_operators(kind: str) -> None:
+    fields = dict(_model_fields(_CRDS[kind]))
+    defaults = {p: n["default"] for p, n in _crd_nodes(_crd_spec_schema(kind)) if "default" in n}
+    assert defaults, f"{kind}: no defaults found; did the schema move?"
+    for path, default in defaults.items():
+        assert path in fields, f"{kind}{path}: the CRD defaults it, the operator does not read it"
+        ours = _plain(fields[path].get_default(call_default_factory=True))
+        assert ours == default, f"{kind}{path}: CRD default {default!r}, operator {ours!r}"
+
+
+@pytest.mark.parametrize("kind", sorted(_CRDS))
+def test_every_operator_default_is_the_crds(kind: str) -> None:
+    nodes = dict(_crd_nodes(_crd_spec_schema(kind)))
+    for path, field in _model_fields(_CRDS[kind]):
+        if field.is_required():
+            continue
+        ours = _plain(field.get_default(call_default_factory=True))
+        if ours in (None, "", [], {}) or isinstance(ours, BaseModel):
+            continue  # unset, as in the CRD
+        assert path in nodes, f"{kind}{path}: the operator reads a field the CRD lacks"
+        node = nodes[path]
+        if "default" in node:
+            continue  # compared in test_every_crd_default_is_the_operators
+        stated = re.search(r"\(default ([^)]+)\)", node.get("description", ""))
+        if stated:  # a default the CRD documents but leaves to the operator
+            assert str(ours) == stated.group(1), f"{kind}{path}: CRD says {stated.group(0)}"
+        else:
+            assert (kind, path) in _OPERATOR_ONLY_DEFAULTS, (
+                f"{kind}{path}: the operator defaults it to {ours!r}, the CRD does not"
+            )
+
+
+@pytest.mark.parametrize("kind", sorted(_CRDS))
+def test_every_bound_the_operator_restates_is_the_crds(kind: str) -> None:
+    nodes = dict(_crd_nodes(_crd_spec_schema(kind)))
+    checked = 0
+    for path, field in _model_fields(_CRDS[kind]):
+        for bound in field.metadata:
+            for attr, crd_key in (("ge", "minimum"), ("le", "maximum")):
+                if hasattr(bound, attr):
+                    assert nodes[path].get(crd_key) == getattr(bound, attr), f"{kind}{path}"
+                    checked += 1
+            assert not hasattr(bound, "gt") and not hasattr(bound, "lt"), f"{kind}{path}"
+    assert checked or kind == "SparkApplication"
+
+
+def test_crd_sampling_defaults_are_the_drivers() -> None:
+    """What the operator hands to Spark when the spec says nothing is the driver's own default."""
+    sampling = _crd_spec_schema("SparkApplication")["properties"]["sampling"]["properties"]
+    driver = SamplingSettings()
+    assert sampling["enabled"]["default"] == driver.enabled
+    assert sampling["maxSampleRate"]["default"] == driver.max_sample_rate
+    assert sampling["maxRecordLength"]["default"] == driver.max_record_length
+    for name, attr in (
+        ("samplingWindow", "sampling_window_ms"),
+        ("refreshInterval", "refresh_interval_ms"),
+        ("timeout", "timeout_ms"),
+    ):
+        default = sampling[name]["default"]
+        assert parse_duration_ms(default, field=name) == getattr(driver, attr), name
+    for name, attr in (
+        ("maxSampleRate", "max_sample_rate"),
+        ("maxRecordLength", "max_record_length"),
+    ):
+        bounds = (sampling[name]["minimum"], sampling[name]["maximum"])
+        assert bounds == (RANGES[attr].low, RANGES[attr].high), name
 
 
 def test_backoff_doubles_and_is_capped() -> None:

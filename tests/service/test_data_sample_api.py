@@ -338,7 +338,8 @@ def test_applications_graph_and_registration(
     assert edges[("carrier-names", "enriched")] == "blocking"
     assert edges[("parse", "enriched")] == "pipelined"
     listed = client.get("/api/v1/applications", headers=auth("viewer")).json()
-    assert [a["name"] for a in listed] == ["flights"] and listed[0]["vertexCount"] == len(PIPELINE.vertices)
+    assert [a["name"] for a in listed] == ["flights"]
+    assert listed[0]["vertexCount"] == len(PIPELINE.vertices)
     bad = client.put(
         "/api/v1/namespaces/local/applications/x",
         headers=auth("admin"),
