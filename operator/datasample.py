@@ -38,12 +38,16 @@ from pydantic import ValidationError
 
 from sparkglass.runtime.contract.datasample_status import encode, phase_of
 from sparkglass.runtime.contract.sample_result import DataSampleResult, ErrorCode, SampleStatus
+from sparkglass.runtime.control.client import (
+    AsyncControlClient,
+    ControlRejected,
+    ControlUnavailable,
+)
 
 from . import children, names
 from .cluster import APPS, SAMPLES, SECRETS, ApiError
 from .conditions import now_rfc3339, set_condition
 from .context import OperatorContext
-from .control_client import ControlClient, ControlRejected, ControlUnavailable
 from .driver_state import TERMINAL, AppState
 from .metrics import RECONCILES, ROUND_SECONDS, SAMPLE_RETRIES, SAMPLES_FINISHED
 from .results import ROUND_ID_ANNOTATION, results_url
@@ -192,15 +196,15 @@ class _Step:
                 final="Failed",
             )
             return
-        async with ControlClient(
-            endpoint, token, timeout=self.ctx.config.control_timeout_seconds
+        async with AsyncControlClient(
+            endpoint, token, timeout_s=self.ctx.config.control_timeout_seconds
         ) as client:
             if self.status.get("roundId"):
                 await self._poll(client, app_spec)
             else:
                 await self._open(client)
 
-    async def _open(self, client: ControlClient) -> None:
+    async def _open(self, client: AsyncControlClient) -> None:
         spec = self._spec
         try:
             result = await client.open_round(spec.vertex, sampling_window=spec.sampling_window)
@@ -231,7 +235,7 @@ class _Step:
         self._event("Normal", "RoundStarted", f"round {result.round_id} opened at {spec.vertex}")
         log.info("round opened", namespace=self.namespace, name=self.name, round=result.round_id)
 
-    async def _poll(self, client: ControlClient, app_spec: SparkApplicationSpec) -> None:
+    async def _poll(self, client: AsyncControlClient, app_spec: SparkApplicationSpec) -> None:
         spec = self._spec
         round_id = str(self.status["roundId"])
         try:

@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from urllib3.exceptions import HTTPError
 
 from sparkglass.runtime.contract.description import PipelineDescription, VertexDescription
+from sparkglass.runtime.control.client import ControlClient, ControlError
 
 from .graph import graph_of
 from .store import repository
@@ -38,28 +39,33 @@ def fetch_driver_pipeline(
 ) -> tuple[PipelineDescription, dict[str, Any]]:
     """``GET /api/v1/pipeline`` and ``/api/v1/settings`` of a driver control endpoint.
 
+    Returns the pipeline and the sampling settings as the driver sent them (``{}`` when the
+    driver answers the settings with an error). ``http`` is a pool to use (not closed).
     Raises :class:`CatalogError` when the driver is unreachable or answers badly.
     """
-    own = http is None
-    http = http or httpx.Client(timeout=10.0)
-    headers = {"Authorization": f"Bearer {token}"}
-    base = driver_url.rstrip("/")
+    with ControlClient(driver_url, token, http=http) as driver:
+        try:
+            return driver.pipeline(), _settings_or_empty(driver)
+        except ControlError as exc:
+            raise CatalogError(_failure(driver.base_url, exc)) from None
+
+
+def _settings_or_empty(driver: ControlClient) -> dict[str, Any]:
     try:
-        p = http.get(f"{base}/api/v1/pipeline", headers=headers)
-        p.raise_for_status()
-        description = PipelineDescription.model_validate_json(p.content)
-        s = http.get(f"{base}/api/v1/settings", headers=headers)
-        sampling: dict[str, Any] = s.json() if s.status_code == 200 else {}
-    except httpx.HTTPStatusError as exc:
-        raise CatalogError(f"driver at {base} answered HTTP {exc.response.status_code}") from None
-    except httpx.HTTPError as exc:
-        raise CatalogError(f"driver at {base} unreachable ({type(exc).__name__})") from None
-    except ValidationError as exc:
-        raise CatalogError(f"driver at {base} sent an invalid pipeline: {exc}") from None
-    finally:
-        if own:
-            http.close()
-    return description, sampling
+        return driver.settings()
+    except ControlError as exc:
+        if exc.status is None:
+            raise
+        # The pipeline is what registering needs; the settings are shown when readable.
+        return {}
+
+
+def _failure(base: str, exc: ControlError) -> str:
+    if exc.status is None:
+        return f"driver at {base}: {exc}"
+    if 200 <= exc.status < 300:
+        return f"driver at {base} sent an invalid pipeline: {exc}"
+    return f"driver at {base} answered HTTP {exc.status}"
 
 
 def register_local_application(

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import json
 import time
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import RenderableType
+
+if TYPE_CHECKING:
+    from sparkglass.runtime.control.client import ControlError
 
 
 def register(app: typer.Typer) -> None:
@@ -80,26 +84,20 @@ def sample(
         return
     if not endpoint:
         raise fail("give --endpoint (a driver control endpoint) or --service (the service)")
-    params: dict[str, int] = {}
-    if subtask is not None:
-        params["subtaskIndex"] = subtask
-    if max_records is not None:
-        params["maxRecords"] = max_records
-    url = f"{endpoint.rstrip('/')}/api/v1/vertices/{vertex}/data-sample"
-    headers = {"Authorization": f"Bearer {token}"}
-    deadline = time.monotonic() + wait
+    from sparkglass.runtime.control.client import ControlClient, ControlError
+
     try:
-        with httpx.Client(headers=headers, timeout=10) as client:
-            while True:
-                response = client.get(url, params=params)
-                if response.status_code != 200:
-                    raise fail(_error_text(response))
-                body = response.json()
-                if body.get("status") != "PENDING" or time.monotonic() >= deadline:
-                    break
-                time.sleep(0.5)
-    except httpx.HTTPError as exc:
-        raise fail(f"cannot reach {endpoint}: {exc}") from None
+        with ControlClient(endpoint, token) as driver:
+            result = driver.wait_for_data_sample(
+                vertex,
+                subtask_index=subtask,
+                max_records=max_records,
+                timeout_s=wait,
+                poll_interval_s=0.5,
+            )
+    except ControlError as exc:
+        raise fail(_control_error_text(endpoint, exc)) from None
+    body = result.to_json_dict()
     if as_json:
         typer.echo(json.dumps(body, indent=2))
     else:
@@ -108,13 +106,12 @@ def sample(
         raise typer.Exit(1)
 
 
-def _error_text(response: object) -> str:
-    status = getattr(response, "status_code", "?")
-    try:
-        detail = response.json().get("error")  # type: ignore[attr-defined]
-    except ValueError:
-        detail = getattr(response, "text", "")
-    return f"HTTP {status}: {detail}"
+def _control_error_text(endpoint: str, exc: ControlError) -> str:
+    if exc.status is None:
+        return f"cannot reach {endpoint}: {exc}"
+    if exc.detail is None:  # it answered, but not the contract
+        return str(exc)
+    return f"HTTP {exc.status}: {exc.detail}"
 
 
 def _print_table(vertex: str, body: dict) -> None:

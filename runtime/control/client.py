@@ -1,0 +1,488 @@
+"""The one client of the driver control endpoint (:mod:`.endpoint`), sync and async.
+
+:class:`ControlClient` (``httpx.Client``) and :class:`AsyncControlClient`
+(``httpx.AsyncClient``) have the same calls and share one implementation of the paths,
+query parameters, bearer header and the reading of answers; only the sending differs.
+Spark-free: the service, the operator and the CLI import it.
+
+======================================  =====================================================
+call                                    route, answer
+======================================  =====================================================
+``open_round(vertex, sampling_window)`` ``POST /api/v1/vertices/{v}/rounds`` →
+                                        :class:`DataSampleResult` (``PENDING`` + ``roundId``,
+                                        or ``DISABLED`` when sampling is off)
+``get_round(round_id, ...)``            ``GET /api/v1/rounds/{id}`` → the round
+                                        (``PENDING`` while it runs)
+``data_sample(vertex, ...)``            ``GET /api/v1/vertices/{v}/data-sample`` → lazy
+                                        trigger + polling, cached per vertex
+``pipeline()``                          ``GET /api/v1/pipeline`` → :class:`PipelineDescription`
+``settings()``                          ``GET /api/v1/settings`` → the sampling settings as
+                                        the driver sent them (camelCase JSON, durations in ms)
+``vertices()``                          ``GET /api/v1/vertices`` → vertex names
+``wait_for_round``,                     (sync only) read every ``poll_interval_s`` until no
+``wait_for_data_sample``                longer ``PENDING`` or ``timeout_s`` passed
+======================================  =====================================================
+
+Failures are classified for retry policies:
+
+* :class:`ControlUnavailable` – transient: no connection, a timeout, an invalid URL, HTTP
+  5xx (or another non-2xx status outside 4xx), a body that is not the contract, or HTTP
+  429 (the driver already runs its maximum of concurrent rounds; ``error_code`` is
+  ``TOO_MANY_CONCURRENT_ROUNDS``).
+* :class:`ControlRejected` – permanent: HTTP 4xx other than 429 (401 bad token, 404 unknown
+  vertex or round, 400 bad parameter with ``field`` naming it).
+
+Both carry ``status`` (the HTTP status, ``None`` when the driver did not answer) and
+``detail`` (the driver's own error text, ``None`` when it did not answer). The bearer token is
+sent in a header only and never appears in messages.
+
+Timeouts are per request, in seconds: ``timeout_s`` bounds each of connecting, writing,
+reading and waiting for a pooled connection; ``connect_timeout_s`` (default ``timeout_s``)
+overrides the connect phase.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Generic, TypeVar
+from urllib.parse import quote
+
+import httpx
+from pydantic import BaseModel, TypeAdapter, ValidationError
+
+from sparkglass.runtime.contract.description import PipelineDescription
+from sparkglass.runtime.contract.errors import SparkglassError
+from sparkglass.runtime.contract.sample_result import DataSampleResult, ErrorCode, SampleStatus
+
+__all__ = [
+    "DEFAULT_TIMEOUT_S",
+    "AsyncControlClient",
+    "ControlClient",
+    "ControlError",
+    "ControlRejected",
+    "ControlUnavailable",
+]
+
+#: Default per-request timeout, seconds.
+DEFAULT_TIMEOUT_S = 10.0
+
+T = TypeVar("T")
+
+
+class ControlError(SparkglassError):
+    """A call to the control endpoint failed.
+
+    ``status`` is the HTTP status the driver answered (``None``: no answer at all);
+    ``detail`` the driver's error text (``None`` when there was no answer).
+    """
+
+    def __init__(
+        self, message: str, *, status: int | None = None, detail: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.detail = detail
+
+
+class ControlUnavailable(ControlError):
+    """A transient failure; ``error_code`` is set when the driver said why (429)."""
+
+    def __init__(
+        self,
+        message: str,
+        error_code: ErrorCode | None = None,
+        *,
+        status: int | None = None,
+        detail: str | None = None,
+    ) -> None:
+        super().__init__(message, status=status, detail=detail)
+        self.error_code = error_code
+
+
+class ControlRejected(ControlError):
+    """A permanent refusal (HTTP 4xx but 429); the message is the driver's ``detail``.
+
+    ``field`` names the offending parameter of a 400 (``maxRecords``, ``samplingWindow``...).
+    """
+
+    status: int
+
+    def __init__(self, status: int, message: str, *, field: str | None = None) -> None:
+        super().__init__(message, status=status, detail=message)
+        self.field = field
+
+
+# ---------------------------------------------------------------------------- the protocol
+@dataclass(frozen=True)
+class _Call(Generic[T]):
+    """One request of the contract and how to decode its successful answer."""
+
+    method: str
+    path: str
+    params: dict[str, str | int]
+    decode: Callable[[bytes], T]
+
+
+class _VertexList(BaseModel):
+    vertices: list[str]
+
+
+_SETTINGS = TypeAdapter(dict[str, Any])
+
+
+def _segment(value: str) -> str:
+    # A vertex or round id is one path segment whatever it contains (the endpoint unquotes).
+    return quote(value, safe="")
+
+
+def _reading(subtask_index: int | None, max_records: int | None) -> dict[str, str | int]:
+    params: dict[str, str | int] = {}
+    if subtask_index is not None:
+        params["subtaskIndex"] = subtask_index
+    if max_records is not None:
+        params["maxRecords"] = max_records
+    return params
+
+
+def _open_round(vertex: str, sampling_window: str | None) -> _Call[DataSampleResult]:
+    return _Call(
+        "POST",
+        f"/api/v1/vertices/{_segment(vertex)}/rounds",
+        {"samplingWindow": sampling_window} if sampling_window else {},
+        DataSampleResult.model_validate_json,
+    )
+
+
+def _get_round(
+    round_id: str, subtask_index: int | None, max_records: int | None
+) -> _Call[DataSampleResult]:
+    return _Call(
+        "GET",
+        f"/api/v1/rounds/{_segment(round_id)}",
+        _reading(subtask_index, max_records),
+        DataSampleResult.model_validate_json,
+    )
+
+
+def _data_sample(
+    vertex: str, subtask_index: int | None, max_records: int | None
+) -> _Call[DataSampleResult]:
+    return _Call(
+        "GET",
+        f"/api/v1/vertices/{_segment(vertex)}/data-sample",
+        _reading(subtask_index, max_records),
+        DataSampleResult.model_validate_json,
+    )
+
+
+def _pipeline() -> _Call[PipelineDescription]:
+    return _Call("GET", "/api/v1/pipeline", {}, PipelineDescription.model_validate_json)
+
+
+def _settings() -> _Call[dict[str, Any]]:
+    return _Call("GET", "/api/v1/settings", {}, _SETTINGS.validate_json)
+
+
+def _vertices() -> _Call[list[str]]:
+    return _Call(
+        "GET", "/api/v1/vertices", {}, lambda raw: _VertexList.model_validate_json(raw).vertices
+    )
+
+
+class _Protocol:
+    """Request building and answer reading shared by the sync and the async client."""
+
+    def __init__(
+        self, base_url: str, token: str, timeout_s: float, connect_timeout_s: float | None
+    ) -> None:
+        for name, value in (("timeout_s", timeout_s), ("connect_timeout_s", connect_timeout_s)):
+            if value is not None and not value > 0:
+                raise ValueError(f"{name}: expected seconds > 0, got {value!r}")
+        self.base_url = base_url.rstrip("/")
+        self._headers = {"Authorization": f"Bearer {token}"}
+        self.timeout = httpx.Timeout(
+            timeout_s, connect=timeout_s if connect_timeout_s is None else connect_timeout_s
+        )
+
+    def request(self, call: _Call[Any]) -> dict[str, Any]:
+        """Keyword arguments of ``httpx.(Async)Client.request`` for ``call``."""
+        # Absolute URL, header and timeout per request: a caller's shared pool works as is.
+        return {
+            "method": call.method,
+            "url": self.base_url + call.path,
+            "params": call.params,
+            "headers": self._headers,
+            "timeout": self.timeout,
+        }
+
+    @staticmethod
+    def unreachable(exc: Exception) -> ControlUnavailable:
+        """The error for a request that got no answer (httpx's text never holds headers)."""
+        return ControlUnavailable(
+            f"driver control endpoint unreachable: {type(exc).__name__}: {exc}"
+        )
+
+    @staticmethod
+    def interpret(call: _Call[T], response: httpx.Response) -> T:
+        """The decoded answer, or the classified :class:`ControlError`."""
+        status = response.status_code
+        if status == 429:
+            raise ControlUnavailable(
+                "the driver already runs its maximum of concurrent rounds",
+                ErrorCode.TOO_MANY_CONCURRENT_ROUNDS,
+                status=status,
+                detail=ErrorCode.TOO_MANY_CONCURRENT_ROUNDS.value,
+            )
+        if 400 <= status < 500:
+            raise ControlRejected(status, _detail(response), field=_field(response))
+        if not 200 <= status < 300:
+            detail = _detail(response)
+            raise ControlUnavailable(
+                f"driver control endpoint answered HTTP {status}: {detail}",
+                status=status,
+                detail=detail,
+            )
+        try:
+            return call.decode(response.content)
+        except ValidationError as exc:
+            raise ControlUnavailable(
+                f"driver answered an unexpected body: {exc}", status=status
+            ) from None
+
+
+def _json(response: httpx.Response) -> Any:
+    try:
+        return response.json()
+    except ValueError:
+        return None
+
+
+def _detail(response: httpx.Response) -> str:
+    """The driver's error text: ``error`` of the endpoint (``detail``/``message`` of other
+    servers in front of it), else the body's start."""
+    body = _json(response)
+    if isinstance(body, dict):
+        for key in ("detail", "message", "error"):
+            if body.get(key):
+                return str(body[key])[:1000]
+        return str(body)[:1000]
+    return response.text[:1000]
+
+
+def _field(response: httpx.Response) -> str | None:
+    body = _json(response)
+    field = body.get("field") if isinstance(body, dict) else None
+    return str(field) if field else None
+
+
+def _poll(
+    read: Callable[[], DataSampleResult], timeout_s: float, poll_interval_s: float
+) -> DataSampleResult:
+    """``read()`` now, then every ``poll_interval_s`` while ``PENDING`` and before the
+    deadline ``timeout_s`` from now; the last answer (``PENDING`` when time ran out)."""
+    if not timeout_s >= 0:
+        raise ValueError(f"timeout_s: expected seconds >= 0, got {timeout_s!r}")
+    if not poll_interval_s > 0:
+        raise ValueError(f"poll_interval_s: expected seconds > 0, got {poll_interval_s!r}")
+    deadline = time.monotonic() + timeout_s
+    result = read()
+    while result.status is SampleStatus.PENDING:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            break
+        time.sleep(min(poll_interval_s, remaining))
+        result = read()
+    return result
+
+
+# ---------------------------------------------------------------------------- the clients
+class ControlClient:
+    """Calls one driver's control endpoint at ``base_url`` (e.g. ``http://10.0.0.5:4045``).
+
+    ``timeout_s``/``connect_timeout_s``: per request, seconds (see the module docstring).
+    ``http``: a pool to share (e.g. across drivers); it is then not closed by :meth:`close`.
+    Every call raises :class:`ControlUnavailable` or :class:`ControlRejected` (a malformed
+    ``base_url`` is "unreachable"). Use as a context manager. Raises ``ValueError`` for a
+    timeout <= 0.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str,
+        *,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        connect_timeout_s: float | None = None,
+        http: httpx.Client | None = None,
+    ) -> None:
+        self._protocol = _Protocol(base_url, token, timeout_s, connect_timeout_s)
+        self._own = http is None
+        self._http = http or httpx.Client()
+
+    @property
+    def base_url(self) -> str:
+        """The endpoint's URL, without a trailing slash."""
+        return self._protocol.base_url
+
+    def __enter__(self) -> ControlClient:
+        return self
+
+    def __exit__(
+        self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the connection pool unless it was given."""
+        if self._own:
+            self._http.close()
+
+    def _send(self, call: _Call[T]) -> T:
+        try:
+            response = self._http.request(**self._protocol.request(call))
+        except (httpx.HTTPError, httpx.InvalidURL) as exc:
+            raise self._protocol.unreachable(exc) from None
+        return self._protocol.interpret(call, response)
+
+    def open_round(self, vertex: str, sampling_window: str | None = None) -> DataSampleResult:
+        """Start a round at ``vertex``; ``sampling_window`` like ``3s`` (default: the
+        application's). ``PENDING`` with a ``roundId``, or ``DISABLED``."""
+        return self._send(_open_round(vertex, sampling_window))
+
+    def get_round(
+        self, round_id: str, *, subtask_index: int | None = None, max_records: int | None = None
+    ) -> DataSampleResult:
+        """The round ``round_id`` (``PENDING`` while it runs), optionally only subtask
+        ``subtask_index`` (0 or more) and at most ``max_records`` (1–5000) records.
+        ``ControlRejected`` 404 when the driver does not know the round."""
+        return self._send(_get_round(round_id, subtask_index, max_records))
+
+    def data_sample(
+        self, vertex: str, *, subtask_index: int | None = None, max_records: int | None = None
+    ) -> DataSampleResult:
+        """The vertex's latest sample; starts a round when none is fresh (then ``PENDING``)."""
+        return self._send(_data_sample(vertex, subtask_index, max_records))
+
+    def pipeline(self) -> PipelineDescription:
+        """The pipeline the driver runs (``ControlRejected`` 404 when none is attached)."""
+        return self._send(_pipeline())
+
+    def settings(self) -> dict[str, Any]:
+        """The driver's sampling settings, a JSON object as sent (camelCase, durations ms)."""
+        return self._send(_settings())
+
+    def vertices(self) -> list[str]:
+        """The names of the vertices with a tap."""
+        return self._send(_vertices())
+
+    def wait_for_round(
+        self,
+        round_id: str,
+        *,
+        timeout_s: float,
+        poll_interval_s: float,
+        subtask_index: int | None = None,
+        max_records: int | None = None,
+    ) -> DataSampleResult:
+        """:meth:`get_round` now and every ``poll_interval_s`` seconds until the round is no
+        longer ``PENDING`` or ``timeout_s`` seconds passed; the last answer (still
+        ``PENDING`` on timeout). ``ValueError`` for ``timeout_s`` < 0 or an interval <= 0."""
+        return _poll(
+            lambda: self.get_round(round_id, subtask_index=subtask_index, max_records=max_records),
+            timeout_s,
+            poll_interval_s,
+        )
+
+    def wait_for_data_sample(
+        self,
+        vertex: str,
+        *,
+        timeout_s: float,
+        poll_interval_s: float,
+        subtask_index: int | None = None,
+        max_records: int | None = None,
+    ) -> DataSampleResult:
+        """:meth:`data_sample` polled like :meth:`wait_for_round` (the first call may start
+        the round)."""
+        return _poll(
+            lambda: self.data_sample(vertex, subtask_index=subtask_index, max_records=max_records),
+            timeout_s,
+            poll_interval_s,
+        )
+
+
+class AsyncControlClient:
+    """:class:`ControlClient` on ``httpx.AsyncClient`` (same arguments, calls and errors).
+
+    No ``wait_for_*``: its user, the operator, reads a round once per reconcile step instead
+    of holding a handler open. Use as an async context manager.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str,
+        *,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        connect_timeout_s: float | None = None,
+        http: httpx.AsyncClient | None = None,
+    ) -> None:
+        self._protocol = _Protocol(base_url, token, timeout_s, connect_timeout_s)
+        self._own = http is None
+        self._http = http or httpx.AsyncClient()
+
+    @property
+    def base_url(self) -> str:
+        """The endpoint's URL, without a trailing slash."""
+        return self._protocol.base_url
+
+    async def __aenter__(self) -> AsyncControlClient:
+        return self
+
+    async def __aexit__(
+        self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the connection pool unless it was given."""
+        if self._own:
+            await self._http.aclose()
+
+    async def _send(self, call: _Call[T]) -> T:
+        try:
+            response = await self._http.request(**self._protocol.request(call))
+        except (httpx.HTTPError, httpx.InvalidURL) as exc:
+            raise self._protocol.unreachable(exc) from None
+        return self._protocol.interpret(call, response)
+
+    async def open_round(self, vertex: str, sampling_window: str | None = None) -> DataSampleResult:
+        """See :meth:`ControlClient.open_round`."""
+        return await self._send(_open_round(vertex, sampling_window))
+
+    async def get_round(
+        self, round_id: str, *, subtask_index: int | None = None, max_records: int | None = None
+    ) -> DataSampleResult:
+        """See :meth:`ControlClient.get_round`."""
+        return await self._send(_get_round(round_id, subtask_index, max_records))
+
+    async def data_sample(
+        self, vertex: str, *, subtask_index: int | None = None, max_records: int | None = None
+    ) -> DataSampleResult:
+        """See :meth:`ControlClient.data_sample`."""
+        return await self._send(_data_sample(vertex, subtask_index, max_records))
+
+    async def pipeline(self) -> PipelineDescription:
+        """See :meth:`ControlClient.pipeline`."""
+        return await self._send(_pipeline())
+
+    async def settings(self) -> dict[str, Any]:
+        """See :meth:`ControlClient.settings`."""
+        return await self._send(_settings())
+
+    async def vertices(self) -> list[str]:
+        """See :meth:`ControlClient.vertices`."""
+        return await self._send(_vertices())
