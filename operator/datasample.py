@@ -38,6 +38,7 @@ from pydantic import ValidationError
 
 from sparkglass.runtime.contract.datasample_status import encode, phase_of
 from sparkglass.runtime.contract.sample_result import DataSampleResult, ErrorCode, SampleStatus
+from sparkglass.runtime.contract.sampling_settings import client_deadline_ms
 from sparkglass.runtime.control.client import (
     AsyncControlClient,
     ControlRejected,
@@ -59,8 +60,9 @@ PENDING, IN_PROGRESS = "Pending", "InProgress"
 FINAL = frozenset({"Complete", "Partial", "NoData", "Failed", "Disabled", "Abandoned"})
 #: Phases whose Ready condition is True (a result exists).
 _SUCCESS = frozenset({"Complete", "Partial", "NoData"})
-#: Extra seconds past samplingWindow + the application's timeout before the operator gives
-#: up on a round the driver never finished.
+#: Extra seconds past the application's timeout before the operator gives up on a round the
+#: driver never finished (the rule is ``client_deadline_ms``, shared with the service; the
+#: driver ends every round within its timeout, the grace covers the operator's own steps).
 _DEADLINE_GRACE_SECONDS = 30.0
 MAX_RETRY_DELAY_SECONDS = 60.0
 
@@ -257,8 +259,13 @@ class _Step:
                 await self._finish("Failed", "RoundRejected", f"reading the round failed: {exc}")
             return
         if result.status is SampleStatus.PENDING:
-            window = parse_duration(spec.sampling_window or app_spec.sampling.sampling_window)
-            limit = window + parse_duration(app_spec.sampling.timeout) + _DEADLINE_GRACE_SECONDS
+            limit = (
+                client_deadline_ms(
+                    round(parse_duration(app_spec.sampling.timeout) * 1000),
+                    round(_DEADLINE_GRACE_SECONDS * 1000),
+                )
+                / 1000
+            )
             if time.time() > _parse_time(self.status.get("startTime")) + limit:
                 await self._finish(
                     "Failed",
