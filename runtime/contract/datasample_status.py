@@ -53,6 +53,8 @@ _COUNTERS: Final = (
     "droppedByRateLimit",
     "errorCode",
     "failedSubtasks",
+    "noDataReason",
+    "lastMicroBatchTimestamp",
 )
 
 
@@ -116,6 +118,8 @@ def encode(result: DataSampleResult, max_bytes: int) -> dict[str, Any]:
         "droppedByRateLimit": result.dropped_by_rate_limit,
         "errorCode": result.error_code.value if result.error_code else None,
         "failedSubtasks": list(result.failed_subtasks),
+        "noDataReason": result.no_data_reason.value if result.no_data_reason else None,
+        "lastMicroBatchTimestamp": result.last_micro_batch_timestamp,
         "samples": [
             {"subtaskIndex": index, "records": records}
             for index, records in kept.items()

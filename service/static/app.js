@@ -267,7 +267,7 @@ function statusMessage(r) {
       return [`Partial result: not every subtask answered.${failed} ` +
         (ERROR_TEXT[r.errorCode] || ""), "warn"];
     case "NO_DATA":
-      return ["No record left this vertex during the sampling window.", "info"];
+      return [noDataText(r), "info"];
     case "DISABLED":
       return ["Sampling is disabled for this application " +
         "(spark.sparkglass.sampling.enabled=false).", "warn"];
@@ -276,6 +276,23 @@ function statusMessage(r) {
         (ERROR_TEXT[r.errorCode] || "") + failed, "error"];
     default:
       return [r.status, "info"];
+  }
+}
+
+// Why a round saw no row (noDataReason), in the words a Spark user expects.
+function noDataText(r) {
+  const last = r.lastMicroBatchTimestamp
+    ? ` The last micro-batch ended at ${formatTime(r.lastMicroBatchTimestamp)}.` : "";
+  switch (r.noDataReason) {
+    case "NO_MICRO_BATCH":
+      return "No record: the streaming query ran no micro-batch during the round." + last +
+        " The next poll after its next micro-batch starts a new round.";
+    case "NO_ROWS":
+      return "No record: micro-batches ran, and this vertex emitted no row in them.";
+    case "QUERY_NOT_ACTIVE":
+      return "No record: no streaming query that runs this vertex is active.";
+    default:
+      return "No record left this vertex during the sampling window.";
   }
 }
 

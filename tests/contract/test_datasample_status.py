@@ -23,6 +23,7 @@ from sparkglass.runtime.contract.datasample_status import (
 from sparkglass.runtime.contract.sample_result import (
     DataSampleResult,
     ErrorCode,
+    NoDataReason,
     SampledRecord,
     SampleStatus,
     SubtaskSamples,
@@ -120,7 +121,11 @@ FINAL_RESULTS = {
         samples=samples(s0=1, s2=1),
     ),
     "NoData": DataSampleResult(
-        status=SampleStatus.NO_DATA, round_id=RID, end_timestamp=1_700_000_003_000
+        status=SampleStatus.NO_DATA,
+        round_id=RID,
+        end_timestamp=1_700_000_003_000,
+        no_data_reason=NoDataReason.NO_MICRO_BATCH,
+        last_micro_batch_timestamp=1_700_000_000_500,
     ),
     "Failed": DataSampleResult(
         status=SampleStatus.FAILED,

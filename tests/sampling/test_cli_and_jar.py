@@ -142,3 +142,28 @@ def test_render_sample_limits_records():
     text = console.export_text()
     assert "PARTIAL" in text and "EXECUTOR_UNREACHABLE" in text and "[2]" in text
     assert '{"i":1}' in text and '{"i":2}' not in text
+
+
+@pytest.mark.parametrize(
+    ("reason", "said"),
+    [
+        ("NO_MICRO_BATCH", "ran no micro-batch during the round"),
+        ("NO_ROWS", "emitted no row"),
+        ("QUERY_NOT_ACTIVE", "no streaming query"),
+    ],
+)
+def test_render_sample_says_why_there_is_no_data(reason: str, said: str) -> None:
+    from rich.console import Console
+
+    body = {
+        "status": "NO_DATA",
+        "roundId": "1-2",
+        "noDataReason": reason,
+        "lastMicroBatchTimestamp": 1_700_000_000_000,
+        "samples": [],
+    }
+    console = Console(record=True, width=160)
+    console.print(sample_cli.render_sample("parse", body))
+    text = console.export_text()
+    assert "NO_DATA" in text and said in text
+    assert "last micro-batch ended 2023-11-14 22:13:20 UTC" in text

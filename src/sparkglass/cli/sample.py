@@ -120,6 +120,25 @@ def _print_table(vertex: str, body: dict) -> None:
     Console().print(render_sample(vertex, body))
 
 
+#: What each ``noDataReason`` means, for people.
+NO_DATA_REASONS = {
+    "NO_MICRO_BATCH": "the streaming query ran no micro-batch during the round",
+    "NO_ROWS": "micro-batches ran, and this vertex emitted no row in them",
+    "QUERY_NOT_ACTIVE": "no streaming query that runs this vertex is active",
+}
+
+
+def no_data_text(body: dict) -> str:
+    """Why a ``NO_DATA`` body has no record, with the last micro-batch's time (UTC)."""
+    reason = NO_DATA_REASONS.get(str(body.get("noDataReason")), "no row left the vertex")
+    last = body.get("lastMicroBatchTimestamp")
+    if last:
+        reason += "; last micro-batch ended " + time.strftime(
+            "%Y-%m-%d %H:%M:%S UTC", time.gmtime(int(last) / 1000)
+        )
+    return f"no data: {reason}"
+
+
 def render_sample(vertex: str, body: dict, limit: int | None = None) -> RenderableType:
     """A rich view of one data-sample body (the REST JSON): a summary line and a table.
 
@@ -144,6 +163,9 @@ def render_sample(vertex: str, body: dict, limit: int | None = None) -> Renderab
         parts.append(f"[red]error {body['errorCode']}[/] failed subtasks: {failed}")
     if status == "DISABLED":
         parts.append("sampling is disabled (spark.sparkglass.sampling.enabled=false)")
+        return Group(*parts)
+    if status == "NO_DATA":
+        parts.append(no_data_text(body))
         return Group(*parts)
     records = [(g["subtaskIndex"], r) for g in body.get("samples", []) for r in g["records"]]
     types = {r["dataType"] for _, r in records}
