@@ -84,6 +84,15 @@ def test_page_shows_graph_statuses_and_records(service: LocalService) -> None:
         page.wait_for_selector("[data-testid=status].PENDING", timeout=5000)
         assert "Sampling" in page.text_content("[data-testid=status-message]")
 
+        page.click("[data-testid=vertex-idle]")
+        page.wait_for_function(
+            "document.querySelector('[data-testid=status]').textContent === 'NO_DATA'",
+            timeout=15000,
+        )
+        message = page.text_content("[data-testid=status-message]")
+        assert "ran no micro-batch during the round" in message
+        assert "2023-11-14 22:13:20" in message  # lastMicroBatchTimestamp, shown in UTC
+
 
 def test_page_stale_badge_and_bad_token(tmp_path: Path, fake_driver: FakeDriver) -> None:
     svc = start_local_service(
