@@ -106,10 +106,9 @@ def run_demo(opts: DemoOptions) -> None:
         "sparkglass-demo",
         master=opts.master,
         conf={
-            "spark.sparkglass.sampling.enabled": "true",  # taps + plugin + endpoint
-            # Three streaming queries share two cores here, so a query may run no
-            # micro-batch within the default 3 s window: give the demo's rounds 10 s.
-            "spark.sparkglass.sampling.sampling-window": "10s",
+            # Taps + plugin + endpoint; the default 3 s window (rounds on streaming vertices
+            # wait for a micro-batch however far apart the queries run them).
+            "spark.sparkglass.sampling.enabled": "true",
         },
     )
     spark.sparkContext.setLogLevel("ERROR")
@@ -261,7 +260,6 @@ SAMPLED_VERTICES = ["parse", "delays-by-carrier", "busiest-origins", "enrich-ori
 
 def _sample_when_running(spark: SparkSession, pipeline: Pipeline) -> None:
     """After the second micro-batch: one sampling round per demo vertex, printed as tables."""
-    from sparkglass.runtime.contract.sample_result import SampleStatus
     from sparkglass.runtime.sampling.registry import coordinator_for, endpoint_for
 
     while (progress := pipeline.progress()).micro_batches < 2:
@@ -277,10 +275,6 @@ def _sample_when_running(spark: SparkSession, pipeline: Pipeline) -> None:
         )
     try:
         samples = coordinator_for(spark).sample_vertices(SAMPLED_VERTICES, timeout_s=60)
-        # A vertex whose query ran no micro-batch in the window answers NO_DATA: once more.
-        empty = [v for v, r in samples.items() if r.status is SampleStatus.NO_DATA]
-        if empty and pipeline.progress().active_queries:
-            samples.update(coordinator_for(spark).sample_vertices(empty, timeout_s=60))
     except Exception as exc:
         console.print(f"[yellow]no samples: {exc}[/]")
         return
