@@ -64,7 +64,7 @@ from sparkglass.runtime.optimizations.fusion import (
 from sparkglass.runtime.optimizations.latest_per_key import latest_per_key
 from sparkglass.runtime.optimizations.materialize import materialize
 from sparkglass.runtime.sampling.rounds import MicroBatches
-from sparkglass.runtime.sampling.tap import detach, install_tap
+from sparkglass.runtime.sampling.tap import detach, install_materialized_tap, install_tap
 
 VertexFunction = Callable[..., DataFrame]
 #: A sink writer: given the sink's input DataFrame, either return a configured
@@ -182,6 +182,8 @@ class Pipeline:
         self._rates: dict[str, tuple[float, float]] = {}
         self._rows_by_query: dict[tuple[str, str], int] = {}
         self._batches: deque[_MicroBatch] = deque(maxlen=KEPT_MICRO_BATCHES)
+        #: Materialized vertices and when their output was written (ms since the epoch).
+        self._materialized_at: dict[str, int] = {}
         self._listener: _ProgressListener | None = None
         self._started = False
         self._plan: Plan | None = None  # set by start(): how output() builds each step
@@ -365,6 +367,7 @@ class Pipeline:
         if planned.materialize:
             path = self._checkpoint_for(f"_materialized/{step.name}")
             df = materialize(df, path, vertex=step.name)
+            self._materialized_at[step.name] = int(time.time() * 1000)
         if planned.latest_per_key and planned.adjusted.idempotent is not None:
             fn = step.fn.fn if isinstance(step.fn, ArrowVertexFunction) else step.fn
             df = latest_per_key(
@@ -395,8 +398,9 @@ class Pipeline:
         """
         if self._observe_rows and df.isStreaming:
             df = df.observe(f"{OBSERVATION_PREFIX}{name}", F.count(F.lit(1)).alias("rows"))
-        df = install_tap(self, name, df)
-        return df
+        if name in self._materialized_at:  # rounds read the written rows, each once
+            return install_materialized_tap(self, name, df, self._materialized_at[name])
+        return install_tap(self, name, df)
 
     def _checkpoint_for(self, sink: str) -> str:
         if self._checkpoint_root is None:

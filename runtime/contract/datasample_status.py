@@ -55,6 +55,7 @@ _COUNTERS: Final = (
     "failedSubtasks",
     "noDataReason",
     "lastMicroBatchTimestamp",
+    "materializedAt",
 )
 
 
@@ -120,6 +121,7 @@ def encode(result: DataSampleResult, max_bytes: int) -> dict[str, Any]:
         "failedSubtasks": list(result.failed_subtasks),
         "noDataReason": result.no_data_reason.value if result.no_data_reason else None,
         "lastMicroBatchTimestamp": result.last_micro_batch_timestamp,
+        "materializedAt": result.materialized_at,
         "samples": [
             {"subtaskIndex": index, "records": records}
             for index, records in kept.items()

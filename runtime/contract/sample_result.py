@@ -130,6 +130,11 @@ class DataSampleResult(_Model):
         description="When the last micro-batch of the vertex's queries ended, ms since the "
         "epoch (streaming vertices).",
     )
+    materialized_at: int | None = Field(
+        default=None,
+        description="Set when the records are the vertex's materialized output (an "
+        "end-of-input vertex), each row at most once: when it was written, ms since the epoch.",
+    )
 
     def record_count(self) -> int:
         """How many records this result carries (after any post-filter)."""

@@ -34,6 +34,7 @@ from sparkglass.runtime.contract.errors import SparkglassError
 from sparkglass.runtime.contract.sample_result import (
     MAX_CONCURRENT_ROUNDS,
     MAX_RECORDS_PER_RESPONSE,
+    MAX_RECORDS_PER_SUBTASK,
     DataSampleResult,
     ErrorCode,
     NoDataReason,
@@ -115,6 +116,20 @@ def _no_micro_batches(since_ms: int) -> MicroBatches | None:
 
 
 @dataclass(frozen=True)
+class MaterializedOutput:
+    """An end-of-input vertex's output, written once (``optimizations.materialize``).
+
+    Its rows exist once, in files: a round reads them there instead of tapping every
+    downstream read of them (which returned each row once per micro-batch reading it).
+    ``read(limit)`` returns up to ``limit`` ``(partition index, row as JSON)`` pairs;
+    ``written_at_ms`` is when the output was written (ms since the epoch).
+    """
+
+    read: Callable[[int], list[tuple[int, str]]]
+    written_at_ms: int
+
+
+@dataclass(frozen=True)
 class TapInfo:
     """A tap installed at a vertex output.
 
@@ -131,6 +146,8 @@ class TapInfo:
     micro_batches: Callable[[int], MicroBatches | None] = field(
         default=_no_micro_batches, compare=False
     )
+    #: Set for an end-of-input vertex whose output was materialized (rounds read it there).
+    materialized: MaterializedOutput | None = field(default=None, compare=False)
 
 
 #: A micro-batch counts for a round only when it started this long after the round: the
@@ -289,6 +306,14 @@ class RoundCoordinator:
             )
             self._running[round_id] = rnd
             self._by_vertex[vertex] = round_id
+        if tap.materialized is not None:
+            threading.Thread(
+                target=self._read_materialized,
+                args=(rnd, tap.materialized, settings),
+                name=f"sparkglass-round-{round_id}",
+                daemon=True,
+            ).start()
+            return DataSampleResult(status=SampleStatus.PENDING, round_id=round_id)
         try:
             self._transport.start_round(round_id, rnd.tap.tap_key, settings, rnd.capture_ms)
         except Exception as exc:  # the JVM may be gone: report, do not raise
@@ -414,7 +439,36 @@ class RoundCoordinator:
                     self._finish(rnd, None, {}, ErrorCode.INTERNAL_ERROR, set())
             time.sleep(self._check_interval)
 
+    def _read_materialized(
+        self, rnd: _Round, output: MaterializedOutput, settings: SamplingSettings
+    ) -> None:
+        """A round on a materialized vertex: its written rows, each at most once, within the
+        caps (1000 per subtask, 5000 per response; no rate limit: nothing runs per row)."""
+        try:
+            rows = output.read(MAX_RECORDS_PER_RESPONSE)
+        except Exception as exc:  # a sampling failure never fails the pipeline
+            log.warning("reading the materialized output of %s failed: %s", rnd.tap.vertex, exc)
+            self._finish(rnd, None, {}, ErrorCode.INTERNAL_ERROR, set())
+            return
+        by_partition: dict[int, list[dict[str, Any]]] = {}
+        for partition, data in rows:
+            kept = by_partition.setdefault(partition, [])
+            if len(kept) < MAX_RECORDS_PER_SUBTASK:
+                kept.append(
+                    {
+                        "sampleTimestamp": output.written_at_ms,
+                        "data": data[: settings.max_record_length],
+                        "truncated": len(data) > settings.max_record_length,
+                    }
+                )
+        reports = {
+            "driver": [{"subtaskIndex": p, "records": r} for p, r in by_partition.items()]
+        }
+        self._finish(rnd, None, reports, None, set())
+
     def _check(self, rnd: _Round) -> None:
+        if rnd.tap.materialized is not None:
+            return  # read on its own thread, not by the executors
         elapsed_ms = (self._clock() - rnd.started) * 1000
         if not rnd.terminated and rnd.tap.is_running() is False:
             rnd.terminated = True
@@ -474,12 +528,14 @@ class RoundCoordinator:
         failed_executors: set[str],
     ) -> None:
         result = assemble_result(rnd.round_id, rnd.tap.data_type, reports)
+        if rnd.tap.materialized is not None:
+            result.materialized_at = rnd.tap.materialized.written_at_ms
         progress: dict[str, list[int]] = (status or {}).get("progress", {})
         failed = sorted({p for e in failed_executors for p in progress.get(e, [])})
         if rnd.terminated:
             error = ErrorCode.TASK_TERMINATED
         result.failed_subtasks = failed
-        if result.status is SampleStatus.NO_DATA and error is None:
+        if result.status is SampleStatus.NO_DATA and error is None and not result.materialized_at:
             self._no_data_reason(rnd, result)
         if error is not None:
             result.error_code = error

@@ -29,7 +29,7 @@ from pyspark.sql import functions as F
 
 from sparkglass.runtime.contract.sampling_settings import settings_from_spark
 from sparkglass.runtime.sampling.registry import REGISTRY, AttachedPipeline
-from sparkglass.runtime.sampling.rounds import MicroBatches, TapInfo
+from sparkglass.runtime.sampling.rounds import MaterializedOutput, MicroBatches, TapInfo
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +95,45 @@ def install_tap(pipeline: TappedPipeline, vertex: str, df: DataFrame) -> DataFra
         )
     )
     return tapped
+
+
+def read_rows(df: DataFrame, limit: int) -> list[tuple[int, str]]:
+    """Up to ``limit`` rows of bounded ``df`` as ``(partition index, to_json row)`` pairs,
+    rendered as the tap renders them (null fields included)."""
+    rendered = df.select(
+        F.spark_partition_id().alias("partition"),
+        F.to_json(F.struct(*[F.col(f"`{c}`") for c in df.columns]), {"ignoreNullFields": "false"})
+        .alias("data"),
+    ).limit(limit)
+    return [(int(r["partition"]), str(r["data"])) for r in rendered.collect()]
+
+
+def install_materialized_tap(
+    pipeline: TappedPipeline, vertex: str, df: DataFrame, written_at_ms: int
+) -> DataFrame:
+    """Make a materialized vertex sampleable from its written output; ``df`` (the read-back)
+    is returned untouched, so no downstream read of the files passes a tap.
+
+    Rounds on it return each written row at most once (``materializedAt`` says when it was
+    written). Raises as :func:`install_tap`.
+    """
+    spark = df.sparkSession
+    if not settings_from_spark(spark).enabled:
+        if control_enabled(spark):
+            REGISTRY.attach(pipeline, spark).coordinator.register_vertices([vertex])
+        return df
+    app = REGISTRY.application(spark)
+    app.require_plugin()
+    REGISTRY.attach(pipeline, spark)
+    app.coordinator.register_tap(
+        TapInfo(
+            vertex=vertex,
+            tap_key=f"{pipeline.name}/{vertex}/materialized",
+            data_type=df.schema.simpleString(),
+            materialized=MaterializedOutput(functools.partial(read_rows, df), written_at_ms),
+        )
+    )
+    return df
 
 
 def control_enabled(spark: SparkSession) -> bool:

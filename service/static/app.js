@@ -262,7 +262,9 @@ function statusMessage(r) {
     case "PENDING":
       return ["Sampling… the first round is running; results appear here when it ends.", "info"];
     case "COMPLETE":
-      return ["", "info"];
+      return [r.materializedAt
+        ? `The vertex's materialized output, written at ${formatTime(r.materializedAt)}: ` +
+          "each row at most once." : "", "info"];
     case "PARTIAL":
       return [`Partial result: not every subtask answered.${failed} ` +
         (ERROR_TEXT[r.errorCode] || ""), "warn"];

@@ -123,6 +123,8 @@ class Round(Base):
     #: micro-batch ended (ms since the epoch), for streaming vertices.
     no_data_reason: Mapped[str | None] = mapped_column(String(32), nullable=True)
     last_micro_batch_timestamp: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    #: Set when the records are an end-of-input vertex's written output (ms since the epoch).
+    materialized_at: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     triggered_by: Mapped[str | None] = mapped_column(String(253), nullable=True)
     #: Driver round id (local mode) or DataSample name (Kubernetes mode).
     external_ref: Mapped[str | None] = mapped_column(String(253), nullable=True)

@@ -269,6 +269,7 @@ def save_round(
     row.failed_subtasks = list(result.failed_subtasks)
     row.no_data_reason = result.no_data_reason.value if result.no_data_reason else None
     row.last_micro_batch_timestamp = result.last_micro_batch_timestamp
+    row.materialized_at = result.materialized_at
     if external_ref is not None:
         row.external_ref = external_ref
     session.execute(delete(SampleRecord).where(SampleRecord.round_id == rid))
@@ -389,6 +390,7 @@ def load_result(session: Session, row: Round) -> DataSampleResult:
         samples=[SubtaskSamples(subtask_index=k, records=v) for k, v in sorted(groups.items())],
         no_data_reason=row.no_data_reason,  # type: ignore[arg-type]  # validated to the enum
         last_micro_batch_timestamp=row.last_micro_batch_timestamp,
+        materialized_at=row.materialized_at,
     )
 
 

@@ -19,6 +19,7 @@ from sparkglass.runtime.contract.sampling_settings import SamplingSettings, Samp
 from sparkglass.runtime.sampling.rounds import (
     ACTIVATION_MS,
     REPORT_MARGIN_MS,
+    MaterializedOutput,
     MicroBatches,
     RoundCoordinator,
     TapInfo,
@@ -403,3 +404,47 @@ def test_idle_no_data_is_cached_only_until_the_next_micro_batch(transport):
     again = c.data_sample("parse")
     assert again.stale and again.round_id == first.round_id
     assert c.running_rounds() and c.running_rounds()[0] != first.round_id
+
+
+# ------------------------------------------------- end-of-input (materialized) vertices
+def test_round_on_a_materialized_vertex_reads_each_written_row_once(transport):
+    asked: list[int] = []
+
+    def read(limit: int) -> list[tuple[int, str]]:
+        asked.append(limit)
+        # 1200 rows in partition 0 (over the 1000-per-subtask cap), 3 in partition 1
+        return [(0, f'{{"i":{i}}}') for i in range(1200)] + [(1, '{"i":"x"}')] * 3
+
+    c = make(transport, settings(sampling_window_ms=1000, max_record_length=8))
+    c.register_tap(
+        TapInfo(
+            "busiest-origins",
+            "p/busiest-origins/materialized",
+            "struct<i:int>",
+            materialized=MaterializedOutput(read, written_at_ms=1_700_000_000_000),
+        )
+    )
+    rid = c.start_round("busiest-origins").round_id
+    result = c.wait(rid, 5)
+    assert rid not in transport.rounds  # no executor round: the rows are read from the files
+    assert asked == [5000]
+    assert result.status is SampleStatus.COMPLETE
+    assert result.materialized_at == 1_700_000_000_000
+    assert [len(s.records) for s in result.samples] == [1000, 3]
+    first = result.samples[0].records
+    assert [r.data for r in first[:2]] == ['{"i":0}', '{"i":1}']
+    assert not first[0].truncated and first[0].sample_timestamp == 1_700_000_000_000
+    assert first[100].data == '{"i":100' and first[100].truncated  # max-record-length 8
+    assert len({r.data for r in first}) == 1000  # each row once
+
+
+def test_materialized_round_that_cannot_read_fails_without_raising(transport):
+    def read(limit: int) -> list[tuple[int, str]]:
+        raise OSError("files gone")
+
+    c = make(transport)
+    c.register_tap(
+        TapInfo("m", "p/m/materialized", "struct<i:int>", materialized=MaterializedOutput(read, 1))
+    )
+    result = c.wait(c.start_round("m").round_id, 5)
+    assert (result.status, result.error_code) == (SampleStatus.FAILED, ErrorCode.INTERNAL_ERROR)

@@ -28,6 +28,7 @@ BODY_KEYS = {
     # Additions to the FLIP fields: why a NO_DATA round saw no row.
     "noDataReason",
     "lastMicroBatchTimestamp",
+    "materializedAt",
 }
 
 

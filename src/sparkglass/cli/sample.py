@@ -167,6 +167,12 @@ def render_sample(vertex: str, body: dict, limit: int | None = None) -> Renderab
     if status == "NO_DATA":
         parts.append(no_data_text(body))
         return Group(*parts)
+    if body.get("materializedAt"):
+        parts.append(
+            "the vertex's materialized output (written "
+            + time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(body["materializedAt"] / 1000))
+            + "), each row at most once"
+        )
     records = [(g["subtaskIndex"], r) for g in body.get("samples", []) for r in g["records"]]
     types = {r["dataType"] for _, r in records}
     one_type = len(types) == 1

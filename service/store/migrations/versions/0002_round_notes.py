@@ -1,4 +1,6 @@
-"""Rounds say why they saw no row: ``no_data_reason`` and ``last_micro_batch_timestamp``.
+"""What a round says beyond the FLIP fields: why it saw no row (``no_data_reason``,
+``last_micro_batch_timestamp``) and that its rows are a materialized output
+(``materialized_at``).
 
 Revision ID: 0002
 Revises: 0001
@@ -20,9 +22,11 @@ def upgrade() -> None:
     with op.batch_alter_table("rounds") as batch:  # batch mode: SQLite cannot ALTER in place
         batch.add_column(sa.Column("no_data_reason", sa.String(32), nullable=True))
         batch.add_column(sa.Column("last_micro_batch_timestamp", sa.BigInteger(), nullable=True))
+        batch.add_column(sa.Column("materialized_at", sa.BigInteger(), nullable=True))
 
 
 def downgrade() -> None:
     with op.batch_alter_table("rounds") as batch:
+        batch.drop_column("materialized_at")
         batch.drop_column("last_micro_batch_timestamp")
         batch.drop_column("no_data_reason")
