@@ -25,7 +25,7 @@ import tempfile
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -132,6 +132,75 @@ class _MicroBatch:
 def _epoch_ms(timestamp: str) -> int:
     """Spark's progress timestamp (``2026-11-22T17:55:01.123Z``) in ms since the epoch."""
     return int(datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp() * 1000)
+
+
+#: How long ``Pipeline.stop()`` lets running micro-batches finish, seconds.
+STOP_TIMEOUT_S = 30.0
+#: Spark loggers that report a micro-batch write cut short by ``StreamingQuery.stop()`` as an
+#: ERROR, although an intentional stop makes it expected (the batch is not committed and runs
+#: again from the checkpoint on restart). The driver's, and the tasks' in local mode; on a
+#: cluster the executors log theirs in their own JVMs. Silenced only while the queries stop.
+_ABORT_LOGGERS = (
+    "org.apache.spark.sql.execution.datasources.v2.WriteToDataSourceV2Exec",
+    "org.apache.spark.sql.execution.datasources.v2.DataWritingSparkTask",
+    "org.apache.spark.util.Utils",  # "Aborting task" of the killed write task
+)
+
+
+def _finish_running_micro_batch(query: StreamingQuery, deadline: float) -> None:
+    """Wait until the micro-batch running now (if any) ended, or ``deadline`` (monotonic s)."""
+    if not query.isActive or not query.status["isTriggerActive"]:
+        return
+    last = query.lastProgress
+    running_after = last["batchId"] if last else -1
+    while query.isActive and time.monotonic() < deadline:
+        last = query.lastProgress
+        if (last["batchId"] if last else -1) > running_after:
+            return  # the batch that ran at the call finished (the next may have begun)
+        if not query.status["isTriggerActive"]:
+            return
+        time.sleep(0.05)
+
+
+def _wait_for_job_groups(spark: SparkSession | None, groups: list[str], deadline: float) -> None:
+    """Wait until no job of ``groups`` (a query's micro-batch jobs run in the job group named
+    by its ``runId``) is running, or ``deadline`` (monotonic seconds)."""
+    if spark is None or not groups:
+        return
+    with contextlib.suppress(Exception):  # a stopped context has no jobs left anyway
+        tracker = spark.sparkContext.statusTracker()
+        while time.monotonic() < deadline:
+            running = [
+                job
+                for group in groups
+                for job in tracker.getJobIdsForGroup(group)
+                if (info := tracker.getJobInfo(job)) is not None and info.status == "RUNNING"
+            ]
+            if not running:
+                return
+            time.sleep(0.05)
+
+
+@contextlib.contextmanager
+def _expected_aborts_quiet(spark: SparkSession | None) -> Iterator[None]:
+    """Silence :data:`_ABORT_LOGGERS` in the driver JVM meanwhile (log4j2, restored after)."""
+    jvm = getattr(spark, "_jvm", None) if spark is not None else None
+    saved: list[tuple[str, Any]] = []
+    try:
+        if jvm is not None:
+            log4j = jvm.org.apache.logging.log4j
+            for name in _ABORT_LOGGERS:
+                saved.append((name, log4j.LogManager.getLogger(name).getLevel()))
+                log4j.core.config.Configurator.setLevel(name, log4j.Level.OFF)
+    except Exception:  # another logging backend: the lines show, nothing else changes
+        pass
+    try:
+        yield
+    finally:
+        if jvm is not None:
+            for name, level in saved:
+                with contextlib.suppress(Exception):
+                    jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(name, level)
 
 
 class _ProgressListener(StreamingQueryListener):
@@ -507,12 +576,27 @@ class Pipeline:
         for query in self._queries.values():
             query.processAllAvailable()
 
-    def stop(self) -> None:
-        """Stop every query (idempotent) and remove temporary checkpoints."""
+    def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> None:
+        """Stop every query (idempotent) and remove temporary checkpoints.
+
+        A micro-batch running at the call is let finish, for up to ``timeout_s`` seconds in
+        all; then the queries stop. A micro-batch cut short (the timeout passed, or the next
+        one had just begun) is not committed and runs again from the checkpoint on restart,
+        so its abort is expected and not logged as an ERROR.
+        """
+        deadline = time.monotonic() + timeout_s
         for query in self._queries.values():
-            # Stopping one failed query must not keep the others running.
             with contextlib.suppress(Exception):
-                query.stop()
+                _finish_running_micro_batch(query, deadline)
+        with _expected_aborts_quiet(self._spark):
+            runs = []
+            for query in self._queries.values():
+                # Stopping one failed query must not keep the others running.
+                with contextlib.suppress(Exception):
+                    runs.append(str(query.runId))
+                    query.stop()
+            # Killed tasks log their abort after stop() returned: wait for them first.
+            _wait_for_job_groups(self._spark, runs, time.monotonic() + 10)
         if self._listener is not None and self._spark is not None:
             with contextlib.suppress(Exception):  # the session may already be gone
                 self._spark.streams.removeListener(self._listener)

@@ -434,8 +434,8 @@ class RoundCoordinator:
             for rnd in running:
                 try:
                     self._check(rnd)
-                except Exception as exc:  # one broken round must not stop the rest
-                    log.warning("sampling round %s failed: %s", rnd.round_id, exc)
+                except Exception:  # one broken round must not stop the rest
+                    log.exception("sampling round %s failed", rnd.round_id)
                     self._finish(rnd, None, {}, ErrorCode.INTERNAL_ERROR, set())
             time.sleep(self._check_interval)
 
@@ -475,6 +475,7 @@ class RoundCoordinator:
             self._transport.cancel_round(rnd.round_id)
         status = self._transport.round_status(rnd.round_id)
         if not status.get("known", True):
+            log.warning("sampling round %s: the driver plugin does not know it", rnd.round_id)
             self._finish(rnd, status, {}, ErrorCode.INTERNAL_ERROR, set())
             return
         window_met = elapsed_ms >= rnd.window_ms and not (rnd.closing or rnd.terminated)
@@ -527,6 +528,9 @@ class RoundCoordinator:
         error: ErrorCode | None,
         failed_executors: set[str],
     ) -> None:
+        with self._lock:
+            if self._running.get(rnd.round_id) is not rnd:
+                return  # finished already: a second finish must not overwrite its result
         result = assemble_result(rnd.round_id, rnd.tap.data_type, reports)
         if rnd.tap.materialized is not None:
             result.materialized_at = rnd.tap.materialized.written_at_ms
