@@ -313,3 +313,35 @@ def test_sampling_never_fails_the_job(spark, sampling_conf):
     assert result.status is SampleStatus.COMPLETE
     assert all(json.loads(r.data)["id"] % 2 == 0 for s in result.samples for r in s.records)
     p.stop()
+
+
+def test_no_data_says_why_for_an_idle_query_and_an_empty_vertex(spark, sampling_conf, tmp_path):
+    """A file stream with no new file runs no micro-batch (idle); a vertex that filters every
+    row out runs micro-batches and emits nothing (empty)."""
+    sampling_conf(enabled=True, sampling_window="1s", timeout="10s")
+    incoming = tmp_path / "incoming"
+    incoming.mkdir()
+    (incoming / "0.json").write_text("\n".join(json.dumps({"n": i}) for i in range(20)))
+    p = Pipeline("quiet", spark)
+    p.source("files", spark.readStream.schema("n INT").json(str(incoming)))
+    p.vertex("idle", "files", lambda df: df.selectExpr("n"))
+    p.sink("idle-out", "idle", lambda df: df.writeStream.format("noop"))
+    p.source("ticks", spark.readStream.format("rate").option("rowsPerSecond", 50).load())
+    p.vertex("empty", "ticks", lambda df: df.where("value < 0"))
+    p.sink(
+        "empty-out",
+        "empty",
+        lambda df: df.writeStream.format("noop").trigger(processingTime="300 milliseconds"),
+    )
+    p.start()
+    try:
+        wait_for_batches(p, 3)  # the file's batch and some rate batches
+        c = registry.coordinator_for(spark)
+        idle = c.wait(c.start_round("idle").round_id, 30)
+        empty = c.wait(c.start_round("empty").round_id, 30)
+    finally:
+        p.stop()
+    assert (idle.status, idle.no_data_reason) == (SampleStatus.NO_DATA, "NO_MICRO_BATCH")
+    assert idle.last_micro_batch_timestamp is not None  # the file's micro-batch, before
+    assert idle.last_micro_batch_timestamp < idle.end_timestamp
+    assert (empty.status, empty.no_data_reason) == (SampleStatus.NO_DATA, "NO_ROWS")
