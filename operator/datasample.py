@@ -286,7 +286,7 @@ class _Step:
             or self.body["metadata"].get("uid")
             or self.name
         )
-        extra = encode(result, self.ctx.config.max_status_bytes)
+        extra = encode(result, self.ctx.config.status_record_bytes)
         if self.ctx.store is not None:
             try:
                 await self.ctx.store.save(
@@ -430,6 +430,8 @@ class _Step:
             ttl = DataSampleSpec.parse(self.body.get("spec")).ttl_seconds_after_finished
         except ValidationError:
             return
+        if ttl is None:  # kubectl-made samples too: records must not stay in etcd forever
+            ttl = self.ctx.config.default_ttl_seconds_after_finished
         done = _parse_time(self.status.get("completionTime"))
         if ttl is None or not done or time.time() < done + ttl:
             return

@@ -6,6 +6,11 @@ from dataclasses import dataclass, field
 
 from .spark_conf import DriverEnvironment
 
+#: Default ``ttlSecondsAfterFinished`` of DataSamples whose spec sets none: one hour.
+DEFAULT_TTL_SECONDS = 3600
+#: The CRD's maximum of ``ttlSecondsAfterFinished`` (one year).
+MAX_TTL_SECONDS = 31_536_000
+
 
 @dataclass(frozen=True)
 class OperatorConfig:
@@ -32,6 +37,21 @@ class OperatorConfig:
     service_url: str | None = None
     store_url: str | None = None
     driver: DriverEnvironment = field(default_factory=DriverEnvironment)
+    records_in_status: bool = True
+    default_ttl_seconds_after_finished: int = DEFAULT_TTL_SECONDS
+
+    def __post_init__(self) -> None:
+        ttl = self.default_ttl_seconds_after_finished
+        if not 0 <= ttl <= MAX_TTL_SECONDS:
+            raise ValueError(
+                f"default_ttl_seconds_after_finished={ttl} is out of range: "
+                f"allowed 0 to {MAX_TTL_SECONDS} seconds"
+            )
+
+    @property
+    def status_record_bytes(self) -> int:
+        """Byte bound of the records written into a DataSample status (0: none)."""
+        return self.max_status_bytes if self.records_in_status else 0
 
     @property
     def clusterwide(self) -> bool:

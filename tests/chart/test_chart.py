@@ -169,7 +169,7 @@ def test_every_kind_rendered_is_known(rendered: Rendered) -> None:
     builtin = {
         "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
         "Deployment", "Service", "Secret", "PersistentVolumeClaim", "Ingress",
-        "PodDisruptionBudget",
+        "PodDisruptionBudget", "NetworkPolicy",
     }  # fmt: skip
     kinds = {d["kind"] for v in VARIANTS for d in rendered(v)}
     assert kinds <= builtin | CUSTOM_KINDS, kinds - builtin - CUSTOM_KINDS

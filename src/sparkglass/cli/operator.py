@@ -70,6 +70,22 @@ def run(
         max=1048576,
         help="Most bytes of records a DataSample status holds (the rest is in the service).",
     ),
+    records_in_status: bool = typer.Option(
+        True,
+        "--records-in-status/--no-records-in-status",
+        help=(
+            "Write sampled records into DataSample status (etcd). --no-records-in-status: "
+            "status holds counts and resultsURL only; records go to the store (--store-url)."
+        ),
+    ),
+    default_ttl: int = typer.Option(
+        3600,
+        "--default-ttl-seconds-after-finished",
+        min=0,
+        max=31536000,
+        help="Seconds a finished DataSample is kept when its spec sets no "
+        "ttlSecondsAfterFinished (0-31536000).",
+    ),
     service_url: str = typer.Option(
         "",
         "--service-url",
@@ -120,6 +136,8 @@ def run(
         resync_seconds=resync,
         poll_seconds=poll,
         max_status_bytes=max_status_bytes,
+        records_in_status=records_in_status,
+        default_ttl_seconds_after_finished=default_ttl,
         service_url=service_url or None,
         store_url=store_url or None,
         driver=DriverEnvironment(kubernetes_master=kubernetes_master, runtime_jar=runtime_jar),
