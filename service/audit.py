@@ -148,7 +148,9 @@ class AuditWriter:
             except Exception as exc:
                 # Keep the events for the next attempt rather than losing the trail, but
                 # only as many as the bound allows (the newest win).
-                log.warning("audit flush of %d events failed; will retry: %s", len(batch), exc)
+                # First line only: SQLAlchemy appends the statement and every row.
+                reason = (str(exc).splitlines() or [type(exc).__name__])[0][:300]
+                log.warning("audit flush of %d events failed; will retry: %s", len(batch), reason)
                 with self._lock:
                     self._pending.extendleft(reversed(batch))
                     self._trim_locked()
