@@ -31,8 +31,6 @@ token_app = typer.Typer(
     rich_markup_mode="markdown",
 )
 
-ROLES = ("viewer", "sampler", "admin")
-
 #: Allowed range of ``--expires-in``: a minute to ten years.
 MIN_EXPIRY_S = 60
 MAX_EXPIRY_S = 3650 * 86_400
@@ -109,8 +107,8 @@ def create(
     from sparkglass.cli import fail
     from sparkglass.service.store import open_store, repository
 
-    if role not in ROLES:
-        raise fail(f"--role must be one of {', '.join(ROLES)}, got {role!r}")
+    if role not in repository.ROLES:
+        raise fail(f"--role must be one of {', '.join(repository.ROLES)}, got {role!r}")
     if not 1 <= len(user) <= 253:
         raise fail(f"--user must be 1-253 characters, got {len(user)}")
     try:
