@@ -69,6 +69,7 @@ class AuditWriter:
         self._max = max_events
         self._pending: deque[AuditRecord] = deque()
         self._lock = threading.Lock()
+        self._flush_lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._dropped_total = 0
@@ -137,7 +138,13 @@ class AuditWriter:
 
     def flush(self) -> int:
         """Write every queued event now; returns how many were written (0 when the database
-        failed: the events stay queued, within the bound)."""
+        failed: the events stay queued, within the bound). Waits for a flush under way in
+        another thread, so that every event queued before the call is written when it
+        returns (the audit route flushes, then reads)."""
+        with self._flush_lock:
+            return self._flush_locked()
+
+    def _flush_locked(self) -> int:
         with self._lock:
             batch = list(self._pending)
             self._pending.clear()
