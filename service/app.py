@@ -17,12 +17,13 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from sparkglass import __version__
 from sparkglass.runtime.contract.sample_result import DataSampleResult
 
-from .audit import AuditWriter
+from .audit import AuditWriter, audit_denials
 from .auth import Authenticator
 from .auth.kubernetes import KubernetesAuthenticator
 from .auth.local import LocalAuthenticator
@@ -139,7 +140,12 @@ def build_state(
         sessions=sessions,
         authenticator=authenticator,
         coordinator=coordinator,
-        audit=AuditWriter(sessions, settings.audit_flush_seconds),
+        audit=AuditWriter(
+            sessions,
+            settings.audit_flush_seconds,
+            settings.audit_buffer_events,
+            registry=metrics.registry,
+        ),
         metrics=metrics,
         catalog=catalog,
     )
@@ -178,6 +184,7 @@ def create_app(
     )
     app.state.sparkglass = state
     app.add_exception_handler(RequestValidationError, _on_validation_error)
+    app.add_exception_handler(StarletteHTTPException, audit_denials)
     app.add_middleware(_MetricsMiddleware, metrics=state.metrics)
     app.include_router(applications.router)
     app.include_router(samples.router)

@@ -8,6 +8,7 @@ Authorization runs before any lookup for the same reason (a 404 would reveal nam
 from __future__ import annotations
 
 import hashlib
+import time
 from collections.abc import Callable, Iterator
 from typing import Annotated
 
@@ -107,7 +108,7 @@ async def authorized_principal(
     hit, principal = state.principal_cache.get(key)
     if not hit or principal is None:
         principal = await run_in_threadpool(authenticate, state, credentials)
-        state.principal_cache.set(key, principal, DECISION_TTL_S)
+        state.principal_cache.set(key, principal, _principal_ttl(principal))
     decision_key = (key, namespace, permission)
     hit, allowed = state.decision_cache.get(decision_key)
     if not hit:
@@ -116,6 +117,14 @@ async def authorized_principal(
     if not allowed:
         raise FORBIDDEN
     return principal
+
+
+def _principal_ttl(principal: Principal) -> float:
+    """Seconds the route layer may remember ``principal``: :data:`DECISION_TTL_S`, and never
+    past its credential's expiry (an expired token gets 401 at once)."""
+    if principal.expires_at is None:
+        return DECISION_TTL_S
+    return min(DECISION_TTL_S, (principal.expires_at - time.time() * 1000) / 1000)
 
 
 def require(

@@ -100,13 +100,20 @@ class AuditEventInfo(_Model):
 
     at: int = Field(description="ms since the epoch")
     actor: str
-    action: str = Field(description="read or trigger")
+    action: str = Field(
+        description="read, trigger, list, register, delete, token-create, token-revoke or "
+        "denied (status 401 or 403)"
+    )
     namespace: str
     application: str
     vertex: str
     round_id: str | None
-    record_count: int
+    record_count: int = Field(description="records read, or entries listed")
     status: str | None
+    client: str | None = Field(default=None, description="caller's address, when known")
+    detail: str | None = Field(
+        default=None, description="what an admin action did, or the refused request"
+    )
 
 
 def application_summary(app: Application) -> ApplicationSummary:
@@ -169,6 +176,8 @@ def audit_info(row: AuditEvent) -> AuditEventInfo:
         round_id=row.round_id,
         record_count=row.record_count,
         status=row.status,
+        client=row.client,
+        detail=row.detail,
     )
 
 

@@ -44,9 +44,10 @@ class ExecutionMode(StrEnum):
 
 
 def default_database_url() -> str:
-    """SQLite file under the user's data directory (created on demand)."""
+    """SQLite file under the user's data directory (created on demand, mode 0700; the file
+    itself is created 0600 by the store)."""
     data_dir = Path(platformdirs.user_data_dir("sparkglass", appauthor=False))
-    data_dir.mkdir(parents=True, exist_ok=True)
+    data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     return f"sqlite:///{data_dir / 'service.db'}"
 
 
@@ -116,6 +117,14 @@ class Settings(BaseSettings):
     )
     audit_flush_seconds: float = Field(
         default=1.0, gt=0, description="Audit events are written in batches this often."
+    )
+    audit_buffer_events: int = Field(
+        default=10_000,
+        ge=1,
+        le=1_000_000,
+        description="Most audit events held in memory (1-1000000) while the database cannot "
+        "take them; beyond it the oldest are dropped, counted in "
+        "sparkglass_audit_events_dropped_total and logged.",
     )
     round_workers: int = Field(default=8, ge=1, description="Threads running rounds.")
     datasample_ttl_seconds: int = Field(

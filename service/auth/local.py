@@ -1,6 +1,14 @@
-"""Local mode: bearer tokens from a file or from the store, each bound to a role.
+"""Local mode: bearer tokens bound to a role, from the store or from a tokens file.
 
-Token file format, one per line (``#`` starts a comment)::
+**Store tokens** (the normal way): ``sparkglass token create --user U --role R --expires-in
+30d`` prints a token once; the store keeps only its SHA-256, with its expiry and revocation
+time. ``sparkglass token revoke ID`` takes effect without a restart: every request checks
+the store (the route layer caches a decision for at most one second, and never past the
+token's expiry).
+
+**Tokens file** (the bootstrap, e.g. the first admin before the store has a token), read
+once at start; its tokens never expire and are revoked by editing the file and restarting.
+One per line (``#`` starts a comment)::
 
     <token>,<user>,<role>        # role: viewer | sampler | admin
 
@@ -48,7 +56,8 @@ def read_tokens_file(path: Path) -> dict[str, tuple[str, str]]:
 
 
 class LocalAuthenticator:
-    """Tokens from ``tokens_file`` (read once) and from the store's ``api_tokens`` table."""
+    """Tokens from ``tokens_file`` (read once) and from the store's ``api_tokens`` table
+    (looked up on every call, so a revocation or an expiry applies at once)."""
 
     def __init__(self, sessions: sessionmaker[Session], tokens_file: Path | None = None) -> None:
         self._sessions = sessions
@@ -63,15 +72,19 @@ class LocalAuthenticator:
         self._file_tokens[repository.hash_token(token)] = (user, role)
 
     def authenticate(self, token: str) -> Principal | None:
-        """The principal of ``token`` (file first, then store), or ``None``."""
-        found = self._file_tokens.get(repository.hash_token(token))
-        if found is None:
-            with self._sessions() as session:
-                found = repository.find_token(session, token)
-        if found is None:
+        """The principal of ``token`` (file first, then a store token that is neither
+        revoked nor expired), or ``None``. A store token's principal carries its
+        ``expires_at``."""
+        digest = repository.hash_token(token)
+        found = self._file_tokens.get(digest)
+        if found is not None:
+            user, role = found
+            return Principal(user=user, role=role)
+        with self._sessions() as session:
+            info = repository.lookup_token(session, token)
+        if info is None:
             return None
-        user, role = found
-        return Principal(user=user, role=role)
+        return Principal(user=info.user, role=info.role, expires_at=info.expires_at)
 
     def authorize(self, principal: Principal, namespace: str, permission: Permission) -> bool:
         """Role check. Local mode has one namespace (``local``); other namespaces simply

@@ -28,6 +28,9 @@ class Principal:
     uid: str = ""
     role: str | None = None
     extra: dict[str, list[str]] = field(default_factory=dict, compare=False, hash=False)
+    #: When the credential stops being valid (ms since the epoch), if it expires: caches of
+    #: this principal must not outlive it.
+    expires_at: int | None = field(default=None, compare=False, hash=False)
 
 
 class AuthBackendError(Exception):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from urllib.parse import urlsplit
+
 from fastapi import APIRouter, HTTPException, Response, status
 
 from ..auth import Permission
@@ -28,6 +30,17 @@ _ERRORS: dict[int | str, dict[str, object]] = {
 }
 
 
+def _driver_location(url: str) -> str:
+    """``scheme://host:port`` of a driver URL for the audit trail: where rounds will go (a
+    changed URL can redirect them), without credentials the URL might hold."""
+    try:
+        parts = urlsplit(url)
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:
+        return "an invalid URL"
+    return f"{parts.scheme}://{parts.hostname or ''}{port}"
+
+
 @router.get("/applications", response_model=list[ApplicationSummary], responses=_ERRORS)
 def list_all_applications(
     state: StateDep, session: SessionDep, principal: PrincipalDep
@@ -38,11 +51,15 @@ def list_all_applications(
     else:
         known = {LOCAL_NAMESPACE}
     allowed = {ns for ns in known if check(state, principal, ns, Permission.READ)}
-    return [
+    listed = [
         application_summary(a)
         for a in repository.list_applications(session)
         if a.namespace in allowed
     ]
+    state.audit.note(
+        principal.user, "list", namespace="", record_count=len(listed), detail="applications"
+    )
+    return listed
 
 
 @router.get(
@@ -51,11 +68,19 @@ def list_all_applications(
     responses=_ERRORS,
 )
 def list_applications(
-    namespace: str, state: StateDep, session: SessionDep, _: ReaderDep
+    namespace: str, state: StateDep, session: SessionDep, principal: ReaderDep
 ) -> list[ApplicationSummary]:
     """Applications of one namespace (``local`` in local mode)."""
     refresh_catalog(state, namespace)
-    return [application_summary(a) for a in repository.list_applications(session, namespace)]
+    listed = [application_summary(a) for a in repository.list_applications(session, namespace)]
+    state.audit.note(
+        principal.user,
+        "list",
+        namespace=namespace,
+        record_count=len(listed),
+        detail="applications",
+    )
+    return listed
 
 
 @router.get(
@@ -81,7 +106,7 @@ def register_application(
     body: RegisterApplication,
     state: StateDep,
     session: SessionDep,
-    _: AdminDep,
+    principal: AdminDep,
 ) -> ApplicationDetail:
     """Local mode: register (or re-register) a running driver; reads its pipeline (admin)."""
     if state.settings.execution_mode is not ExecutionMode.LOCAL or namespace != LOCAL_NAMESPACE:
@@ -94,7 +119,24 @@ def register_application(
             state.sessions, application, body.driver_url, body.driver_token, namespace=namespace
         )
     except CatalogError as exc:
+        state.audit.note(
+            principal.user,
+            "register",
+            namespace=namespace,
+            application=application,
+            status="502",
+            detail=str(exc),
+        )
         raise HTTPException(status.HTTP_502_BAD_GATEWAY, detail=str(exc)) from None
+    where = _driver_location(body.driver_url)
+    state.audit.note(
+        principal.user,
+        "register",
+        namespace=namespace,
+        application=application,
+        status="200",
+        detail=f"driver {where}",
+    )
     state.applications.invalidate(namespace, application)
     return application_detail(application_or_404(state, namespace, application, session))
 
@@ -105,12 +147,21 @@ def register_application(
     responses=_ERRORS,
 )
 def delete_application(
-    namespace: str, application: str, state: StateDep, session: SessionDep, _: AdminDep
+    namespace: str, application: str, state: StateDep, session: SessionDep, principal: AdminDep
 ) -> Response:
     """Forget an application with its rounds and records (admin)."""
     app = application_or_404(state, namespace, application, session)
     with state.sessions.begin() as writer:
+        rounds = repository.count_rounds(writer, app.id)
         repository.delete_application(writer, namespace, application)
+    state.audit.note(
+        principal.user,
+        "delete",
+        namespace=namespace,
+        application=application,
+        status="204",
+        detail=f"deleted with {rounds} rounds",
+    )
     state.coordinator.forget(app.id)
     state.applications.invalidate(namespace, application)
     return Response(status_code=status.HTTP_204_NO_CONTENT)

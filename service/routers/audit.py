@@ -22,16 +22,26 @@ def audit_events(
     namespace: str,
     state: StateDep,
     session: SessionDep,
-    _: AdminDep,
+    principal: AdminDep,
     application: Annotated[str | None, Query(description="Only this application.")] = None,
     limit: Annotated[int, Query(ge=1, le=1000, description="Most events (1-1000).")] = 100,
 ) -> list[AuditEventInfo]:
-    """Who read or triggered which samples, newest first (events are written within about a
-    second)."""
+    """Who read, triggered, listed, registered or deleted what and who was refused (401/403),
+    newest first (events are written within about a second). This listing is itself
+    audited, after it is read."""
     state.audit.flush()
-    return [
+    events = [
         audit_info(e)
         for e in repository.list_audit_events(
             session, namespace=namespace, application=application, limit=limit
         )
     ]
+    state.audit.note(
+        principal.user,
+        "list",
+        namespace=namespace,
+        application=application or "",
+        record_count=len(events),
+        detail="audit-events",
+    )
+    return events

@@ -140,13 +140,25 @@ def round_history(
     vertex: str,
     state: StateDep,
     session: SessionDep,
-    _: ReaderDep,
+    principal: ReaderDep,
     limit: Annotated[int, Query(ge=1, le=500, description="Most rounds to list (1-500).")] = 50,
 ) -> list[RoundSummary]:
     """The vertex's rounds, newest first (no records)."""
     app = application_or_404(state, namespace, application, session)
     vertex_or_404(app, vertex)
-    return [round_summary(r) for r in repository.list_rounds(session, app.id, vertex, limit=limit)]
+    rounds = [
+        round_summary(r) for r in repository.list_rounds(session, app.id, vertex, limit=limit)
+    ]
+    state.audit.note(
+        principal.user,
+        "list",
+        namespace=namespace,
+        application=application,
+        vertex=vertex,
+        record_count=len(rounds),
+        detail="rounds",
+    )
+    return rounds
 
 
 @router.get("/rounds/{round_id}", response_model=DataSampleResult, responses=_ERRORS)

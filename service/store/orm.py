@@ -160,10 +160,18 @@ class AuditEvent(Base):
     round_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
     record_count: Mapped[int] = mapped_column(Integer, default=0)
     status: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    #: Where the request came from (``host:port``), when the event is about a request.
+    client: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    #: Free text of admin actions and denials (``GET /api/v1/...``, ``token 3 user=bob``);
+    #: never a secret.
+    detail: Mapped[str | None] = mapped_column(String(512), nullable=True)
 
 
 class ApiToken(Base):
-    """A local-mode bearer token (only its SHA-256 is stored) bound to a role."""
+    """A local-mode bearer token (only its SHA-256 is stored) bound to a role.
+
+    Valid while ``revoked_at`` is null and ``expires_at`` is null or in the future.
+    """
 
     __tablename__ = "api_tokens"
 
@@ -172,3 +180,5 @@ class ApiToken(Base):
     user: Mapped[str] = mapped_column(String(253))
     role: Mapped[str] = mapped_column(String(16))
     created_at: Mapped[int] = mapped_column(BigInteger)
+    expires_at: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    revoked_at: Mapped[int | None] = mapped_column(BigInteger, nullable=True)

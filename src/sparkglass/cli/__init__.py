@@ -80,6 +80,10 @@ def _register() -> None:
 
     plan.register(app)
 
+    from . import token
+
+    token.register(app)
+
 
 def main() -> None:
     """Entry point of the ``sparkglass`` console script."""

@@ -1,0 +1,413 @@
+"""Attacks on the service's local tokens and its audit trail (issue 12, item 9 and 10), each
+against the real service over HTTP on 127.0.0.1 with a real store (SQLite file and
+PostgreSQL) and the real ``sparkglass token`` command.
+
+- A revoked token kept working until a restart; tokens never expired.
+- The default SQLite store (records, driver tokens, the audit trail) was world-readable.
+- Admin deletes, listings and 401/403 denials left no trace in the audit trail.
+- While the database failed, the audit buffer grew without bound and dropped nothing
+  visibly.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import stat
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy import create_engine, inspect, text
+
+from sparkglass.service.app import create_app
+from sparkglass.service.catalog import register_local_application
+from sparkglass.service.dependencies import DECISION_TTL_S
+from sparkglass.service.settings import Settings
+from sparkglass.service.state import ServiceState
+from sparkglass.service.store import issue_token, now_ms
+from tests.service.fake_driver import TOKEN as DRIVER_TOKEN
+from tests.service.fake_driver import FakeDriver, ServerThread
+
+#: The tokens file: the bootstrap admin, a sampler and a viewer (these never expire).
+ADMIN = "admin-bootstrap-token-0123456789"
+SAMPLER = "sampler-bootstrap-token-0123456789"
+VIEWER = "viewer-bootstrap-token-0123456789"
+
+APPS = "/api/v1/namespaces/local/applications"
+POLL = f"{APPS}/flights/vertices/parse/data-sample"
+AUDIT = "/api/v1/namespaces/local/audit-events"
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+@dataclass
+class Service:
+    """One running service: its URL, its in-process state and its store's URL."""
+
+    url: str
+    state: ServiceState
+    database_url: str
+    http: httpx.Client
+
+    def get(self, path: str, token: str | None = None, **kw: Any) -> httpx.Response:
+        return self.http.get(path, headers=bearer(token) if token else {}, **kw)
+
+    def audit(self) -> list[dict[str, Any]]:
+        response = self.get(AUDIT, ADMIN, params={"limit": 1000})
+        assert response.status_code == 200, response.text
+        events: list[dict[str, Any]] = response.json()
+        return events
+
+
+@pytest.fixture(scope="module")
+def driver() -> Iterator[FakeDriver]:
+    fake = FakeDriver()
+    with ServerThread(fake.app()) as server:
+        fake.url = server.url
+        yield fake
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database_url(
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    postgres_database: Callable[[str], AbstractContextManager[str]],
+) -> Iterator[str]:
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'store.db'}"
+        return
+    with postgres_database("sg_sec") as url:
+        yield url
+
+
+ServiceFactory = Callable[..., Service]
+
+
+@pytest.fixture
+def start_service(tmp_path: Path, driver: FakeDriver) -> Iterator[ServiceFactory]:
+    """Start the service (uvicorn on a free loopback port) with ``flights`` registered."""
+    running: list[tuple[ServerThread, Service]] = []
+    tokens_file = tmp_path / "tokens.csv"
+    tokens_file.write_text(f"{ADMIN},root,admin\n{SAMPLER},sam,sampler\n{VIEWER},vera,viewer\n")
+
+    def factory(database_url: str | None, **overrides: Any) -> Service:
+        values: dict[str, Any] = {
+            "tokens_file": tokens_file,
+            "poll_interval_seconds": 0.05,
+            "round_timeout_seconds": 5.0,
+            "round_grace_seconds": 0.0,
+            "audit_flush_seconds": 0.1,
+            **overrides,
+        }
+        if database_url is not None:
+            values["database_url"] = database_url
+        app = create_app(Settings(**values))
+        state: ServiceState = app.state.sparkglass
+        register_local_application(state.sessions, "flights", driver.url, DRIVER_TOKEN)
+        server = ServerThread(app).__enter__()
+        service = Service(
+            server.url,
+            state,
+            state.settings.resolved_database_url,
+            httpx.Client(base_url=server.url, timeout=30),
+        )
+        running.append((server, service))
+        return service
+
+    yield factory
+    for server, service in running:
+        service.http.close()
+        service.state.coordinator.wait_idle(10)
+        server.__exit__(None, None, None)
+        service.state.sessions.kw["bind"].dispose()
+
+
+def sparkglass_token(*args: str, database_url: str) -> str:
+    """Run the real ``sparkglass token ...`` command; its stdout (fails the test on error)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "sparkglass", "token", *args, "--database-url", database_url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
+        time.sleep(0.02)
+
+
+# --------------------------------------------------------------------------- tokens
+
+
+def test_revoked_token_is_refused_without_restart(
+    database_url: str, start_service: ServiceFactory
+) -> None:
+    svc = start_service(database_url)
+    token = sparkglass_token(
+        "create",
+        "--user",
+        "mallory",
+        "--role",
+        "sampler",
+        "--expires-in",
+        "30d",
+        database_url=database_url,
+    ).strip()
+    assert token.startswith("sgt_")
+    assert svc.get(APPS, token).status_code == 200
+    assert svc.get(POLL, token).status_code == 200  # now in the hot path's decision cache
+
+    listed = json.loads(sparkglass_token("list", "--json", database_url=database_url))
+    (row,) = [t for t in listed if t["user"] == "mallory"]
+    assert row["role"] == "sampler" and row["valid"] is True and row["revoked"] == "-"
+    assert token not in json.dumps(listed)
+    sparkglass_token("revoke", str(row["id"]), database_url=database_url)
+
+    # The same process, no restart: refused at once where nothing is cached, and on the
+    # polling hot path as soon as its one-second decision cache lapses.
+    assert svc.get(APPS, token).status_code == 401
+    revoked_at = time.monotonic()
+    wait_for(lambda: svc.get(POLL, token).status_code == 401, 5, "the poll to answer 401")
+    assert time.monotonic() - revoked_at <= DECISION_TTL_S + 0.5
+    for path in (APPS, POLL, f"{APPS}/flights"):
+        response = svc.get(path, token)
+        assert response.status_code == 401, path
+        assert response.headers["www-authenticate"] == "Bearer"
+    (row,) = [
+        t
+        for t in json.loads(sparkglass_token("list", "--json", database_url=database_url))
+        if t["user"] == "mallory"
+    ]
+    assert row["valid"] is False and row["revoked"] != "-"
+
+
+def test_expired_token_is_refused(database_url: str, start_service: ServiceFactory) -> None:
+    svc = start_service(database_url)
+    # A first poll starts a round (slow); later ones by a viewer read its result.
+    assert svc.get(POLL, SAMPLER).status_code == 200
+    expires_at = now_ms() + 3000
+    with svc.state.sessions.begin() as session:
+        _, token = issue_token(session, "eve", "viewer", expires_at=expires_at)
+    assert svc.get(POLL, token).status_code == 200
+    # Make the hot path remember the token 0.6 s before it expires, as a request arriving
+    # then would (its cache holds a principal for up to a second)...
+    wait_for(lambda: now_ms() >= expires_at - 600, 10, "0.6 s before the expiry")
+    svc.state.principal_cache.clear()
+    sent_at = now_ms()
+    assert svc.get(POLL, token).status_code == 200
+    assert sent_at < expires_at, "the machine is too slow for this test"
+    # ...yet the first request after the expiry is refused: no cache outlives the token.
+    wait_for(lambda: now_ms() >= expires_at, 10, "the expiry")
+    response = svc.get(POLL, token)
+    assert response.status_code == 401, response.text
+    assert svc.get(APPS, token).status_code == 401
+
+
+def test_tokens_are_stored_hashed_and_listed_without_secrets(
+    database_url: str, start_service: ServiceFactory
+) -> None:
+    svc = start_service(database_url)
+    token = sparkglass_token(
+        "create",
+        "--user",
+        "alice",
+        "--role",
+        "admin",
+        "--expires-in",
+        "1h",
+        database_url=database_url,
+    ).strip()
+    assert svc.get(AUDIT, token).status_code == 200  # it works...
+
+    # ...but the store holds only its SHA-256: no column of any table contains the token.
+    engine = create_engine(database_url)
+    try:
+        with engine.connect() as conn:
+            dump = []
+            for table in inspect(conn).get_table_names():
+                for row in conn.execute(text(f'SELECT * FROM "{table}"')):
+                    dump.append(" ".join(str(v) for v in row))
+    finally:
+        engine.dispose()
+    everything = "\n".join(dump)
+    assert token not in everything
+    assert token[4:] not in everything  # nor its random part
+    assert hashlib.sha256(token.encode()).hexdigest() in everything
+    if database_url.startswith("sqlite"):
+        raw = b"".join(
+            p.read_bytes()
+            for p in Path(database_url.removeprefix("sqlite:///")).parent.glob("store.db*")
+        )
+        assert token.encode() not in raw
+    listing = sparkglass_token("list", database_url=database_url)
+    assert "alice" in listing and token not in listing and token[4:20] not in listing
+
+
+def test_bad_token_options_are_refused_with_the_allowed_range(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'cli.db'}"
+    for args, message in (
+        (["--role", "root", "--expires-in", "1d"], "--role must be one of viewer, sampler, admin"),
+        (["--role", "viewer", "--expires-in", "10s"], "--expires-in must be between 1m and"),
+        (["--role", "viewer", "--expires-in", "5y"], "--expires-in: expected a duration"),
+    ):
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "sparkglass",
+                "token",
+                "create",
+                "--user",
+                "u",
+                *args,
+                "--database-url",
+                url,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert proc.returncode != 0 and proc.stdout == ""
+        assert message in " ".join(proc.stderr.split()), proc.stderr
+
+
+def test_default_sqlite_store_is_owner_only(
+    start_service: ServiceFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The default store lives under the user data directory ($XDG_DATA_HOME on Linux); a
+    # permissive umask is what made it world-readable.
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    monkeypatch.delenv("SPARKGLASS_DATABASE_URL", raising=False)
+    old_umask = os.umask(0o022)
+    try:
+        svc = start_service(None)
+    finally:
+        os.umask(old_umask)
+    assert svc.get(POLL, SAMPLER).status_code == 200
+    db = Path(svc.database_url.removeprefix("sqlite:///"))
+    assert db.parent == tmp_path / "data" / "sparkglass"
+    assert stat.S_IMODE(db.parent.stat().st_mode) == 0o700
+    files = list(db.parent.glob("service.db*"))
+    assert db in files
+    for f in files:  # the database and SQLite's -wal/-shm next to it
+        assert stat.S_IMODE(f.stat().st_mode) == 0o600, f
+
+
+def test_existing_world_readable_sqlite_store_is_narrowed(
+    start_service: ServiceFactory, tmp_path: Path
+) -> None:
+    db = tmp_path / "old.db"
+    db.touch()
+    db.chmod(0o644)
+    svc = start_service(f"sqlite:///{db}")
+    assert svc.get(APPS, VIEWER).status_code == 200
+    assert stat.S_IMODE(db.stat().st_mode) == 0o600
+
+
+# --------------------------------------------------------------------------- audit
+
+
+def test_denials_admin_actions_and_listings_are_audited(
+    database_url: str, start_service: ServiceFactory
+) -> None:
+    svc = start_service(database_url)
+    assert svc.get(APPS).status_code == 401
+    assert svc.get(POLL, "garbage-token").status_code == 401
+    assert svc.http.delete(f"{APPS}/flights", headers=bearer(VIEWER)).status_code == 403
+    assert svc.get(APPS, VIEWER).status_code == 200
+    assert svc.get(f"{APPS}/flights/vertices/parse/rounds", VIEWER).status_code == 200
+    assert svc.http.delete(f"{APPS}/flights", headers=bearer(ADMIN)).status_code == 204
+
+    def find(events: list[dict[str, Any]], **want: Any) -> list[dict[str, Any]]:
+        return [e for e in events if all(e.get(k) == v for k, v in want.items())]
+
+    events = svc.audit()
+    no_token = find(events, action="denied", status="401", detail=f"GET {APPS} (no token)")
+    assert len(no_token) == 1 and no_token[0]["actor"] == "anonymous"
+    assert no_token[0]["client"] == "127.0.0.1"
+    garbage = hashlib.sha256(b"garbage-token").hexdigest()[:12]
+    (bad,) = find(events, action="denied", status="401", application="flights", vertex="parse")
+    assert bad["detail"] == f"GET {POLL} (token sha256:{garbage})"
+    assert "garbage-token" not in json.dumps(events)
+    (forbidden,) = find(events, action="denied", status="403")
+    assert forbidden["actor"] == "vera" and forbidden["application"] == "flights"
+    assert forbidden["detail"].startswith(f"DELETE {APPS}/flights")
+    (deleted,) = find(events, action="delete")
+    assert deleted["actor"] == "root" and deleted["application"] == "flights"
+    assert deleted["status"] == "204"
+    assert find(events, action="list", actor="vera", detail="applications")
+    assert find(events, action="list", actor="vera", detail="rounds", vertex="parse")
+    # Reading the trail is itself a listing that the next read shows.
+    assert find(svc.audit(), action="list", actor="root", detail="audit-events")
+
+
+def test_token_create_and_revoke_are_audited(
+    database_url: str, start_service: ServiceFactory
+) -> None:
+    svc = start_service(database_url)
+    sparkglass_token("create", "--user", "bob", "--role", "viewer", database_url=database_url)
+    (row,) = json.loads(sparkglass_token("list", "--json", database_url=database_url))
+    sparkglass_token("revoke", str(row["id"]), database_url=database_url)
+    events = svc.audit()
+    (created,) = [e for e in events if e["action"] == "token-create"]
+    (revoked,) = [e for e in events if e["action"] == "token-revoke"]
+    assert created["actor"].startswith("cli")
+    assert f"token {row['id']} user=bob role=viewer" in created["detail"]
+    assert revoked["detail"] == f"token {row['id']} user=bob role=viewer"
+
+
+def _dropped(svc: Service) -> float:
+    for line in svc.http.get("/metrics").text.splitlines():
+        if line.startswith("sparkglass_audit_events_dropped_total "):
+            return float(line.split()[1])
+    raise AssertionError("sparkglass_audit_events_dropped_total is not in /metrics")
+
+
+def test_audit_buffer_stays_bounded_while_the_database_fails(
+    database_url: str, start_service: ServiceFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    bound = 20
+    svc = start_service(database_url, audit_buffer_events=bound)
+    assert _dropped(svc) == 0
+    engine = create_engine(database_url)
+    try:
+        # The database refuses audit writes (everything else keeps working).
+        with engine.begin() as conn:
+            conn.execute(text("ALTER TABLE audit_events RENAME TO audit_events_away"))
+        caplog.set_level(logging.WARNING, logger="sparkglass.service.audit")
+        sent = 60
+        for _ in range(sent):
+            assert svc.get(APPS, VIEWER).status_code == 200  # one "list" event each
+            assert svc.state.audit.pending <= bound
+        wait_for(
+            lambda: any(f"({sent - bound} since start)" in r.getMessage() for r in caplog.records),
+            10,
+            "the log line about dropped events",
+        )
+        assert svc.state.audit.pending == bound
+        assert _dropped(svc) == sent - bound
+        assert any("audit flush of" in r.getMessage() for r in caplog.records)
+        with engine.begin() as conn:
+            conn.execute(text("ALTER TABLE audit_events_away RENAME TO audit_events"))
+        wait_for(lambda: svc.state.audit.pending == 0, 10, "the buffer to be written")
+    finally:
+        engine.dispose()
+    listed = [e for e in svc.audit() if e["action"] == "list" and e["actor"] == "vera"]
+    assert len(listed) == bound  # the newest events were kept
