@@ -46,6 +46,15 @@ class ResultStore:
                 self._sessions = open_store(self._url)
             return self._sessions
 
+    def warm(self) -> None:
+        """Open the store now (imports SQLAlchemy and Alembic, applies migrations: seconds, far
+        more on a busy machine), so that the first round's save does not wait on it. Failures
+        are logged, not raised: the first save opens the store again and reports them."""
+        try:
+            self._open()
+        except Exception as exc:
+            log.warning("the result store cannot be opened yet", error=str(exc))
+
     async def save(
         self,
         *,
