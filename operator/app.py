@@ -83,6 +83,8 @@ async def operate(config: OperatorConfig, *, stop_flag: asyncio.Event | None = N
     cluster = Cluster()
     store = ResultStore(config.store_url) if config.store_url else None
     memo = OperatorContext(config=config, cluster=cluster, store=store)
+    # In the background: the operator serves while the store opens.
+    warming = asyncio.create_task(asyncio.to_thread(store.warm)) if store is not None else None
     if config.metrics_port:
         start_http_server(config.metrics_port, addr=config.metrics_address)
     log.info(
@@ -107,6 +109,8 @@ async def operate(config: OperatorConfig, *, stop_flag: asyncio.Event | None = N
             stop_flag=stop_flag,
         )
     finally:
+        if warming is not None and not warming.done():
+            warming.cancel()
         cluster.close()
 
 

@@ -106,7 +106,9 @@ def secret(app: str, namespace: str, uid: str, token: str) -> dict[str, Any]:
         "apiVersion": "v1",
         "kind": "Secret",
         "type": "Opaque",
-        "metadata": _metadata(app, namespace, uid, names.secret_name(app), "control-token"),
+        "metadata": _metadata(
+            app, namespace, uid, names.secret_name(app), names.ROLE_CONTROL_TOKEN
+        ),
         "data": {names.TOKEN_KEY: base64.b64encode(token.encode()).decode()},
     }
 

@@ -46,12 +46,13 @@ from sparkglass.runtime.control.client import (
 )
 
 from . import children, names
-from .cluster import APPS, SAMPLES, SECRETS, ApiError
+from .cluster import APPS, SAMPLES, ApiError
 from .conditions import now_rfc3339, set_condition
 from .context import OperatorContext
-from .driver_state import TERMINAL, AppState
+from .driver_access import driver_access
+from .driver_state import TERMINAL
 from .metrics import RECONCILES, ROUND_SECONDS, SAMPLE_RETRIES, SAMPLES_FINISHED
-from .results import ROUND_ID_ANNOTATION, results_url
+from .results import ROUND_ID_ANNOTATION, RoundIdConflict, SampleIdentity, results_url
 from .specs import DataSampleSpec, SparkApplicationSpec, parse_duration
 
 log = structlog.get_logger(__name__)
@@ -176,25 +177,24 @@ class _Step:
                 f"sampling is disabled for {app_name!r} (spec.sampling.enabled is false)",
             )
             return
-        app_status = app.get("status") or {}
-        state = (app_status.get("applicationState") or {}).get("state") or ""
-        driver = app_status.get("driverInfo") or {}
-        endpoint = driver.get("controlEndpoint")
-        if state != AppState.RUNNING.value or not endpoint:
-            message = f"application {app_name!r} is not running (state {state or 'none'})"
+        # Where the driver is and its token come only from objects this operator created
+        # for this application (see ``driver_access``), never from the application's status:
+        # whoever may patch a status must not pick where the token goes.
+        access = await driver_access(self.ctx, app)
+        if isinstance(access, str):
+            state = ((app.get("status") or {}).get("applicationState") or {}).get("state") or ""
             if state in TERMINAL or self.status.get("roundId"):
-                await self._finish("Abandoned", "ApplicationNotRunning", message)
+                await self._finish("Abandoned", "ApplicationNotRunning", access)
             else:  # still starting: worth waiting for, within the retries
-                await self._transient("ApplicationNotRunning", message, final="Abandoned")
+                await self._transient("ApplicationNotRunning", access, final="Abandoned")
             return
-        secret = await self.ctx.cluster.find(
-            SECRETS, self.namespace, driver.get("controlSecretName") or names.secret_name(app_name)
-        )
+        endpoint, secret = access
         token = children.secret_token(secret) if secret else None
         if not token:
             await self._transient(
                 "ControlTokenMissing",
-                f"the control token Secret of {app_name!r} is missing",
+                f"the control token Secret {names.secret_name(app_name)!r} of {app_name!r} is "
+                "missing or was not created by the operator for this application",
                 final="Failed",
             )
             return
@@ -279,25 +279,29 @@ class _Step:
     async def _record(self, result: DataSampleResult) -> None:
         """Save the full result, then write its bounded form (the order makes a crash in
         between harmless: the next step reads the same round and saves it again)."""
-        spec, annotations = self._spec, self.body["metadata"].get("annotations") or {}
-        round_id = str(
-            annotations.get(ROUND_ID_ANNOTATION)
-            or result.round_id
-            or self.body["metadata"].get("uid")
-            or self.name
-        )
+        spec, meta = self._spec, self.body["metadata"]
+        claimed = (meta.get("annotations") or {}).get(ROUND_ID_ANNOTATION)
+        # Without a store the claim only names a link (the service saves its own copy).
+        round_id = str(claimed or result.round_id or meta.get("uid") or self.name)
         extra = encode(result, self.ctx.config.status_record_bytes)
         if self.ctx.store is not None:
             try:
-                await self.ctx.store.save(
+                round_id = await self.ctx.store.save(
                     namespace=self.namespace,
                     application=spec.application_ref.name,
                     vertex=spec.vertex,
                     result=result,
-                    round_id=round_id,
-                    sample_name=self.name,
+                    claimed_round_id=str(claimed) if claimed else None,
+                    sample=SampleIdentity(
+                        name=self.name,
+                        uid=str(meta.get("uid") or self.name),
+                        created_ms=int(_parse_time(meta.get("creationTimestamp")) * 1000),
+                    ),
                     started_at_ms=int(_parse_time(self.status.get("startTime")) * 1000) or None,
                 )
+            except RoundIdConflict as exc:
+                await self._finish("Failed", "RoundIdConflict", f"saving the result: {exc}")
+                return
             except Exception as exc:  # the database's trouble: transient by nature
                 await self._transient(
                     "StoreUnavailable", f"saving the result failed: {exc}", final="Failed"

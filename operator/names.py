@@ -32,6 +32,7 @@ LABEL_PHASE = "sparkglass.io/phase"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY = "sparkglass-operator"
 ROLE_DRIVER = "driver"
+ROLE_CONTROL_TOKEN = "control-token"
 
 #: Annotation on the driver Pod: hash of the application spec it runs.
 ANNOTATION_SPEC_HASH = "sparkglass.io/spec-hash"

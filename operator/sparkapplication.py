@@ -36,6 +36,7 @@ from . import children, names
 from .cluster import APPS, CONFIG_MAPS, PODS, SECRETS, SERVICES, ApiError, Conflict
 from .conditions import get_condition, now_rfc3339, set_condition
 from .context import OperatorContext
+from .driver_access import control_endpoint
 from .driver_state import (
     ACTIVE,
     TERMINAL,
@@ -162,7 +163,7 @@ async def _reconcile(ctx: OperatorContext, namespace: str, name: str) -> None:
             return
         if same_spec and state in ACTIVE:
             # The driver Pod vanished (deleted by hand, evicted): the run failed.
-            _ended(new, spec, status, succeeded=False, message="the driver Pod disappeared")
+            _ended(name, new, spec, status, succeeded=False, message="the driver Pod disappeared")
             await _write(ctx, app, new, AppState(new["applicationState"]["state"]))
             return
         await _submit(
@@ -190,6 +191,7 @@ async def _reconcile(ctx: OperatorContext, namespace: str, name: str) -> None:
     if pod_state in (AppState.SUCCEEDING, AppState.FAILING):
         succeeded = pod_state is AppState.SUCCEEDING
         _ended(
+            name,
             new,
             spec,
             status,
@@ -198,16 +200,25 @@ async def _reconcile(ctx: OperatorContext, namespace: str, name: str) -> None:
         )
         await _write(ctx, app, new, AppState(new["applicationState"]["state"]))
         return
-    pod_ip = (pod.get("status") or {}).get("podIP")
-    driver_info = dict(status.get("driverInfo") or {})
-    if pod_state is AppState.RUNNING and pod_ip:
-        driver_info.update(
-            podIP=pod_ip,
-            controlEndpoint=f"http://{pod_ip}:{spec.sampling.control_port}",
-            webUIAddress=f"{pod_ip}:{names.UI_PORT}",
-        )
-    new.update(applicationState={"state": pod_state.value}, driverInfo=driver_info)
+    new.update(applicationState={"state": pod_state.value}, driverInfo=_driver_info(name, pod))
     await _write(ctx, app, new, pod_state)
+
+
+def _driver_info(app: str, pod: dict[str, Any] | None, *, ended: bool = False) -> dict[str, Any]:
+    """``status.driverInfo`` from what the operator knows: its child names, the Secret's
+    name until the driver ended, the address while ``pod`` runs; every other key None, so
+    the merge patch also removes what anyone else wrote there. Output for humans only: the
+    operator never reads it back (``driver_access`` finds the driver from the Pod)."""
+    endpoint = control_endpoint(pod) if pod is not None else None
+    ip = (pod.get("status") or {}).get("podIP") if pod is not None and endpoint else None
+    return {
+        "podName": names.driver_pod_name(app),
+        "serviceName": names.service_name(app),
+        "controlSecretName": None if ended else names.secret_name(app),
+        "podIP": ip,
+        "controlEndpoint": endpoint,
+        "webUIAddress": f"{ip}:{names.UI_PORT}" if ip else None,
+    }
 
 
 def _state(status: dict[str, Any]) -> str:
@@ -228,6 +239,7 @@ def _rfc3339(epoch: float) -> str:
 
 
 def _ended(
+    app: str,
     new: dict[str, Any],
     spec: SparkApplicationSpec,
     status: dict[str, Any],
@@ -238,9 +250,7 @@ def _ended(
     """Fill ``new`` for a driver that ended: re-run later, or the final state."""
     restarts = int(status.get("restarts") or 0)
     decision = after_end(spec.restart_policy, succeeded=succeeded, restarts=restarts)
-    info = dict(status.get("driverInfo") or {})
-    info.update(controlEndpoint=None, webUIAddress=None, podIP=None)
-    new["driverInfo"] = info
+    new["driverInfo"] = _driver_info(app, None, ended=True)
     if decision.rerun:
         new["applicationState"] = {"state": AppState.PENDING_RERUN.value, "errorMessage": message}
         new["nextRerunTime"] = _rfc3339(time.time() + decision.delay)
@@ -304,11 +314,7 @@ async def _submit(
     new.update(
         applicationState={"state": AppState.SUBMITTED.value, "errorMessage": None},
         executionAttempts=attempt,
-        driverInfo={
-            "podName": pod["metadata"]["name"],
-            "serviceName": names.service_name(name),
-            "controlSecretName": names.secret_name(name),
-        },
+        driverInfo=_driver_info(name, None),
     )
     await _write(ctx, app, new, AppState.SUBMITTED, f"driver Pod created (attempt {attempt})")
 

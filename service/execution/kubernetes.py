@@ -6,8 +6,10 @@ application's namespace (spec: ``applicationRef.name``, ``vertex``, ``maxRecords
 service's round id; ``sparkglass.io/results-url`` = where the service serves the full
 result, when ``public_url`` is set), then reads its ``status.phase`` until it is terminal.
 The operator saves the full result in the shared store under that round id
-(``store.save_round``); when it has not, the bounded samples of the status are used
-(read with :func:`sparkglass.runtime.contract.datasample_status.decode`).
+(``store.save_round``) once it checked that the DataSample is the service's (its name is
+:func:`datasample_name` of the round, and the round is the application's); when it has not,
+the bounded samples of the status are used (read with
+:func:`sparkglass.runtime.contract.datasample_status.decode`).
 """
 
 from __future__ import annotations
@@ -47,7 +49,12 @@ StoredResultLookup = Callable[[str], DataSampleResult | None]
 
 
 def datasample_name(application: str, vertex: str, round_id: str) -> str:
-    """A DNS-1123 subdomain name for the round's DataSample (≤ 253 characters)."""
+    """A DNS-1123 subdomain name for the round's DataSample (≤ 253 characters).
+
+    Part of the round-id handshake: the operator saves under the ``sparkglass.io/round-id``
+    annotation only a DataSample bearing exactly this name for that round (annotations are
+    user-settable, names are unique per namespace), so changing this changes the operator.
+    """
     raw = f"{application}-{vertex}"[:240].lower()
     raw = re.sub(r"[^a-z0-9.-]", "-", raw).strip("-.")
     return f"{raw}-{round_id[:12]}"

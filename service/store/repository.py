@@ -228,6 +228,16 @@ def release_claim(
     )
 
 
+class RoundOwnershipError(ValueError):
+    """A save named a round id the store holds for another application (or vertex)."""
+
+    def __init__(self, round_id: str, owner: str, requested: str) -> None:
+        super().__init__(
+            f"round {round_id!r} belongs to {owner}, not to {requested}: not overwritten"
+        )
+        self.round_id, self.owner, self.requested = round_id, owner, requested
+
+
 def save_round(
     session: Session,
     *,
@@ -244,16 +254,28 @@ def save_round(
 
     **The operator's entry point.** ``round_id`` is the service's id when the round was
     triggered through the service (the ``sparkglass.io/round-id`` annotation of the
-    ``DataSample``); otherwise ``result.round_id`` or a new id is used. An existing round
-    row with that id is updated (its records replaced); the application row is created
-    when the store does not know it yet. ``result.end_timestamp`` defaults to now for a
-    finished status.
+    ``DataSample``, once the operator checked that the service created that DataSample for
+    it); otherwise ``result.round_id`` or a new id is used. An existing round row with that
+    id is updated (its records replaced) only when it belongs to the same (``namespace``,
+    ``application``) and ``vertex``; the application row is created when the store does not
+    know it yet. ``result.end_timestamp`` defaults to now for a finished status.
+
+    Raises :class:`RoundOwnershipError` (nothing written) when the row ``round_id`` belongs to
+    another application or vertex: round ids are not secret (REST bodies, ``resultsURL``), so
+    whoever may save a round of one application must never overwrite another's.
     """
     app = get_application(session, namespace, application)
     if app is None:
         app = upsert_application(session, namespace, application)
     rid = round_id or result.round_id or secrets.token_hex(8)
     row = session.get(Round, rid)
+    if row is not None and (row.application_id != app.id or row.vertex != vertex):
+        owner = session.get(Application, row.application_id)
+        raise RoundOwnershipError(
+            rid,
+            f"{owner.namespace}/{owner.name} vertex {row.vertex!r}" if owner else "another one",
+            f"{namespace}/{application} vertex {vertex!r}",
+        )
     t = now_ms()
     if row is None:
         row = create_round(

@@ -394,6 +394,12 @@ async def test_operator_restart_mid_round_neither_loses_nor_duplicates(
     driver.behaviour["parse"] = "hold"
     await post(kube, "datasamples", sample_body("restart", "parse"))
     await eventually(lambda: phase(kube, "restart") == "InProgress", operator=operator)
+    # kopf posts Events from a queue: once it has posted this one, a crash cannot lose it.
+    await eventually(
+        lambda: any(e["reason"] == "RoundStarted" for e in events_for(kube, "restart")),
+        what="the start event",
+        operator=operator,
+    )
     operator.kill()  # a crash in the middle of the round
     driver.release()
     operator.start()
