@@ -479,7 +479,7 @@ class RoundCoordinator:
             self._finish(rnd, status, {}, ErrorCode.INTERNAL_ERROR, set())
             return
         window_met = elapsed_ms >= rnd.window_ms and not (rnd.closing or rnd.terminated)
-        if window_met and self._enough_micro_batches(rnd):
+        if window_met and self._enough_micro_batches(rnd, status):
             rnd.closing = True
             if rnd.capture_ms > rnd.window_ms:
                 self._transport.cancel_round(rnd.round_id)  # stop capturing, report now
@@ -502,8 +502,12 @@ class RoundCoordinator:
         seen = tap.micro_batches(result.end_timestamp or 0) if tap is not None else None
         return seen is not None and seen.completed > 0
 
-    def _enough_micro_batches(self, rnd: _Round) -> bool:
+    def _enough_micro_batches(self, rnd: _Round, status: dict[str, Any]) -> bool:
         if rnd.min_micro_batches == 0:
+            return True
+        if rnd.min_micro_batches == 1 and any(status.get("progress", {}).values()):
+            # Rows passed the tap in the window: a micro-batch ran through it, so the window
+            # keeps its meaning for a continuous flow (no wait for the listener's report).
             return True
         seen = rnd.tap.micro_batches(rnd.started_ms + ACTIVATION_MS)
         return seen is None or seen.completed >= rnd.min_micro_batches

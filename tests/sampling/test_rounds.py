@@ -448,3 +448,20 @@ def test_materialized_round_that_cannot_read_fails_without_raising(transport):
     )
     result = c.wait(c.start_round("m").round_id, 5)
     assert (result.status, result.error_code) == (SampleStatus.FAILED, ErrorCode.INTERNAL_ERROR)
+
+
+def test_rows_seen_in_the_window_close_a_streaming_round_at_its_end(transport, make_partition):
+    # A continuous flow: the tap saw rows during the window, so the round ends with it and
+    # does not wait for the listener to report a whole micro-batch.
+    batches = Batches()
+    c = make(transport, settings(sampling_window_ms=1000, timeout_ms=10_000))
+    streaming(c, batches)
+    rid = c.start_round("parse").round_id
+    transport.rounds[rid].progress["1"] = [0]  # executor 1 saw rows of partition 0
+    time.sleep(0.5)
+    assert not transport.rounds[rid].cancelled  # the window is not over yet
+    wait_until(lambda: transport.rounds[rid].cancelled, timeout=5)
+    transport.report(rid, "1", [make_partition(0, 2)])
+    transport.report(rid, "2", [])
+    assert c.wait(rid, 5).status is SampleStatus.COMPLETE
+    assert batches.ended == []  # no micro-batch was needed
