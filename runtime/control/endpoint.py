@@ -302,7 +302,7 @@ class _ControlServer(ThreadingHTTPServer):
         # Failed handshakes, resets and timeouts are the clients' doing (or an attack's);
         # they must not fill the driver's log with tracebacks.
         exc = sys.exc_info()[1]
-        if isinstance(exc, ssl.SSLError | ConnectionError | TimeoutError | socket.timeout):
+        if isinstance(exc, ssl.SSLError | ConnectionError | TimeoutError):
             log.debug("control endpoint: connection from %s: %s", client_address, exc)
         else:
             log.exception("control endpoint: connection from %s failed", client_address)
