@@ -36,6 +36,15 @@ Both carry ``status`` (the HTTP status, ``None`` when the driver did not answer)
 ``detail`` (the driver's own error text, ``None`` when it did not answer). The bearer token is
 sent in a header only and never appears in messages.
 
+TLS: a driver started with a certificate serves HTTPS only. Pass ``tls=ControlTLS(...)`` with
+the certificate authority to trust (``ca_file``, a PEM path) or the driver's own certificate
+(``ca_pem``, pinned: the per-application self-signed certificate the operator issues) and,
+when connecting by IP address, ``server_name``, the DNS name the certificate was issued for
+(the driver Service's). A certificate that fails verification raises
+:class:`ControlUntrusted`, a :class:`ControlUnavailable` whose message says so; a plain
+``http://`` URL with ``tls`` is refused with ``ValueError`` rather than sending the token in
+clear text.
+
 Timeouts are per request, in seconds: ``timeout_s`` bounds each of connecting, writing,
 reading and waiting for a pooled connection; ``connect_timeout_s`` (default ``timeout_s``)
 overrides the connect phase.
@@ -43,9 +52,11 @@ overrides the connect phase.
 
 from __future__ import annotations
 
+import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from types import TracebackType
 from typing import Any, Generic, TypeVar
 from urllib.parse import quote
@@ -63,7 +74,9 @@ __all__ = [
     "ControlClient",
     "ControlError",
     "ControlRejected",
+    "ControlTLS",
     "ControlUnavailable",
+    "ControlUntrusted",
 ]
 
 #: Default per-request timeout, seconds.
@@ -102,6 +115,15 @@ class ControlUnavailable(ControlError):
         self.error_code = error_code
 
 
+class ControlUntrusted(ControlUnavailable):
+    """The driver's TLS certificate failed verification (wrong CA, pin or name, expired).
+
+    A :class:`ControlUnavailable` so that retry policies treat it as they treat an
+    unreachable driver (a driver restarted with a new certificate is fixed by reading the
+    Secret again); the message names the trust anchor that was used.
+    """
+
+
 class ControlRejected(ControlError):
     """A permanent refusal (HTTP 4xx but 429); the message is the driver's ``detail``.
 
@@ -113,6 +135,63 @@ class ControlRejected(ControlError):
     def __init__(self, status: int, message: str, *, field: str | None = None) -> None:
         super().__init__(message, status=status, detail=message)
         self.field = field
+
+
+@dataclass(frozen=True)
+class ControlTLS:
+    """How a client verifies the driver's HTTPS certificate (exactly one trust anchor).
+
+    ``ca_file``: PEM file of the certificate authority (or authorities) to trust;
+    ``ca_pem``: PEM text of the one certificate to trust, i.e. the driver's own self-signed
+    certificate (pinning); ``server_name``: the name to check the certificate against (and
+    to send as SNI) instead of the URL's host, for connecting to a Pod IP with a certificate
+    issued for the driver Service's DNS name. Raises ``ValueError`` naming the field when
+    both or neither anchor is given.
+    """
+
+    ca_file: str | Path | None = None
+    ca_pem: str | None = None
+    server_name: str | None = None
+
+    def __post_init__(self) -> None:
+        if (self.ca_file is None) == (self.ca_pem is None):
+            raise ValueError("ControlTLS: give exactly one of ca_file (a PEM path) or ca_pem")
+        if self.ca_pem is not None and "-----BEGIN CERTIFICATE-----" not in self.ca_pem:
+            raise ValueError("ControlTLS.ca_pem: expected a PEM certificate (BEGIN CERTIFICATE)")
+
+    @property
+    def anchor(self) -> str:
+        """The trust anchor, for messages: the CA file's path or ``the pinned certificate``."""
+        return f"CA file {self.ca_file}" if self.ca_file is not None else "the pinned certificate"
+
+    def ssl_context(self) -> ssl.SSLContext:
+        """A client context (TLS 1.2+, hostname checked) trusting only this anchor.
+
+        Raises ``ValueError`` naming the field when the file or PEM cannot be loaded.
+        """
+        # Only the given anchor: the system's CAs must not vouch for a driver. The
+        # PROTOCOL_TLS_CLIENT defaults require a certificate and check the host name.
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        try:
+            if self.ca_file is not None:
+                context.load_verify_locations(cafile=str(self.ca_file))
+            else:
+                context.load_verify_locations(cadata=self.ca_pem)
+        except (OSError, ssl.SSLError) as exc:
+            field = "ca_file" if self.ca_file is not None else "ca_pem"
+            raise ValueError(f"ControlTLS.{field}: cannot load {self.anchor}: {exc}") from None
+        return context
+
+
+def _untrusted(exc: BaseException) -> bool:
+    """Whether ``exc`` (an httpx error) came from a certificate that failed verification."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ssl.SSLCertVerificationError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return "CERTIFICATE_VERIFY_FAILED" in str(exc)
 
 
 # ---------------------------------------------------------------------------- the protocol
@@ -196,16 +275,41 @@ class _Protocol:
     """Request building and answer reading shared by the sync and the async client."""
 
     def __init__(
-        self, base_url: str, token: str, timeout_s: float, connect_timeout_s: float | None
+        self,
+        base_url: str,
+        token: str,
+        timeout_s: float,
+        connect_timeout_s: float | None,
+        tls: ControlTLS | None,
+        shared_pool: bool,
     ) -> None:
         for name, value in (("timeout_s", timeout_s), ("connect_timeout_s", connect_timeout_s)):
             if value is not None and not value > 0:
                 raise ValueError(f"{name}: expected seconds > 0, got {value!r}")
         self.base_url = base_url.rstrip("/")
+        self.tls = tls
+        if tls is not None:
+            if not self.base_url.lower().startswith("https://"):
+                raise ValueError(
+                    f"base_url: expected an https:// URL with tls (the token must not travel "
+                    f"in clear text), got {self.base_url!r}"
+                )
+            if shared_pool:
+                raise ValueError(
+                    "tls and http are exclusive: build the shared pool with "
+                    "verify=tls.ssl_context() and pass only http"
+                )
         self._headers = {"Authorization": f"Bearer {token}"}
+        self._extensions = (
+            {"sni_hostname": tls.server_name} if tls is not None and tls.server_name else {}
+        )
         self.timeout = httpx.Timeout(
             timeout_s, connect=timeout_s if connect_timeout_s is None else connect_timeout_s
         )
+
+    def verify(self) -> ssl.SSLContext | bool:
+        """``verify`` of the client's own pool: the TLS anchor, else httpx's default."""
+        return self.tls.ssl_context() if self.tls is not None else True
 
     def request(self, call: _Call[Any]) -> dict[str, Any]:
         """Keyword arguments of ``httpx.(Async)Client.request`` for ``call``."""
@@ -216,11 +320,17 @@ class _Protocol:
             "params": call.params,
             "headers": self._headers,
             "timeout": self.timeout,
+            "extensions": self._extensions,
         }
 
-    @staticmethod
-    def unreachable(exc: Exception) -> ControlUnavailable:
+    def unreachable(self, exc: Exception) -> ControlUnavailable:
         """The error for a request that got no answer (httpx's text never holds headers)."""
+        if _untrusted(exc):
+            anchor = self.tls.anchor if self.tls is not None else "the system's CAs"
+            return ControlUntrusted(
+                f"driver control endpoint {self.base_url}: its TLS certificate failed "
+                f"verification against {anchor}: {exc}"
+            )
         return ControlUnavailable(
             f"driver control endpoint unreachable: {type(exc).__name__}: {exc}"
         )
@@ -304,9 +414,12 @@ class ControlClient:
 
     ``timeout_s``/``connect_timeout_s``: per request, seconds (see the module docstring).
     ``http``: a pool to share (e.g. across drivers); it is then not closed by :meth:`close`.
-    Every call raises :class:`ControlUnavailable` or :class:`ControlRejected` (a malformed
-    ``base_url`` is "unreachable"). Use as a context manager. Raises ``ValueError`` for a
-    timeout <= 0.
+    ``tls``: how to verify an ``https://`` driver (:class:`ControlTLS`; not with ``http``,
+    whose own ``verify`` then applies). Every call raises :class:`ControlUnavailable` (its
+    subclass :class:`ControlUntrusted` for a certificate that fails verification) or
+    :class:`ControlRejected` (a malformed ``base_url`` is "unreachable"). Use as a context
+    manager. Raises ``ValueError`` for a timeout <= 0, ``tls`` with an ``http://`` URL or
+    with ``http``, or a trust anchor that cannot be loaded.
     """
 
     def __init__(
@@ -317,10 +430,13 @@ class ControlClient:
         timeout_s: float = DEFAULT_TIMEOUT_S,
         connect_timeout_s: float | None = None,
         http: httpx.Client | None = None,
+        tls: ControlTLS | None = None,
     ) -> None:
-        self._protocol = _Protocol(base_url, token, timeout_s, connect_timeout_s)
+        self._protocol = _Protocol(
+            base_url, token, timeout_s, connect_timeout_s, tls, shared_pool=http is not None
+        )
         self._own = http is None
-        self._http = http or httpx.Client()
+        self._http = http or httpx.Client(verify=self._protocol.verify())
 
     @property
     def base_url(self) -> str:
@@ -429,10 +545,13 @@ class AsyncControlClient:
         timeout_s: float = DEFAULT_TIMEOUT_S,
         connect_timeout_s: float | None = None,
         http: httpx.AsyncClient | None = None,
+        tls: ControlTLS | None = None,
     ) -> None:
-        self._protocol = _Protocol(base_url, token, timeout_s, connect_timeout_s)
+        self._protocol = _Protocol(
+            base_url, token, timeout_s, connect_timeout_s, tls, shared_pool=http is not None
+        )
         self._own = http is None
-        self._http = http or httpx.AsyncClient()
+        self._http = http or httpx.AsyncClient(verify=self._protocol.verify())
 
     @property
     def base_url(self) -> str:

@@ -1,4 +1,4 @@
-"""The driver control endpoint: a small HTTP server in the Spark driver.
+"""The driver control endpoint: a small HTTP(S) server in the Spark driver.
 
 The service and the operator start sampling rounds and read their results through it; the
 routes are the contract in :mod:`sparkglass.runtime.contract.sample_result` (plus ``GET
@@ -7,17 +7,40 @@ routes are the contract in :mod:`sparkglass.runtime.contract.sample_result` (plu
 401. Bad parameters get 400 with ``{"error": ..., "field": ...}`` naming the field and its
 allowed range; unknown vertices and rounds 404 with the known names.
 
+Hardening (the endpoint listens on the Pod network in Kubernetes):
+
+* The token is checked on the request line and headers alone, before any body byte is read;
+  a refused request's body is never read (the connection is closed instead).
+* No route takes a body: a ``Content-Length`` above ``max-body-bytes`` gets 413, a
+  malformed one (``-1``, not a number, several that differ) 400, ``Transfer-Encoding`` 411;
+  each closes the connection unread.
+* Every connection has a socket timeout: an idle or stalled client is disconnected after
+  ``connection-timeout``; at most ``max-connections`` are served at once (one thread each),
+  further ones are closed as soon as they are accepted.
+* With ``tls.cert-file`` and ``tls.key-file`` it serves HTTPS only (TLS 1.2+; the handshake
+  runs in the connection's thread, under its timeout).
+
 Conf (read when the endpoint starts):
 
-======================================  ==============================================
-``spark.sparkglass.control.host``       bind address, default ``127.0.0.1``
-``spark.sparkglass.control.port``       0–65535, default ``0`` (any free port)
-``spark.sparkglass.control.token``      bearer token; else ``$SPARKGLASS_CONTROL_TOKEN``;
-                                        else a random one (see :attr:`ControlEndpoint.token`)
-``spark.sparkglass.control.enabled``    serve even with sampling off (answers ``DISABLED``)
-======================================  ==============================================
+==============================================  ==============================================
+``spark.sparkglass.control.host``               bind address, default ``127.0.0.1``
+``spark.sparkglass.control.port``               0–65535, default ``0`` (any free port)
+``spark.sparkglass.control.token``              bearer token; else ``$SPARKGLASS_CONTROL_TOKEN``;
+                                                else a random one (:attr:`ControlEndpoint.token`)
+``spark.sparkglass.control.enabled``            serve even with sampling off (answers ``DISABLED``)
+``spark.sparkglass.control.max-body-bytes``     0–65536, default ``1024``: larger request
+                                                bodies get 413 unread
+``spark.sparkglass.control.connection-timeout`` 1s–10min, default ``10s``: socket timeout of
+                                                each connection (idle, handshake, each read)
+``spark.sparkglass.control.max-connections``    1–1024, default ``64``: connections served at
+                                                once; more are closed on accept
+``spark.sparkglass.control.tls.cert-file``      PEM certificate (chain) to serve HTTPS with;
+                                                default none (plain HTTP); needs ``key-file``
+``spark.sparkglass.control.tls.key-file``       PEM private key of ``cert-file``
+==============================================  ==============================================
 
-Once started, the endpoint's URL is also in the runtime conf ``spark.sparkglass.control.url``.
+Once started, the endpoint's URL (``http://`` or ``https://``) is also in the runtime conf
+``spark.sparkglass.control.url``.
 """
 
 from __future__ import annotations
@@ -28,6 +51,9 @@ import logging
 import os
 import re
 import secrets
+import socket
+import ssl
+import sys
 import threading
 from dataclasses import dataclass
 from http import HTTPStatus
@@ -49,53 +75,248 @@ log = logging.getLogger(__name__)
 CONF_PREFIX = "spark.sparkglass.control."
 TOKEN_ENV = "SPARKGLASS_CONTROL_TOKEN"
 
+#: Defaults and allowed ranges of the hardening confs (module docstring).
+DEFAULT_MAX_BODY_BYTES = 1024
+MAX_BODY_BYTES_LIMIT = 65536
+DEFAULT_CONNECTION_TIMEOUT_MS = 10_000
+CONNECTION_TIMEOUT_RANGE_MS = (1_000, 600_000)
+DEFAULT_MAX_CONNECTIONS = 64
+MAX_CONNECTIONS_LIMIT = 1024
+
 _ROUNDS = re.compile(r"^/api/v1/vertices/([^/]+)/rounds$")
 _DATA_SAMPLE = re.compile(r"^/api/v1/vertices/([^/]+)/data-sample$")
 _ROUND = re.compile(r"^/api/v1/rounds/([^/]+)$")
+_DIGITS = re.compile(r"^[0-9]+$")
 
 
 @dataclass(frozen=True)
 class ControlSettings:
-    """Where the endpoint listens and the token it requires."""
+    """Where the endpoint listens, the token it requires and its limits.
+
+    ``max_body_bytes``: 0–65536; ``connection_timeout_s``: seconds, 1–600;
+    ``max_connections``: 1–1024; ``tls_cert_file``/``tls_key_file``: PEM paths, both or
+    neither (HTTPS when set). Raises :class:`SamplingSettingsError` naming the conf key for a
+    value out of range or a half-configured TLS pair.
+    """
 
     host: str = "127.0.0.1"
     port: int = 0
     token: str = ""
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    connection_timeout_s: float = DEFAULT_CONNECTION_TIMEOUT_MS / 1000
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
+    tls_cert_file: str | None = None
+    tls_key_file: str | None = None
+
+    def __post_init__(self) -> None:
+        _check_range(CONF_PREFIX + "port", self.port, 0, 65535)
+        _check_range(CONF_PREFIX + "max-body-bytes", self.max_body_bytes, 0, MAX_BODY_BYTES_LIMIT)
+        _check_range(
+            CONF_PREFIX + "max-connections", self.max_connections, 1, MAX_CONNECTIONS_LIMIT
+        )
+        low, high = (ms / 1000 for ms in CONNECTION_TIMEOUT_RANGE_MS)
+        if not low <= self.connection_timeout_s <= high:
+            key = CONF_PREFIX + "connection-timeout"
+            raise SamplingSettingsError(
+                f"{key}={self.connection_timeout_s}s is out of range: allowed 1s–10m", field=key
+            )
+        if bool(self.tls_cert_file) != bool(self.tls_key_file):
+            pair = ("cert-file", "key-file")
+            given, missing = pair if self.tls_cert_file else pair[::-1]
+            key = CONF_PREFIX + "tls." + missing
+            raise SamplingSettingsError(
+                f"{key} is required when {CONF_PREFIX}tls.{given} is set (HTTPS needs both)",
+                field=key,
+            )
+
+    @property
+    def tls(self) -> bool:
+        """Whether the endpoint serves HTTPS."""
+        return bool(self.tls_cert_file)
 
     @classmethod
     def from_spark(cls, spark: Any) -> ControlSettings:
         """Read ``spark.sparkglass.control.*`` (see module docstring).
 
-        Raises :class:`SamplingSettingsError` for a port outside 0–65535.
+        Raises :class:`SamplingSettingsError` naming the key and its allowed range for a
+        malformed or out-of-range value (port outside 0–65535, ...).
         """
-        host = spark.conf.get(CONF_PREFIX + "host", None) or "127.0.0.1"
-        raw_port = spark.conf.get(CONF_PREFIX + "port", None) or "0"
-        key = CONF_PREFIX + "port"
-        try:
-            port = int(raw_port)
-        except ValueError:
-            raise SamplingSettingsError(
-                f"{key}: expected an integer in 0–65535, got {raw_port!r}", field=key
-            ) from None
-        if not 0 <= port <= 65535:
-            raise SamplingSettingsError(f"{key}={port} is out of range: allowed 0–65535", field=key)
-        token = (
-            spark.conf.get(CONF_PREFIX + "token", None)
-            or os.environ.get(TOKEN_ENV)
-            or secrets.token_urlsafe(32)
+
+        def conf(name: str) -> str | None:
+            value = spark.conf.get(CONF_PREFIX + name, None)
+            return str(value) if value not in (None, "") else None
+
+        host = conf("host") or "127.0.0.1"
+        token = conf("token") or os.environ.get(TOKEN_ENV) or secrets.token_urlsafe(32)
+        timeout = conf("connection-timeout")
+        return cls(
+            host=host,
+            port=_int_conf("port", conf("port"), 0, "0–65535"),
+            token=token,
+            max_body_bytes=_int_conf(
+                "max-body-bytes",
+                conf("max-body-bytes"),
+                DEFAULT_MAX_BODY_BYTES,
+                f"0–{MAX_BODY_BYTES_LIMIT}",
+            ),
+            connection_timeout_s=(
+                parse_duration_ms(timeout, field=CONF_PREFIX + "connection-timeout") / 1000
+                if timeout
+                else DEFAULT_CONNECTION_TIMEOUT_MS / 1000
+            ),
+            max_connections=_int_conf(
+                "max-connections",
+                conf("max-connections"),
+                DEFAULT_MAX_CONNECTIONS,
+                f"1–{MAX_CONNECTIONS_LIMIT}",
+            ),
+            tls_cert_file=conf("tls.cert-file"),
+            tls_key_file=conf("tls.key-file"),
         )
-        return cls(host=host, port=port, token=token)
+
+
+def _int_conf(name: str, raw: str | None, default: int, allowed: str) -> int:
+    if raw is None:
+        return default
+    key = CONF_PREFIX + name
+    try:
+        return int(raw)
+    except ValueError:
+        raise SamplingSettingsError(
+            f"{key}: expected an integer in {allowed}, got {raw!r}", field=key
+        ) from None
+
+
+def _check_range(key: str, value: int, low: int, high: int) -> None:
+    if not low <= value <= high:
+        raise SamplingSettingsError(
+            f"{key}={value} is out of range: allowed {low}–{high}", field=key
+        )
+
+
+def server_ssl_context(cert_file: str, key_file: str) -> ssl.SSLContext:
+    """A server-side TLS context (TLS 1.2+) for ``cert_file``/``key_file`` (PEM paths).
+
+    Raises :class:`SamplingSettingsError` naming ``...control.tls.cert-file`` when the files
+    cannot be read or the key does not match the certificate.
+    """
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        context.load_cert_chain(cert_file, key_file)
+    except (OSError, ssl.SSLError) as exc:
+        key = CONF_PREFIX + "tls.cert-file"
+        raise SamplingSettingsError(
+            f"{key}={cert_file!r} with {CONF_PREFIX}tls.key-file={key_file!r}: "
+            f"cannot load the certificate and key: {exc}",
+            field=key,
+        ) from None
+    return context
+
+
+_TLS_HANDSHAKE = b"\x16"  # the content type of a TLS handshake record, a ClientHello's 1st byte
+_PLAIN_HTTP_BODY = json.dumps(
+    {
+        "error": "this control endpoint serves HTTPS only: use an https:// URL and verify "
+        "the driver's certificate",
+        "field": "scheme",
+    }
+).encode()
+_PLAIN_HTTP_TO_TLS = (
+    b"HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\nConnection: close\r\n"
+    + f"Content-Length: {len(_PLAIN_HTTP_BODY)}\r\n\r\n".encode()
+    + _PLAIN_HTTP_BODY
+)
+
+
+class _ControlServer(ThreadingHTTPServer):
+    """One thread per connection, at most ``max_connections`` at once, each with a socket
+    timeout; TLS is negotiated in the connection's thread so that a client that never
+    completes a handshake blocks neither the accept loop nor other clients."""
+
+    daemon_threads = True
+    # socketserver's default backlog of 5 makes the kernel drop SYNs under a burst of
+    # connects, and the client then waits seconds for a retransmit: accept them and let the
+    # cap decide.
+    request_queue_size = 128
+
+    def __init__(
+        self,
+        address: tuple[str, int],
+        handler: type[BaseHTTPRequestHandler],
+        settings: ControlSettings,
+        ssl_context: ssl.SSLContext | None,
+    ) -> None:
+        super().__init__(address, handler)
+        self.connection_timeout_s = settings.connection_timeout_s
+        self.ssl_context = ssl_context
+        self._slots = threading.BoundedSemaphore(settings.max_connections)
+        self._max_connections = settings.max_connections
+        self.refused_connections = 0
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._slots.acquire(blocking=False):
+            # Closing at once, rather than queueing, keeps a flood of idle connections from
+            # holding memory or threads; legitimate clients (operator, service) retry.
+            self.refused_connections += 1
+            if self.refused_connections == 1 or self.refused_connections % 1000 == 0:
+                log.warning(
+                    "control endpoint: %d connections open (the maximum); closed %d new "
+                    "ones so far",
+                    self._max_connections,
+                    self.refused_connections,
+                )
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        request.settimeout(self.connection_timeout_s)
+        if self.ssl_context is None:
+            super().finish_request(request, client_address)
+            return
+        first = request.recv(1, socket.MSG_PEEK)
+        if not first:
+            return  # closed before saying anything
+        if first != _TLS_HANDSHAKE:
+            # A plain-HTTP client would otherwise see only a dropped connection; tell it why.
+            request.sendall(_PLAIN_HTTP_TO_TLS)
+            return
+        tls = self.ssl_context.wrap_socket(request, server_side=True)
+        try:
+            super().finish_request(tls, client_address)
+        finally:
+            tls.close()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # Failed handshakes, resets and timeouts are the clients' doing (or an attack's);
+        # they must not fill the driver's log with tracebacks.
+        exc = sys.exc_info()[1]
+        if isinstance(exc, ssl.SSLError | ConnectionError | TimeoutError):
+            log.debug("control endpoint: connection from %s: %s", client_address, exc)
+        else:
+            log.exception("control endpoint: connection from %s failed", client_address)
 
 
 class ControlEndpoint:
-    """The HTTP server serving one :class:`RoundCoordinator` (a daemon thread)."""
+    """The HTTP(S) server serving one :class:`RoundCoordinator` (a daemon thread)."""
 
     def __init__(self, coordinator: RoundCoordinator, settings: ControlSettings) -> None:
         if not settings.token:
             raise ValueError("the control endpoint needs a non-empty token")
         self.coordinator = coordinator
         self.settings = settings
-        self._server: ThreadingHTTPServer | None = None
+        self._server: _ControlServer | None = None
         self._thread: threading.Thread | None = None
 
     @property
@@ -111,20 +332,34 @@ class ControlEndpoint:
 
     @property
     def url(self) -> str:
-        """``http://host:port`` of the running endpoint."""
+        """``http://host:port`` (``https://`` with TLS) of the running endpoint."""
         host = self.settings.host
         shown = "127.0.0.1" if host in ("0.0.0.0", "") else host
-        return f"http://{shown}:{self.port}"
+        scheme = "https" if self.settings.tls else "http"
+        return f"{scheme}://{shown}:{self.port}"
+
+    @property
+    def refused_connections(self) -> int:
+        """Connections closed on accept because ``max_connections`` were open."""
+        return self._server.refused_connections if self._server is not None else 0
 
     def start(self) -> None:
-        """Bind and serve in a daemon thread; raises ``OSError`` if the port is taken."""
+        """Bind and serve in a daemon thread.
+
+        Raises ``OSError`` if the port is taken, :class:`SamplingSettingsError` if the TLS
+        certificate or key cannot be loaded.
+        """
         endpoint = self
 
         class Handler(_Handler):
             owner = endpoint
 
-        self._server = ThreadingHTTPServer((self.settings.host, self.settings.port), Handler)
-        self._server.daemon_threads = True
+        context = None
+        if self.settings.tls_cert_file and self.settings.tls_key_file:
+            context = server_ssl_context(self.settings.tls_cert_file, self.settings.tls_key_file)
+        self._server = _ControlServer(
+            (self.settings.host, self.settings.port), Handler, self.settings, context
+        )
         self._thread = threading.Thread(
             target=self._server.serve_forever, name="sparkglass-control", daemon=True
         )
@@ -169,15 +404,27 @@ class _Handler(BaseHTTPRequestHandler):
         log.debug("control: " + format, *args)
 
     # ---------------------------------------------------------------- plumbing
-    def _send(self, status: int, body: Any, headers: dict[str, str] | None = None) -> None:
+    def _send(
+        self, status: int, body: Any, headers: dict[str, str] | None = None, *, close: bool = False
+    ) -> None:
         data = json.dumps(body).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         for key, value in (headers or {}).items():
             self.send_header(key, value)
+        if close:
+            # The request's body (if any) stays unread: the connection cannot carry another
+            # request, and closing it is what stops the client from sending the rest.
+            self.send_header("Connection", "close")
+            self.close_connection = True
         self.end_headers()
         self.wfile.write(data)
+
+    def _has_body(self) -> bool:
+        return "Transfer-Encoding" in self.headers or self.headers.get(
+            "Content-Length", "0"
+        ).strip() not in ("", "0")
 
     def _authorized(self) -> bool:
         header = self.headers.get("Authorization", "")
@@ -189,16 +436,60 @@ class _Handler(BaseHTTPRequestHandler):
                 HTTPStatus.UNAUTHORIZED,
                 {"error": "missing or wrong bearer token"},
                 {"WWW-Authenticate": 'Bearer realm="sparkglass"'},
+                close=self._has_body(),
             )
         return ok
+
+    def _body_accepted(self) -> bool:
+        """Drain a body within ``max-body-bytes`` (no route uses one); else answer 400, 411
+        or 413 naming the header and close without reading it."""
+        limit = self.owner.settings.max_body_bytes
+        if "Transfer-Encoding" in self.headers:
+            self._send(
+                HTTPStatus.LENGTH_REQUIRED,
+                {
+                    "error": "Transfer-Encoding is not accepted: send Content-Length "
+                    f"(0–{limit} bytes; no route takes a body)",
+                    "field": "Transfer-Encoding",
+                },
+                close=True,
+            )
+            return False
+        values = {v.strip() for v in self.headers.get_all("Content-Length") or []}
+        if not values:
+            return True
+        raw = values.pop() if len(values) == 1 else None
+        if raw is None or not _DIGITS.match(raw):
+            shown = sorted(self.headers.get_all("Content-Length") or [])
+            self._send(
+                HTTPStatus.BAD_REQUEST,
+                {
+                    "error": f"Content-Length: expected one integer in 0–{limit}, got {shown}",
+                    "field": "Content-Length",
+                },
+                close=True,
+            )
+            return False
+        length = int(raw)
+        if length > limit:
+            self._send(
+                HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+                {
+                    "error": f"Content-Length={length} is out of range: allowed 0–{limit} "
+                    "bytes (no route takes a body)",
+                    "field": "Content-Length",
+                },
+                close=True,
+            )
+            return False
+        if length:
+            self.rfile.read(length)  # unused; drained to keep the connection usable
+        return True
 
     def do_GET(self) -> None:
         self._dispatch("GET")
 
     def do_POST(self) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
-        if length:
-            self.rfile.read(length)  # body unused; drain it to keep the connection sane
         self._dispatch("POST")
 
     def _dispatch(self, method: str) -> None:
@@ -206,9 +497,11 @@ class _Handler(BaseHTTPRequestHandler):
         path = url.path.rstrip("/") or "/"
         query = parse_qs(url.query)
         if method == "GET" and path == "/healthz":
-            self._send(HTTPStatus.OK, {"status": "ok"})
+            if self._body_accepted():
+                self._send(HTTPStatus.OK, {"status": "ok"})
             return
-        if not self._authorized():
+        # Token first, on the headers alone: an unauthenticated client never gets a body read.
+        if not self._authorized() or not self._body_accepted():
             return
         try:
             status, body = self._route(method, path, query)

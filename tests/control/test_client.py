@@ -23,6 +23,7 @@ from sparkglass.runtime.control.client import (
     AsyncControlClient,
     ControlClient,
     ControlRejected,
+    ControlTLS,
     ControlUnavailable,
 )
 from sparkglass.runtime.control.endpoint import ControlEndpoint, ControlSettings
@@ -328,3 +329,29 @@ def test_client_imports_without_pyspark():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
+
+
+# ------------------------------------------------------------------------------- TLS options
+def test_tls_options_need_exactly_one_loadable_anchor(tmp_path):
+    with pytest.raises(ValueError, match="exactly one of ca_file"):
+        ControlTLS()
+    with pytest.raises(ValueError, match="exactly one of ca_file"):
+        ControlTLS(ca_file="/a.pem", ca_pem="-----BEGIN CERTIFICATE-----")
+    with pytest.raises(ValueError, match=r"ControlTLS.ca_pem: expected a PEM certificate"):
+        ControlTLS(ca_pem="not a certificate")
+    with pytest.raises(ValueError, match=r"ControlTLS.ca_file: cannot load CA file .*nope.pem"):
+        ControlTLS(ca_file=tmp_path / "nope.pem").ssl_context()
+    garbage = "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n"
+    with pytest.raises(ValueError, match=r"ControlTLS.ca_pem: cannot load the pinned"):
+        ControlTLS(ca_pem=garbage).ssl_context()
+
+
+def test_tls_refuses_plain_urls_and_shared_pools(tmp_path):
+    pem = tmp_path / "ca.pem"
+    tls = ControlTLS(ca_file=pem)
+    with pytest.raises(ValueError, match=r"base_url: expected an https:// URL .*'http://d:1'"):
+        ControlClient("http://d:1", TOKEN, tls=tls)
+    with httpx.Client() as pool, pytest.raises(ValueError, match="tls and http are exclusive"):
+        ControlClient("https://d:1", TOKEN, tls=tls, http=pool)
+    with pytest.raises(ValueError, match=r"base_url: expected an https:// URL"):
+        AsyncControlClient("http://d:1", TOKEN, tls=tls)

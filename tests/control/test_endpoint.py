@@ -207,3 +207,53 @@ def test_configured_port_is_used(transport):
         assert httpx.get(f"http://127.0.0.1:{port}/healthz").status_code == 200
     finally:
         ep.stop()
+
+
+def test_hardening_confs_defaults_and_values(monkeypatch):
+    monkeypatch.setenv("SPARKGLASS_CONTROL_TOKEN", "t")
+    s = ControlSettings.from_spark(FakeSpark({}))
+    assert (s.max_body_bytes, s.connection_timeout_s, s.max_connections) == (1024, 10.0, 64)
+    assert (s.tls_cert_file, s.tls_key_file, s.tls) == (None, None, False)
+    s = ControlSettings.from_spark(
+        FakeSpark(
+            {
+                "spark.sparkglass.control.max-body-bytes": "0",
+                "spark.sparkglass.control.connection-timeout": "1m30s",
+                "spark.sparkglass.control.max-connections": "8",
+                "spark.sparkglass.control.tls.cert-file": "/etc/control/tls.crt",
+                "spark.sparkglass.control.tls.key-file": "/etc/control/tls.key",
+            }
+        )
+    )
+    assert (s.max_body_bytes, s.connection_timeout_s, s.max_connections) == (0, 90.0, 8)
+    assert s.tls and s.tls_key_file == "/etc/control/tls.key"
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("max-body-bytes", "65537", r"max-body-bytes=65537 is out of range: allowed 0–65536"),
+        ("max-body-bytes", "-1", r"max-body-bytes=-1 is out of range: allowed 0–65536"),
+        ("max-body-bytes", "1kb", r"max-body-bytes: expected an integer in 0–65536, got '1kb'"),
+        ("max-connections", "0", r"max-connections=0 is out of range: allowed 1–1024"),
+        ("max-connections", "5000", r"max-connections=5000 is out of range: allowed 1–1024"),
+        ("connection-timeout", "500ms", r"connection-timeout=0.5s is out of range: allowed 1s–10m"),
+        ("connection-timeout", "11m", r"connection-timeout=660.0s is out of range: allowed 1s–10m"),
+        ("connection-timeout", "soon", r"connection-timeout: expected a duration"),
+        ("tls.cert-file", "/c.pem", r"tls.key-file is required when .*tls.cert-file is set"),
+        ("tls.key-file", "/k.pem", r"tls.cert-file is required when .*tls.key-file is set"),
+    ],
+)
+def test_hardening_confs_out_of_range_name_key_and_range(key, value, message):
+    with pytest.raises(SamplingSettingsError, match=message) as caught:
+        ControlSettings.from_spark(FakeSpark({f"spark.sparkglass.control.{key}": value}))
+    assert caught.value.field.startswith("spark.sparkglass.control.")
+
+
+def test_unreadable_tls_files_fail_at_start_naming_the_conf(transport, tmp_path):
+    c = RoundCoordinator(transport, lambda: SamplingSettings(), round_prefix="1")
+    missing = str(tmp_path / "missing.pem")
+    settings = ControlSettings(token=TOKEN, tls_cert_file=missing, tls_key_file=missing)
+    ep = ControlEndpoint(c, settings)
+    with pytest.raises(SamplingSettingsError, match=r"tls.cert-file=.*missing.pem.*cannot load"):
+        ep.start()
