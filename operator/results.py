@@ -12,6 +12,8 @@ import asyncio
 import threading
 from typing import Any
 
+from tenacity import Retrying, retry_if_exception_type, stop_after_attempt
+
 from sparkglass.runtime.contract.sample_result import DataSampleResult
 
 #: Annotation the service sets on the DataSamples it creates: its own round id.
@@ -71,23 +73,34 @@ class ResultStore:
         sample_name: str,
         started_at_ms: int | None,
     ) -> str:
+        sessions = self._open()
+        # Imported after _open(), which imports SQLAlchemy under its lock: saves run in
+        # threads, and two threads importing SQLAlchemy at once can see it half-initialized.
+        from sqlalchemy.exc import IntegrityError
+
         from sparkglass.service.store import save_round
 
-        sessions = self._open()
-        with sessions.begin() as session:
-            return str(
-                save_round(
-                    session,
-                    namespace=namespace,
-                    application=application,
-                    vertex=vertex,
-                    result=result,
-                    round_id=round_id,
-                    external_ref=sample_name,
-                    triggered_by="sparkglass-operator",
-                    started_at=started_at_ms,
+        # The first rounds of an application saved at once (several DataSamples finishing
+        # together) race to create its row: the loser's transaction fails on the unique key,
+        # and a fresh one finds the winner's row. Not worth a DataSample retry.
+        for attempt in Retrying(
+            retry=retry_if_exception_type(IntegrityError), stop=stop_after_attempt(3), reraise=True
+        ):
+            with attempt, sessions.begin() as session:
+                return str(
+                    save_round(
+                        session,
+                        namespace=namespace,
+                        application=application,
+                        vertex=vertex,
+                        result=result,
+                        round_id=round_id,
+                        external_ref=sample_name,
+                        triggered_by="sparkglass-operator",
+                        started_at=started_at_ms,
+                    )
                 )
-            )
+        raise AssertionError("unreachable: Retrying re-raises the last error")
 
 
 def results_url(service_url: str, namespace: str, application: str, round_id: str) -> str:
