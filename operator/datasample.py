@@ -17,7 +17,9 @@ Failed       invalid spec; unknown vertex (the message lists the vertices); a sa
              outlived ``backoffLimit`` retries (``ApplicationNotFound``, driver unreachable,
              ``TOO_MANY_CONCURRENT_ROUNDS``); no result before the deadline (``TIMEOUT``)
 Abandoned    the application is not running (over, or never came up within the retries),
-             or it stopped while the round was open
+             or the driver run holding the open round ended, whichever the operator sees
+             first: the application's state, the driver Pod, or a driver that no longer
+             knows the round (``RoundLost``); an open round is never reopened (README.md)
 ===========  ================================================================================
 
 Transient failures are retried with exponential back-off (1 s, 2 s, 4 s... at most 60 s)
@@ -46,11 +48,11 @@ from sparkglass.runtime.control.client import (
 )
 
 from . import children, names
-from .cluster import APPS, SAMPLES, ApiError
+from .cluster import APPS, PODS, SAMPLES, ApiError
 from .conditions import now_rfc3339, set_condition
 from .context import OperatorContext
 from .driver_access import driver_access
-from .driver_state import TERMINAL
+from .driver_state import TERMINAL, run_end
 from .metrics import RECONCILES, ROUND_SECONDS, SAMPLE_RETRIES, SAMPLES_FINISHED
 from .results import ROUND_ID_ANNOTATION, RoundIdConflict, SampleIdentity, results_url
 from .specs import DataSampleSpec, SparkApplicationSpec, parse_duration
@@ -188,6 +190,14 @@ class _Step:
             else:  # still starting: worth waiting for, within the retries
                 await self._transient("ApplicationNotRunning", access, final="Abandoned")
             return
+        if round_id := self.status.get("roundId"):
+            # A round dies with its driver run, and the Pod shows that before the application's
+            # status may (operator/README.md, "When the driver dies mid-round").
+            pod = await self.ctx.cluster.find(PODS, self.namespace, names.driver_pod_name(app_name))
+            if ended := run_end(pod):
+                message = f"round {round_id} was lost with the driver of {app_name!r}: {ended}"
+                await self._finish("Abandoned", "ApplicationNotRunning", message)
+                return
         endpoint, secret = access
         token = children.secret_token(secret) if secret else None
         if not token:
@@ -248,13 +258,8 @@ class _Step:
             await self._transient("DriverUnavailable", str(exc), final="Failed")
             return
         except ControlRejected as exc:
-            if exc.status == 404:  # the driver restarted and forgot the round: open another
-                await self._transient(
-                    "RoundLost",
-                    f"the driver lost round {round_id}",
-                    final="Failed",
-                    extra={"roundId": None, "phase": PENDING},
-                )
+            if exc.status == 404:  # a later driver run (or an evicted result): never reopened
+                await self._finish("Abandoned", "RoundLost", f"the driver lost round {round_id}")
             else:
                 await self._finish("Failed", "RoundRejected", f"reading the round failed: {exc}")
             return

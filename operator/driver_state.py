@@ -49,6 +49,28 @@ def state_of(pod: dict[str, Any]) -> AppState:
     }.get(phase, AppState.UNKNOWN)
 
 
+def run_end(pod: dict[str, Any] | None) -> str | None:
+    """Why the driver run a round was opened on is over, judged by the driver Pod alone, or
+    ``None`` while that Pod may still be the run (``Running``, or ``Unknown``: a node out of
+    touch). A round lives only in its driver run's memory, so once this is not None the
+    round is lost, whether or not the SparkApplication pass has recorded the end yet.
+
+    A Pod that is ``Pending`` here is a later run's: a run's Pod never returns to Pending.
+    """
+    if pod is None:
+        return "the driver Pod is gone"
+    if (pod.get("metadata") or {}).get("deletionTimestamp"):
+        return "the driver Pod is being deleted"
+    state = state_of(pod)
+    if state in (AppState.RUNNING, AppState.UNKNOWN):
+        return None
+    if state is AppState.FAILING:
+        return f"the driver Pod failed: {failure_message(pod)}"
+    if state is AppState.SUCCEEDING:
+        return "the driver Pod exited"
+    return "the driver Pod is a new run's"
+
+
 def failure_message(pod: dict[str, Any]) -> str:
     """Why the driver Pod failed, from its container status (or the Pod's own reason)."""
     status = pod.get("status") or {}

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import structlog
+from tenacity import Retrying, retry_if_exception_type, stop_after_attempt
 
 from sparkglass.runtime.contract.sample_result import DataSampleResult
 
@@ -95,43 +96,54 @@ class ResultStore:
         sample: SampleIdentity,
         started_at_ms: int | None,
     ) -> str:
+        sessions = self._open()
+        # Imported after _open(), which imports SQLAlchemy under its lock: saves run in
+        # threads, and two threads importing SQLAlchemy at once can see it half-initialized.
+        from sqlalchemy.exc import IntegrityError
+
         from sparkglass.service.store import save_round
         from sparkglass.service.store.repository import RoundOwnershipError
 
-        sessions = self._open()
-        with sessions.begin() as session:
-            bound = claimed_round_id is not None and claim_is_bound(
-                session,
-                namespace=namespace,
-                application=application,
-                vertex=vertex,
-                round_id=claimed_round_id,
-                sample=sample,
-            )
-            if claimed_round_id is not None and not bound:
-                log.warning(
-                    "round-id annotation ignored: the service did not create this DataSample "
-                    "for that round",
-                    namespace=namespace,
-                    name=sample.name,
-                    application=application,
-                    claimed=claimed_round_id,
-                )
-            try:
-                saved = save_round(
+        # The first rounds of an application saved at once (several DataSamples finishing
+        # together) race to create its row: the loser's transaction fails on the unique key,
+        # and a fresh one finds the winner's row. Not worth a DataSample retry.
+        for attempt in Retrying(
+            retry=retry_if_exception_type(IntegrityError), stop=stop_after_attempt(3), reraise=True
+        ):
+            with attempt, sessions.begin() as session:
+                bound = claimed_round_id is not None and claim_is_bound(
                     session,
                     namespace=namespace,
                     application=application,
                     vertex=vertex,
-                    result=result,
-                    round_id=claimed_round_id if bound else (result.round_id or sample.uid),
-                    external_ref=sample.name,
-                    triggered_by="sparkglass-operator",
-                    started_at=started_at_ms,
+                    round_id=claimed_round_id,
+                    sample=sample,
                 )
-            except RoundOwnershipError as exc:
-                raise RoundIdConflict(str(exc)) from None
-            return str(saved)
+                if claimed_round_id is not None and not bound:
+                    log.warning(
+                        "round-id annotation ignored: the service did not create this DataSample "
+                        "for that round",
+                        namespace=namespace,
+                        name=sample.name,
+                        application=application,
+                        claimed=claimed_round_id,
+                    )
+                try:
+                    saved = save_round(
+                        session,
+                        namespace=namespace,
+                        application=application,
+                        vertex=vertex,
+                        result=result,
+                        round_id=claimed_round_id if bound else (result.round_id or sample.uid),
+                        external_ref=sample.name,
+                        triggered_by="sparkglass-operator",
+                        started_at=started_at_ms,
+                    )
+                except RoundOwnershipError as exc:
+                    raise RoundIdConflict(str(exc)) from None
+                return str(saved)
+        raise AssertionError("unreachable: Retrying re-raises the last error")
 
 
 class RoundIdConflict(Exception):

@@ -78,6 +78,9 @@ def test_demo_runs_on_real_flights(tmp_path: Path) -> None:
         "--workdir",
         str(tmp_path),
         timeout=240,
+        # Its own store, not the user's (~/.local/share/sparkglass/service.db): that one is
+        # shared with every other checkout on the machine, maybe migrated by a newer one.
+        env={"XDG_DATA_HOME": str(tmp_path / "data")},
     )
     assert out.returncode == 0, out.stderr[-2000:]
     assert "done (replay finished)" in out.stdout

@@ -14,6 +14,12 @@
 * ``/api/v1/namespaces`` (which kmock cannot parse) lists ``default`` and the test namespace;
   its watch stays open and quiet until the client's ``timeoutSeconds``.
 
+One kmock behaviour is turned off: it keeps every request it served, for assertions no test
+here makes, and matches each new request against all of them (a linear scan per reaction),
+so a long session (the e2e suite: an operator polling for half an hour) made the API server
+slower with every request, the slowest part of a busy machine. A request is forgotten once
+served (:meth:`SparkglassEmulator.forget`).
+
 The operator runs as a real process (``python -m sparkglass operator run``) with a kubeconfig
 pointing at the emulator, which is served by the test's event loop: tests are async and
 wait with ``asyncio.sleep`` (see ``eventually``).
@@ -171,6 +177,22 @@ class SparkglassEmulator(kmock.KubernetesEmulator):
         return await super().__call__(raw_request)
 
     async def _handle(self, request: Any) -> Any:
+        try:
+            return await self._handle_kept(request)
+        finally:
+            self.forget(request)
+
+    def forget(self, request: Any) -> None:
+        """Drop a served request from kmock's request log (see the module docstring).
+
+        kmock matches a request by finding it in that log (by identity), so only a request
+        that has been handled may go; watch streams stay in the log while they stream."""
+        for i in range(len(self._requests) - 1, -1, -1):
+            if self._requests[i] is request:
+                del self._requests[i]
+                return
+
+    async def _handle_kept(self, request: Any) -> Any:
         if request.resource is not None and (
             isinstance(request.data, dict) or request.action == kmock_enums.action.DELETE
         ):
@@ -185,11 +207,13 @@ class SparkglassEmulator(kmock.KubernetesEmulator):
                 self.register_crd(request.data)
             # Like the real garbage collector, also catch objects created for an owner that
             # is already gone (an operator pass racing the owner's deletion). Only requests
-            # that can orphan something (or create an orphan) pay for the sweep.
+            # that can orphan something (or create an orphan) pay for the sweep: never a read.
             owned = isinstance(request.data, dict) and (request.data.get("metadata") or {}).get(
                 "ownerReferences"
             )
-            if request.action != kmock_enums.action.CREATE or owned:
+            action = kmock_enums.action
+            read = request.action in (action.FETCH, action.LIST, action.WATCH)
+            if owned if request.action == action.CREATE else not read:
                 await self._collect_garbage()
         return response
 
@@ -456,12 +480,15 @@ def operator(
 async def eventually(
     check: Callable[[], Any | Awaitable[Any]],
     *,
-    timeout: float = 30.0,
+    timeout: float = 90.0,
     interval: float = 0.1,
     what: str = "condition",
     operator: OperatorProcess | None = None,
 ) -> Any:
-    """Await until ``check()`` returns a truthy value (returned); fail after ``timeout`` s."""
+    """Await until ``check()`` returns a truthy value (returned); fail after ``timeout`` s.
+
+    The default is generous: on a busy 2-core machine a fresh operator process alone can
+    take tens of seconds to import and start watching; on an idle one it costs nothing."""
     deadline = time.monotonic() + timeout
     last: Any = None
     while time.monotonic() < deadline:

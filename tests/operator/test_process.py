@@ -20,7 +20,7 @@ from .conftest import (
     eventually,
 )
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = pytest.mark.timeout(300)  # a backstop: waits have their own deadlines
 
 APPS = "sparkglass.io/v1alpha1/sparkapplications"
 

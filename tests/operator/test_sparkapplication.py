@@ -25,7 +25,7 @@ from .conftest import (
     eventually,
 )
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = pytest.mark.timeout(300)  # a backstop: waits have their own deadlines
 
 APPS = "sparkglass.io/v1alpha1/sparkapplications"
 
@@ -317,7 +317,7 @@ async def test_completed_application_expires_after_its_ttl(
     await eventually(
         lambda: kube.stored(APPS, NAMESPACE, "shortlived") is None,
         what="TTL deletion",
-        timeout=15,
+        timeout=60,
         operator=operator,
     )
     await eventually(lambda: not kube.names("v1/pods", NAMESPACE), what="driver Pod collected")

@@ -194,6 +194,29 @@ def test_pod_phase_to_state() -> None:
     assert driver_state.state_of({}) is AppState.SUBMITTED
 
 
+def test_run_end_from_the_driver_pod_alone() -> None:
+    """A round's driver run is over once its Pod is gone, going, ended or a later run's."""
+    assert driver_state.run_end({"status": {"phase": "Running"}}) is None
+    assert driver_state.run_end({"status": {"phase": "Weird"}}) is None  # node out of touch
+    assert driver_state.run_end(None) == "the driver Pod is gone"
+    going = {
+        "metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z"},
+        "status": {"phase": "Running"},
+    }
+    assert driver_state.run_end(going) == "the driver Pod is being deleted"
+    failed = {
+        "status": {
+            "phase": "Failed",
+            "containerStatuses": [{"state": {"terminated": {"exitCode": 137, "reason": "Error"}}}],
+        }
+    }
+    assert driver_state.run_end(failed) == (
+        "the driver Pod failed: driver container exited with code 137; reason Error"
+    )
+    assert driver_state.run_end({"status": {"phase": "Succeeded"}}) == "the driver Pod exited"
+    assert driver_state.run_end({"status": {"phase": "Pending"}}) == "the driver Pod is a new run's"
+
+
 def test_spark_conf_merges_plugins_and_jars_and_lets_users_override() -> None:
     spec = app_spec(
         sparkConf={

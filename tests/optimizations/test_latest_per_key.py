@@ -61,7 +61,7 @@ def run(spark, days: Path, work: Path, fn, mode: str, opts: Optimizations, expec
     p.start(optimizations=opts)
     try:
         p.process_all_available()
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 120
         # Append mode hands a batch's rows on when the watermark passes, in the next batch.
         while sum(map(len, batches.values())) < expect and time.monotonic() < deadline:
             time.sleep(0.3)

@@ -181,7 +181,7 @@ def test_stopped_query_is_task_terminated(transport, make_partition):
     c.register_tap(TapInfo("parse", "p/parse/k2", "struct<x:int>", lambda: running["value"]))
     rid = c.start_round("parse").round_id
     running["value"] = False
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 60
     while not transport.rounds[rid].cancelled and time.monotonic() < deadline:
         time.sleep(0.01)
     assert transport.rounds[rid].cancelled  # executors are told to stop now

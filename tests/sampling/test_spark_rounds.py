@@ -6,8 +6,8 @@ import json
 import re
 import threading
 import time
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 import httpx
 import pytest
@@ -17,6 +17,7 @@ from sparkglass.runtime.pipeline import Pipeline
 from sparkglass.runtime.sampling import registry
 
 pytestmark = pytest.mark.spark
+T = TypeVar("T")
 
 ENABLED = "spark.sparkglass.sampling.enabled"
 PARSE_TYPE = "struct<value:bigint,bucket:bigint,tripled:bigint,label:string>"
@@ -38,6 +39,22 @@ def wait_for_batches(p: Pipeline, n: int = 1, timeout: float = 60) -> None:
     while p.progress().micro_batches < n:
         assert time.monotonic() < deadline, "the stream made no progress"
         time.sleep(0.1)
+
+
+def wait_until_executors_took(c: Any, started_at: float, timeout: float = 60) -> None:
+    """Until every executor has polled the driver since ``started_at`` (``time.monotonic()``
+    after ``start_round`` returned), so it holds the round's spec: executors poll every
+    100 ms on an idle machine, much later on a busy one."""
+    transport = c.transport
+    deadline = time.monotonic() + timeout
+    while True:
+        asked = time.monotonic()
+        since_ms = (asked - started_at) * 1000
+        executors = transport.executors()  # silentMs: since each one's last poll
+        if executors and all(e["silentMs"] < since_ms for e in executors.values()):
+            return
+        assert asked < deadline, f"the executors did not poll: {executors}"
+        time.sleep(0.05)
 
 
 @pytest.fixture(scope="module")
@@ -78,6 +95,20 @@ def round_on(spark, vertex: str, window_ms: int | None = None, timeout: float = 
     return result
 
 
+def with_rows(sample: Callable[[], T], saw_rows: Callable[[T], bool] | None = None) -> T:
+    """The first of up to 4 samplings (``sample()``) that saw rows.
+
+    A round whose window no micro-batch (or job task) fell into is NO_DATA, which is right:
+    on a loaded 2-core machine a 1 s window can miss every micro-batch. So the rows are
+    judged on a round that saw some; an idle machine needs one round."""
+    saw = saw_rows or (lambda result: getattr(result, "status", None) is not SampleStatus.NO_DATA)
+    for _attempt in range(4):
+        result = sample()
+        if saw(result):
+            break
+    return result
+
+
 def records(result) -> list[tuple[int, dict]]:
     return [(s.subtask_index, json.loads(r.data)) for s in result.samples for r in s.records]
 
@@ -108,7 +139,7 @@ def test_disabled_installs_nothing_enabled_installs_the_tap(spark, sampling_conf
 
 def test_round_returns_real_rows_of_the_vertex(spark, stream, sampling_conf):
     sampling_conf(sampling_window="1s")
-    result = round_on(spark, "parse")
+    result = with_rows(lambda: round_on(spark, "parse"))
     assert result.status is SampleStatus.COMPLETE, result
     assert result.round_id and result.end_timestamp
     rows = records(result)
@@ -121,7 +152,10 @@ def test_round_returns_real_rows_of_the_vertex(spark, stream, sampling_conf):
         assert row["label"] == f"row-{row['value']}"
     assert {r.data_type for s in result.samples for r in s.records} == {PARSE_TYPE}
     # the source vertex is tapped too: its rows are the rate source's (two rounds at once)
-    both = registry.coordinator_for(spark).sample_vertices(["ticks", "parse"], timeout_s=30)
+    both = with_rows(
+        lambda: registry.coordinator_for(spark).sample_vertices(["ticks", "parse"], timeout_s=30),
+        lambda rounds: all(r.status is not SampleStatus.NO_DATA for r in rounds.values()),
+    )
     assert {v: r.status for v, r in both.items()} == {
         "ticks": SampleStatus.COMPLETE,
         "parse": SampleStatus.COMPLETE,
@@ -132,7 +166,7 @@ def test_round_returns_real_rows_of_the_vertex(spark, stream, sampling_conf):
 
 def test_rate_limit(spark, stream, sampling_conf):
     sampling_conf(sampling_window="2s", max_sample_rate=5)
-    result = round_on(spark, "parse")
+    result = with_rows(lambda: round_on(spark, "parse"))
     assert result.status is SampleStatus.COMPLETE
     for s in result.samples:
         assert 0 < len(s.records) <= 5 * (2 + 1)  # rate * (window + 1 s of burst)
@@ -141,8 +175,14 @@ def test_rate_limit(spark, stream, sampling_conf):
 
 def test_window_and_auto_disable(spark, stream, sampling_conf):
     sampling_conf(sampling_window="3s", max_sample_rate=1000)
-    start_ms = time.time() * 1000
-    result = round_on(spark, "parse", window_ms=1000)
+    started: list[float] = []
+
+    def one_round() -> Any:
+        started[:] = [time.time() * 1000]
+        return round_on(spark, "parse", window_ms=1000)
+
+    result = with_rows(one_round)
+    start_ms = started[0]
     assert result.status is SampleStatus.COMPLETE
     stamps = [r.sample_timestamp for s in result.samples for r in s.records]
     assert start_ms - 50 <= min(stamps) and max(stamps) <= start_ms + 1000 + 500
@@ -152,7 +192,7 @@ def test_window_and_auto_disable(spark, stream, sampling_conf):
 
 def test_record_truncation(spark, stream, sampling_conf):
     sampling_conf(sampling_window="1s", max_record_length=12)
-    result = round_on(spark, "parse")
+    result = with_rows(lambda: round_on(spark, "parse"))
     assert result.status is SampleStatus.COMPLETE
     for s in result.samples:
         for r in s.records:
@@ -163,10 +203,14 @@ def test_record_truncation(spark, stream, sampling_conf):
 def test_cache_stale_and_post_filters(spark, stream, sampling_conf):
     sampling_conf(sampling_window="1s", refresh_interval="2s")
     c = registry.coordinator_for(spark)
-    c.clear_cache("parse")  # earlier tests' rounds filled it
-    first = c.data_sample("parse")
-    assert first.status is SampleStatus.PENDING
-    done = c.wait(first.round_id, 30)
+
+    def first_round() -> tuple[Any, Any]:
+        c.clear_cache("parse")  # earlier tests' (or attempts') rounds filled it
+        first = c.data_sample("parse")
+        assert first.status is SampleStatus.PENDING
+        return first, c.wait(first.round_id, 30)
+
+    first, done = with_rows(first_round, lambda both: both[1].status is not SampleStatus.NO_DATA)
     assert done.status is SampleStatus.COMPLETE
     cached = c.data_sample("parse")
     assert cached.round_id == first.round_id and not cached.stale
@@ -215,10 +259,19 @@ def test_5000_cap_with_fair_truncation(spark, sampling_conf):
     p.vertex("wide", "nums", lambda df: df.selectExpr("id", "id % 10 AS digit"))
     df = p.output("wide")
     c = registry.coordinator_for(spark)
-    rid = c.start_round("wide").round_id
-    time.sleep(0.5)  # executors pick the round up within one poll (100 ms)
-    df.write.format("noop").mode("overwrite").save()
-    result = c.wait(rid, 30)
+
+    def one_round() -> tuple[bool, Any]:
+        rid = c.start_round("wide").round_id
+        wait_until_executors_took(c, time.monotonic())
+        window_end_ms = c.transport.round_status(rid)["windowEndMs"]
+        df.write.format("noop").mode("overwrite").save()
+        inside = time.time() * 1000 < window_end_ms  # every partition ran in the window
+        return inside, c.wait(rid, 30)
+
+    # A cold JVM on a loaded machine may not run all 8 partitions within the 5 s window; the
+    # buffers are judged on a round that had the whole job inside it.
+    inside, result = with_rows(one_round, lambda attempt: attempt[0])
+    assert inside, "the job never ran within the sampling window"
     assert result.status is SampleStatus.COMPLETE
     assert result.total_record_count == 5000 and result.total_truncated
     assert [s.subtask_index for s in result.samples] == list(range(8))
@@ -302,14 +355,18 @@ def test_sampling_never_fails_the_job(spark, sampling_conf):
     p.vertex("evens", "nums", lambda df: df.where("id % 2 = 0"))
     df = p.output("evens")
     c = registry.coordinator_for(spark)
-    rid = c.start_round("evens").round_id
-    counts: list[int] = []
-    worker = threading.Thread(target=lambda: counts.append(df.count()))
-    time.sleep(0.3)
-    worker.start()
-    worker.join(60)
-    assert counts == [100_000]
-    result = c.wait(rid, 30)
+
+    def one_round() -> Any:
+        rid = c.start_round("evens").round_id
+        wait_until_executors_took(c, time.monotonic())
+        counts: list[int] = []
+        worker = threading.Thread(target=lambda: counts.append(df.count()))
+        worker.start()
+        worker.join(60)
+        assert counts == [100_000]  # exact, whatever the round saw
+        return c.wait(rid, 30)
+
+    result = with_rows(one_round)
     assert result.status is SampleStatus.COMPLETE
     assert all(json.loads(r.data)["id"] % 2 == 0 for s in result.samples for r in s.records)
     p.stop()
