@@ -19,7 +19,6 @@ import logging
 import secrets
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -38,6 +37,7 @@ from sparkglass.runtime.contract.sampling_settings import (
     settings_from_spec,
 )
 
+from .byte_cache import ByteLRU, result_size
 from .execution.base import RoundExecutor, RoundRequest, failed
 from .metrics import ServiceMetrics
 from .settings import Settings
@@ -45,10 +45,6 @@ from .store import repository
 from .store.orm import Application, Round
 
 log = logging.getLogger(__name__)
-
-#: Finished results kept in memory (they never change once stored).
-_RESULT_CACHE_SIZE = 256
-
 
 @dataclass(frozen=True)
 class RoundPolicy:
@@ -92,10 +88,14 @@ class SharedRounds:
         self._pool = ThreadPoolExecutor(
             max_workers=settings.round_workers, thread_name_prefix="sparkglass-round"
         )
-        self._cache: OrderedDict[str, DataSampleResult] = OrderedDict()
-        self._bodies: OrderedDict[tuple[str, bool], bytes] = OrderedDict()
-        #: (application id, vertex) -> (expires at ms, fresh result)
-        self._fresh: dict[tuple[int, str], tuple[int, DataSampleResult]] = {}
+        # Finished results (they never change once stored) and their rendered bodies, in
+        # one budget of result_cache_bytes: a single round may be ~50 MB.
+        self._memory: ByteLRU[tuple[str, str, bool], DataSampleResult | bytes] = ByteLRU(
+            settings.result_cache_bytes
+        )
+        #: (application id, vertex) -> (expires at ms, round id of the fresh result); the
+        #: result itself lives in the byte-bounded cache only.
+        self._fresh: dict[tuple[int, str], tuple[int, str]] = {}
         self._cache_lock = threading.Lock()
         self._futures: set[Future[None]] = set()
 
@@ -130,9 +130,11 @@ class SharedRounds:
         """
         with self._cache_lock:
             fresh = self._fresh.get((app.id, vertex))
-        if fresh is not None and repository.now_ms() < fresh[0]:
-            return PollAnswer(fresh[1], None)
-        return None
+        if fresh is None or repository.now_ms() >= fresh[0]:
+            return None
+        result = self._memory.get(("result", fresh[1], False))
+        # Evicted from the byte budget: the caller reads it from the store.
+        return PollAnswer(result, None) if isinstance(result, DataSampleResult) else None
 
     def poll(
         self, app: Application, vertex: str, *, actor: str, may_trigger: Callable[[], bool]
@@ -161,7 +163,7 @@ class SharedRounds:
                 result = self._result(session, latest)
                 with self._cache_lock:
                     expires = (latest.end_timestamp or 0) + policy.refresh_ms
-                    self._fresh[fresh_key] = (expires, result)
+                    self._fresh[fresh_key] = (expires, latest.id)
                 return PollAnswer(result, None)
             abandoned_before = t - int(policy.deadline_s * 1000) - 5000
             running = repository.running_round(
@@ -199,16 +201,12 @@ class SharedRounds:
         )
 
     def _result(self, session: Session, row: Round) -> DataSampleResult:
-        with self._cache_lock:
-            hit = self._cache.get(row.id)
-            if hit is not None:
-                self._cache.move_to_end(row.id)
-                return hit
+        key = ("result", row.id, False)
+        hit = self._memory.get(key)
+        if isinstance(hit, DataSampleResult):
+            return hit
         result = repository.load_result(session, row)
-        with self._cache_lock:
-            self._cache[row.id] = result
-            while len(self._cache) > _RESULT_CACHE_SIZE:
-                self._cache.popitem(last=False)
+        self._memory.put(key, result, result_size(result))
         return result
 
     def render(self, result: DataSampleResult) -> bytes:
@@ -216,17 +214,12 @@ class SharedRounds:
         a 5000-record body costs milliseconds to serialize and every poller gets the same."""
         if result.status is SampleStatus.PENDING or result.round_id is None:
             return result.model_dump_json(by_alias=True).encode()
-        key = (result.round_id, result.stale)
-        with self._cache_lock:
-            body = self._bodies.get(key)
-            if body is not None:
-                self._bodies.move_to_end(key)
-                return body
+        key = ("body", result.round_id, result.stale)
+        hit = self._memory.get(key)
+        if isinstance(hit, bytes):
+            return hit
         body = result.model_dump_json(by_alias=True).encode()
-        with self._cache_lock:
-            self._bodies[key] = body
-            while len(self._bodies) > _RESULT_CACHE_SIZE:
-                self._bodies.popitem(last=False)
+        self._memory.put(key, body, len(body))
         return body
 
     def _launch(

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, HTTPException, Response, status
+from fastapi import APIRouter, HTTPException, Request, Response, status
+from fastapi.concurrency import run_in_threadpool
+from fastapi.exceptions import RequestValidationError
+from pydantic import ValidationError
 
 from ..auth import Permission
 from ..catalog import CatalogError, register_local_application
@@ -17,6 +20,7 @@ from ..schemas import (
     application_summary,
 )
 from ..settings import LOCAL_NAMESPACE, ExecutionMode
+from ..state import ServiceState
 from ..store import repository
 
 router = APIRouter(prefix="/api/v1", tags=["applications"])
@@ -74,16 +78,36 @@ def get_application(
     "/namespaces/{namespace}/applications/{application}",
     response_model=ApplicationDetail,
     responses={**_ERRORS, 409: {"model": ErrorBody}, 502: {"model": ErrorBody}},
+    # The body is read by the route itself, after authentication (see below); OpenAPI
+    # still describes it.
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": RegisterApplication.model_json_schema()}},
+        }
+    },
 )
-def register_application(
-    namespace: str,
-    application: str,
-    body: RegisterApplication,
-    state: StateDep,
-    session: SessionDep,
-    _: AdminDep,
+async def register_application(
+    namespace: str, application: str, request: Request, state: StateDep, _: AdminDep
 ) -> ApplicationDetail:
-    """Local mode: register (or re-register) a running driver; reads its pipeline (admin)."""
+    """Local mode: register (or re-register) a running driver; reads its pipeline (admin).
+
+    Body: ``{"driverUrl": ..., "driverToken": ...}``; 422 naming the bad field."""
+    # A declared body parameter would make FastAPI read (and buffer) the whole body before
+    # any dependency runs, i.e. before the caller is authenticated: read it only now.
+    raw = await request.body()
+    try:
+        body = RegisterApplication.model_validate_json(raw or b"null")
+    except ValidationError as exc:
+        raise RequestValidationError(
+            [{**e, "loc": ("body", *e["loc"])} for e in exc.errors(include_url=False)]
+        ) from None
+    return await run_in_threadpool(_register, namespace, application, body, state)
+
+
+def _register(
+    namespace: str, application: str, body: RegisterApplication, state: ServiceState
+) -> ApplicationDetail:
     if state.settings.execution_mode is not ExecutionMode.LOCAL or namespace != LOCAL_NAMESPACE:
         raise HTTPException(
             status.HTTP_409_CONFLICT,
@@ -96,7 +120,7 @@ def register_application(
     except CatalogError as exc:
         raise HTTPException(status.HTTP_502_BAD_GATEWAY, detail=str(exc)) from None
     state.applications.invalidate(namespace, application)
-    return application_detail(application_or_404(state, namespace, application, session))
+    return application_detail(application_or_404(state, namespace, application))
 
 
 @router.delete(
