@@ -146,6 +146,14 @@ class Settings(BaseSettings):
         "(0-16 GiB; default 64 MiB; 0 = no cache). Least recently used entries go first; a "
         "result larger than the whole budget is never cached (it is read from the store).",
     )
+    result_concurrency: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        description="How many full results (up to ~50 MB each) are brought into memory at "
+        "once: fetched from a driver and saved, read from the store, or rendered (1-64; "
+        "default 1). Answers served from the result cache need none.",
+    )
     catalog_max_names: int = Field(
         default=10_000,
         ge=1,

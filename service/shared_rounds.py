@@ -98,6 +98,14 @@ class SharedRounds:
         self._fresh: dict[tuple[int, str], tuple[int, str]] = {}
         self._cache_lock = threading.Lock()
         self._futures: set[Future[None]] = set()
+        #: Bounds the full results (up to ~50 MB each) being fetched, saved, read from the
+        #: store or rendered at once; cached answers need no pass.
+        self._memory_gate = threading.BoundedSemaphore(settings.result_concurrency)
+
+    @property
+    def memory_gate(self) -> threading.BoundedSemaphore:
+        """Held while a full result is brought into memory (``result_concurrency`` passes)."""
+        return self._memory_gate
 
     def policy(self, app: Application) -> RoundPolicy:
         """The application's own refresh interval and round deadline.
@@ -205,8 +213,12 @@ class SharedRounds:
         hit = self._memory.get(key)
         if isinstance(hit, DataSampleResult):
             return hit
-        result = repository.load_result(session, row)
-        self._memory.put(key, result, result_size(result))
+        with self._memory_gate:
+            hit = self._memory.get(key)  # another thread may have loaded it meanwhile
+            if isinstance(hit, DataSampleResult):
+                return hit
+            result = repository.load_result(session, row)
+            self._memory.put(key, result, result_size(result))
         return result
 
     def render(self, result: DataSampleResult) -> bytes:
@@ -218,8 +230,12 @@ class SharedRounds:
         hit = self._memory.get(key)
         if isinstance(hit, bytes):
             return hit
-        body = result.model_dump_json(by_alias=True).encode()
-        self._memory.put(key, body, len(body))
+        with self._memory_gate:
+            hit = self._memory.get(key)
+            if isinstance(hit, bytes):
+                return hit
+            body = result.model_dump_json(by_alias=True).encode()
+            self._memory.put(key, body, len(body))
         return body
 
     def _launch(
@@ -236,6 +252,7 @@ class SharedRounds:
             requested_by=actor,
             driver_url=app.driver_url,
             driver_token=app.driver_token,
+            memory_gate=self._memory_gate,
             results_url=(
                 f"{self._settings.public_url.rstrip('/')}/api/v1/namespaces/{app.namespace}"
                 f"/applications/{app.name}/rounds/{round_id}"
@@ -250,39 +267,49 @@ class SharedRounds:
 
     def _run(self, request: RoundRequest) -> None:
         start = time.monotonic()
+        holds_gate = False
         try:
-            outcome = self._executor.run(request)
-            result, ref, saved = outcome.result, outcome.external_ref, outcome.saved
-        except Exception:
-            log.exception(
-                "round %s of %s/%s crashed", request.round_id, request.application, request.vertex
-            )
-            result, ref, saved = failed(ErrorCode.INTERNAL_ERROR, request.round_id), None, False
-        if result.status is SampleStatus.PENDING:  # an executor must not return PENDING
-            result = failed(ErrorCode.INTERNAL_ERROR, request.round_id)
-        if not saved:
-            # The service's round id names the round everywhere (the driver's is external_ref).
-            result = result.model_copy(
-                update={
-                    "round_id": request.round_id,
-                    "stale": False,
-                    "end_timestamp": result.end_timestamp or repository.now_ms(),
-                }
-            )
             try:
-                with self._sessions.begin() as session:
-                    repository.save_round(
-                        session,
-                        namespace=request.namespace,
-                        application=request.application,
-                        vertex=request.vertex,
-                        result=result,
-                        round_id=request.round_id,
-                        external_ref=ref,
-                    )
+                outcome = self._executor.run(request)
+                result, ref, saved = outcome.result, outcome.external_ref, outcome.saved
+                holds_gate = outcome.holds_gate
             except Exception:
-                log.exception("saving round %s failed", request.round_id)
-                return
+                log.exception(
+                    "round %s of %s/%s crashed",
+                    request.round_id, request.application, request.vertex,
+                )
+                result, ref, saved = failed(ErrorCode.INTERNAL_ERROR, request.round_id), None, False
+            if result.status is SampleStatus.PENDING:  # an executor must not return PENDING
+                result = failed(ErrorCode.INTERNAL_ERROR, request.round_id)
+            if not saved:
+                # The service's round id names the round everywhere (the driver's is
+                # external_ref).
+                result = result.model_copy(
+                    update={
+                        "round_id": request.round_id,
+                        "stale": False,
+                        "end_timestamp": result.end_timestamp or repository.now_ms(),
+                    }
+                )
+                try:
+                    with self._sessions.begin() as session:
+                        repository.save_round(
+                            session,
+                            namespace=request.namespace,
+                            application=request.application,
+                            vertex=request.vertex,
+                            result=result,
+                            round_id=request.round_id,
+                            external_ref=ref,
+                        )
+                except Exception:
+                    log.exception("saving round %s failed", request.round_id)
+                    return
+        finally:
+            if holds_gate:
+                self._memory_gate.release()
+        # Only the outcome is needed from here on, not the records.
+        result = result.model_copy(update={"samples": []})
         if result.no_data_reason is NoDataReason.NO_MICRO_BATCH:
             try:  # the next poll starts a round that waits for the next micro-batch
                 with self._sessions.begin() as session:
