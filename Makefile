@@ -95,6 +95,12 @@ bench-async: install-test java-check
 bench-service: install-test java-check
 	$(BIN)/python bench/service_bench.py
 
+# Peak RSS of a real service process under 6 maximum-size rounds and 40 polls (target
+# <= 400 MB); results in bench/results/memory.json.
+.PHONY: bench-memory
+bench-memory: install-test
+	$(BIN)/python bench/memory_bench.py
+
 # The chart ships the same CRDs as crds/, byte for byte (tests/chart checks it): run after
 # editing crds/*.yaml. Chart copies whose source is gone are removed too.
 .PHONY: crds

@@ -184,7 +184,7 @@ def test_page_shows_the_round(system: System, flights: RunningApp) -> None:
         assert "token=" not in page.url
         page.click("[data-testid=vertex-parse]")
         page.wait_for_function(
-            "document.querySelector('[data-testid=status]').textContent === 'COMPLETE'",
+            "() => document.querySelector('[data-testid=status]').textContent === 'COMPLETE'",
             timeout=90000,
         )
         assert page.locator("[data-testid=record]").count() > 0

@@ -35,6 +35,7 @@ from .kube import make_api_client
 from .metrics import ServiceMetrics
 from .retention import RetentionSweeper
 from .routers import applications, audit, operations, samples
+from .security import AuthFailureLimiter, BodyLimitMiddleware, SecurityHeadersMiddleware
 from .settings import AuthMode, ExecutionMode, Settings
 from .shared_rounds import SharedRounds
 from .state import ServiceState
@@ -133,7 +134,7 @@ def build_state(
         else:
             executor = LocalDriverExecutor()
     if settings.execution_mode is ExecutionMode.KUBERNETES and api_client is not None:
-        catalog = KubernetesCatalog(api_client, sessions)
+        catalog = KubernetesCatalog(api_client, sessions, max_names=settings.catalog_max_names)
     coordinator = SharedRounds(sessions, executor, settings, metrics)
     return ServiceState(
         settings=settings,
@@ -181,10 +182,22 @@ def create_app(
         version=__version__,
         description="Sample the records leaving any step of a running Spark pipeline.",
         lifespan=lifespan,
+        # Swagger UI loads its scripts from a CDN: off unless asked for; ReDoc never.
+        docs_url="/docs" if settings.docs_enabled else None,
+        redoc_url=None,
     )
     app.state.sparkglass = state
     app.add_exception_handler(RequestValidationError, _on_validation_error)
     app.add_exception_handler(StarletteHTTPException, audit_denials)
+    # Outermost last: metrics see every answer, headers go on 413/429 too, and the body
+    # limit wraps the application's own receive.
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(
+        AuthFailureLimiter,
+        limit=settings.auth_failure_limit,
+        window_s=settings.auth_failure_window_seconds,
+    )
+    app.add_middleware(SecurityHeadersMiddleware)
     app.add_middleware(_MetricsMiddleware, metrics=state.metrics)
     app.include_router(applications.router)
     app.include_router(samples.router)

@@ -10,7 +10,9 @@
 from __future__ import annotations
 
 import logging
+import threading
 import time
+from collections import OrderedDict
 from typing import Any
 
 import httpx
@@ -135,15 +137,34 @@ def description_from_sparkapplication(obj: dict[str, Any]) -> PipelineDescriptio
 
 class KubernetesCatalog:
     """Mirrors ``SparkApplication`` resources into the store, re-reading each at most every
-    ``ttl_s`` seconds (the API server is the source of truth)."""
+    ``ttl_s`` seconds (the API server is the source of truth).
+
+    It remembers when it last read at most ``max_names`` (namespace, name) keys, the least
+    recently asked forgotten first: callers choose the names (including ones that do not
+    exist), so an unbounded memory would grow with every name asked about.
+    """
 
     def __init__(
-        self, api_client: client.ApiClient, sessions: sessionmaker[Session], ttl_s: float = 15.0
+        self,
+        api_client: client.ApiClient,
+        sessions: sessionmaker[Session],
+        ttl_s: float = 15.0,
+        *,
+        max_names: int = 10_000,
     ) -> None:
+        if max_names < 1:
+            raise ValueError(f"max_names must be at least 1, got {max_names}")
         self._api = client.CustomObjectsApi(api_client)
         self._sessions = sessions
         self._ttl = ttl_s
-        self._seen: dict[tuple[str, str], float] = {}
+        self._max_names = max_names
+        self._seen: OrderedDict[tuple[str, str], float] = OrderedDict()
+        self._seen_lock = threading.Lock()
+
+    def remembered(self) -> int:
+        """How many (namespace, name) keys the catalog currently remembers."""
+        with self._seen_lock:
+            return len(self._seen)
 
     def refresh(self, namespace: str, name: str | None = None) -> None:
         """Re-read one application (or all in ``namespace``) unless read recently.
@@ -152,7 +173,11 @@ class KubernetesCatalog:
         :class:`CatalogError` when the API server cannot be read.
         """
         key = (namespace, name or "*")
-        if time.monotonic() - self._seen.get(key, -1e9) < self._ttl:
+        with self._seen_lock:
+            last = self._seen.get(key)
+            if last is not None:
+                self._seen.move_to_end(key)
+        if last is not None and time.monotonic() - last < self._ttl:
             return
         items: list[dict[str, Any]]
         try:
@@ -224,4 +249,8 @@ class KubernetesCatalog:
             for app in known:
                 if app.name not in present:
                     repository.delete_application(session, namespace, app.name)
-        self._seen[key] = time.monotonic()
+        with self._seen_lock:
+            self._seen[key] = time.monotonic()
+            self._seen.move_to_end(key)
+            while len(self._seen) > self._max_names:
+                self._seen.popitem(last=False)

@@ -9,6 +9,10 @@ create many apps in one process.
 - ``sparkglass_http_requests_total{method,route,code}`` and
   ``sparkglass_http_request_duration_seconds{method,route}``: per route template (not per
   URL, which would create a series per application and vertex).
+
+Every label value comes from a fixed set, so no request can add series: methods outside
+:data:`KNOWN_METHODS` count as ``OTHER``, routes are templates (``unmatched`` when none
+matched), and codes outside :data:`KNOWN_CODES` count as their class (``2xx`` ... ``5xx``).
 """
 
 from __future__ import annotations
@@ -17,6 +21,27 @@ import time
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+#: HTTP methods counted under their own name; any other (clients may send any token) is OTHER.
+KNOWN_METHODS = frozenset(
+    {"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"}
+)
+#: Status codes the service answers with, counted by value; any other by its class.
+KNOWN_CODES = frozenset(
+    {200, 201, 204, 304, 307, 400, 401, 403, 404, 405, 409, 413, 422, 429, 500, 502, 503, 504}
+)
+
+
+def method_label(method: str) -> str:
+    """``method`` if it is one of :data:`KNOWN_METHODS`, else ``OTHER``."""
+    return method if method in KNOWN_METHODS else "OTHER"
+
+
+def code_label(code: int) -> str:
+    """``"404"`` for a code in :data:`KNOWN_CODES`, else its class (``"4xx"``)."""
+    if code in KNOWN_CODES:
+        return str(code)
+    return f"{min(max(code // 100, 1), 5)}xx"
 
 
 class ServiceMetrics:
@@ -74,8 +99,8 @@ class ServiceMetrics:
             finally:
                 route = scope.get("route")
                 template = getattr(route, "path", None) or "unmatched"
-                method = scope.get("method", "GET")
-                self.requests.labels(method, template, str(code)).inc()
+                method = method_label(scope.get("method", "GET"))
+                self.requests.labels(method, template, code_label(code)).inc()
                 self.request_duration.labels(method, template).observe(
                     time.perf_counter() - start
                 )

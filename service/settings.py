@@ -14,7 +14,7 @@ from functools import cached_property
 from pathlib import Path
 
 import platformdirs
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from sparkglass.runtime.contract.durations import format_duration_ms, parse_duration_ms
@@ -23,6 +23,8 @@ from sparkglass.runtime.contract.sampling_settings import RANGES
 
 #: The namespace every application lives in when the service runs in local mode.
 LOCAL_NAMESPACE = "local"
+
+MiB = 1024 * 1024
 
 
 class AuthMode(StrEnum):
@@ -54,7 +56,10 @@ def default_database_url() -> str:
 class Settings(BaseSettings):
     """Every knob of the service. Construct directly in tests; from the environment in prod."""
 
-    model_config = SettingsConfigDict(env_prefix="SPARKGLASS_", extra="ignore")
+    # Errors never echo the input: it may hold database_url with its password.
+    model_config = SettingsConfigDict(
+        env_prefix="SPARKGLASS_", extra="ignore", hide_input_in_errors=True
+    )
 
     host: str = Field(default="127.0.0.1", description="Address uvicorn binds.")
     port: int = Field(default=8080, ge=0, le=65535, description="Port uvicorn binds (0 = any).")
@@ -134,6 +139,69 @@ class Settings(BaseSettings):
         default=None,
         description="Base URL this service is reachable at (for DataSample resultsURL).",
     )
+    max_body_bytes: int = Field(
+        default=MiB,
+        ge=1024,
+        le=64 * MiB,
+        description="Largest request body accepted, bytes (1 KiB-64 MiB; default 1 MiB). A "
+        "larger Content-Length is answered 413 before anything is read; a chunked body is cut "
+        "off with 413 once it passes the limit.",
+    )
+    result_cache_bytes: int = Field(
+        default=64 * MiB,
+        ge=0,
+        le=16 * 1024 * MiB,
+        description="Memory for finished results and their rendered JSON bodies, bytes "
+        "(0-16 GiB; default 64 MiB; 0 = no cache). Least recently used entries go first; a "
+        "result larger than the whole budget is never cached (it is read from the store).",
+    )
+    result_concurrency: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        description="How many full results (up to ~50 MB each) are brought into memory at "
+        "once: fetched from a driver and saved, read from the store, or rendered (1-64; "
+        "default 1). Answers served from the result cache need none.",
+    )
+    catalog_max_names: int = Field(
+        default=10_000,
+        ge=1,
+        le=1_000_000,
+        description="Kubernetes execution mode: how many (namespace, application) names the "
+        "catalog remembers having read recently (1-1000000; default 10000); the least "
+        "recently asked ones are forgotten first.",
+    )
+    auth_failure_limit: int = Field(
+        default=60,
+        ge=1,
+        le=1_000_000,
+        description="Failed authentications (401) one client address may make per "
+        "auth_failure_window_seconds (1-1000000; default 60); beyond it every request of that "
+        "address is answered 429 with Retry-After until the budget refills.",
+    )
+    auth_failure_window_seconds: float = Field(
+        default=60.0,
+        gt=0,
+        le=86_400,
+        description="The window of auth_failure_limit, seconds (>0-86400; default 60).",
+    )
+    docs_enabled: bool = Field(
+        default=False,
+        description="Serve the Swagger UI at /docs (default off). Its scripts come from a CDN, "
+        "so it needs internet access in the browser; /openapi.json is always served.",
+    )
+
+    @model_validator(mode="after")
+    def _check_modes(self) -> Settings:
+        # Local tokens carry no Kubernetes identity: with DataSamples created by the service's
+        # cluster-wide account, any local token would read and sample every namespace.
+        if self.auth_mode is AuthMode.LOCAL and self.execution_mode is ExecutionMode.KUBERNETES:
+            raise ValueError(
+                "auth_mode=local cannot be combined with execution_mode=kubernetes: local "
+                "tokens would act with the service's cluster-wide account in every namespace; "
+                "use auth_mode=kubernetes, or execution_mode=local"
+            )
+        return self
 
     @field_validator("sampling_window")
     @classmethod

@@ -19,7 +19,6 @@ import logging
 import secrets
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -38,6 +37,7 @@ from sparkglass.runtime.contract.sampling_settings import (
     settings_from_spec,
 )
 
+from .byte_cache import ByteLRU, result_size
 from .execution.base import RoundExecutor, RoundRequest, failed
 from .metrics import ServiceMetrics
 from .settings import Settings
@@ -45,10 +45,6 @@ from .store import repository
 from .store.orm import Application, Round
 
 log = logging.getLogger(__name__)
-
-#: Finished results kept in memory (they never change once stored).
-_RESULT_CACHE_SIZE = 256
-
 
 @dataclass(frozen=True)
 class RoundPolicy:
@@ -92,12 +88,24 @@ class SharedRounds:
         self._pool = ThreadPoolExecutor(
             max_workers=settings.round_workers, thread_name_prefix="sparkglass-round"
         )
-        self._cache: OrderedDict[str, DataSampleResult] = OrderedDict()
-        self._bodies: OrderedDict[tuple[str, bool], bytes] = OrderedDict()
-        #: (application id, vertex) -> (expires at ms, fresh result)
-        self._fresh: dict[tuple[int, str], tuple[int, DataSampleResult]] = {}
+        # Finished results (they never change once stored) and their rendered bodies, in
+        # one budget of result_cache_bytes: a single round may be ~50 MB.
+        self._memory: ByteLRU[tuple[str, str, bool], DataSampleResult | bytes] = ByteLRU(
+            settings.result_cache_bytes
+        )
+        #: (application id, vertex) -> (expires at ms, round id of the fresh result); the
+        #: result itself lives in the byte-bounded cache only.
+        self._fresh: dict[tuple[int, str], tuple[int, str]] = {}
         self._cache_lock = threading.Lock()
         self._futures: set[Future[None]] = set()
+        #: Bounds the full results (up to ~50 MB each) being fetched, saved, read from the
+        #: store or rendered at once; cached answers need no pass.
+        self._memory_gate = threading.BoundedSemaphore(settings.result_concurrency)
+
+    @property
+    def memory_gate(self) -> threading.BoundedSemaphore:
+        """Held while a full result is brought into memory (``result_concurrency`` passes)."""
+        return self._memory_gate
 
     def policy(self, app: Application) -> RoundPolicy:
         """The application's own refresh interval and round deadline.
@@ -130,9 +138,11 @@ class SharedRounds:
         """
         with self._cache_lock:
             fresh = self._fresh.get((app.id, vertex))
-        if fresh is not None and repository.now_ms() < fresh[0]:
-            return PollAnswer(fresh[1], None)
-        return None
+        if fresh is None or repository.now_ms() >= fresh[0]:
+            return None
+        result = self._memory.get(("result", fresh[1], False))
+        # Evicted from the byte budget: the caller reads it from the store.
+        return PollAnswer(result, None) if isinstance(result, DataSampleResult) else None
 
     def poll(
         self, app: Application, vertex: str, *, actor: str, may_trigger: Callable[[], bool]
@@ -161,7 +171,7 @@ class SharedRounds:
                 result = self._result(session, latest)
                 with self._cache_lock:
                     expires = (latest.end_timestamp or 0) + policy.refresh_ms
-                    self._fresh[fresh_key] = (expires, result)
+                    self._fresh[fresh_key] = (expires, latest.id)
                 return PollAnswer(result, None)
             abandoned_before = t - int(policy.deadline_s * 1000) - 5000
             running = repository.running_round(
@@ -199,16 +209,16 @@ class SharedRounds:
         )
 
     def _result(self, session: Session, row: Round) -> DataSampleResult:
-        with self._cache_lock:
-            hit = self._cache.get(row.id)
-            if hit is not None:
-                self._cache.move_to_end(row.id)
+        key = ("result", row.id, False)
+        hit = self._memory.get(key)
+        if isinstance(hit, DataSampleResult):
+            return hit
+        with self._memory_gate:
+            hit = self._memory.get(key)  # another thread may have loaded it meanwhile
+            if isinstance(hit, DataSampleResult):
                 return hit
-        result = repository.load_result(session, row)
-        with self._cache_lock:
-            self._cache[row.id] = result
-            while len(self._cache) > _RESULT_CACHE_SIZE:
-                self._cache.popitem(last=False)
+            result = repository.load_result(session, row)
+            self._memory.put(key, result, result_size(result))
         return result
 
     def render(self, result: DataSampleResult) -> bytes:
@@ -216,17 +226,16 @@ class SharedRounds:
         a 5000-record body costs milliseconds to serialize and every poller gets the same."""
         if result.status is SampleStatus.PENDING or result.round_id is None:
             return result.model_dump_json(by_alias=True).encode()
-        key = (result.round_id, result.stale)
-        with self._cache_lock:
-            body = self._bodies.get(key)
-            if body is not None:
-                self._bodies.move_to_end(key)
-                return body
-        body = result.model_dump_json(by_alias=True).encode()
-        with self._cache_lock:
-            self._bodies[key] = body
-            while len(self._bodies) > _RESULT_CACHE_SIZE:
-                self._bodies.popitem(last=False)
+        key = ("body", result.round_id, result.stale)
+        hit = self._memory.get(key)
+        if isinstance(hit, bytes):
+            return hit
+        with self._memory_gate:
+            hit = self._memory.get(key)
+            if isinstance(hit, bytes):
+                return hit
+            body = result.model_dump_json(by_alias=True).encode()
+            self._memory.put(key, body, len(body))
         return body
 
     def _launch(
@@ -243,6 +252,7 @@ class SharedRounds:
             requested_by=actor,
             driver_url=app.driver_url,
             driver_token=app.driver_token,
+            memory_gate=self._memory_gate,
             results_url=(
                 f"{self._settings.public_url.rstrip('/')}/api/v1/namespaces/{app.namespace}"
                 f"/applications/{app.name}/rounds/{round_id}"
@@ -257,39 +267,49 @@ class SharedRounds:
 
     def _run(self, request: RoundRequest) -> None:
         start = time.monotonic()
+        holds_gate = False
         try:
-            outcome = self._executor.run(request)
-            result, ref, saved = outcome.result, outcome.external_ref, outcome.saved
-        except Exception:
-            log.exception(
-                "round %s of %s/%s crashed", request.round_id, request.application, request.vertex
-            )
-            result, ref, saved = failed(ErrorCode.INTERNAL_ERROR, request.round_id), None, False
-        if result.status is SampleStatus.PENDING:  # an executor must not return PENDING
-            result = failed(ErrorCode.INTERNAL_ERROR, request.round_id)
-        if not saved:
-            # The service's round id names the round everywhere (the driver's is external_ref).
-            result = result.model_copy(
-                update={
-                    "round_id": request.round_id,
-                    "stale": False,
-                    "end_timestamp": result.end_timestamp or repository.now_ms(),
-                }
-            )
             try:
-                with self._sessions.begin() as session:
-                    repository.save_round(
-                        session,
-                        namespace=request.namespace,
-                        application=request.application,
-                        vertex=request.vertex,
-                        result=result,
-                        round_id=request.round_id,
-                        external_ref=ref,
-                    )
+                outcome = self._executor.run(request)
+                result, ref, saved = outcome.result, outcome.external_ref, outcome.saved
+                holds_gate = outcome.holds_gate
             except Exception:
-                log.exception("saving round %s failed", request.round_id)
-                return
+                log.exception(
+                    "round %s of %s/%s crashed",
+                    request.round_id, request.application, request.vertex,
+                )
+                result, ref, saved = failed(ErrorCode.INTERNAL_ERROR, request.round_id), None, False
+            if result.status is SampleStatus.PENDING:  # an executor must not return PENDING
+                result = failed(ErrorCode.INTERNAL_ERROR, request.round_id)
+            if not saved:
+                # The service's round id names the round everywhere (the driver's is
+                # external_ref).
+                result = result.model_copy(
+                    update={
+                        "round_id": request.round_id,
+                        "stale": False,
+                        "end_timestamp": result.end_timestamp or repository.now_ms(),
+                    }
+                )
+                try:
+                    with self._sessions.begin() as session:
+                        repository.save_round(
+                            session,
+                            namespace=request.namespace,
+                            application=request.application,
+                            vertex=request.vertex,
+                            result=result,
+                            round_id=request.round_id,
+                            external_ref=ref,
+                        )
+                except Exception:
+                    log.exception("saving round %s failed", request.round_id)
+                    return
+        finally:
+            if holds_gate:
+                self._memory_gate.release()
+        # Only the outcome is needed from here on, not the records.
+        result = result.model_copy(update={"samples": []})
         if result.no_data_reason is NoDataReason.NO_MICRO_BATCH:
             try:  # the next poll starts a round that waits for the next micro-batch
                 with self._sessions.begin() as session:

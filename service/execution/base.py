@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -15,6 +16,9 @@ class RoundRequest:
 
     ``timeout_s`` bounds the whole round as the service sees it (seconds).
     ``driver_url``/``driver_token`` are set in local mode only (the token is a secret).
+    ``memory_gate`` bounds how many full results (up to ~50 MB each) the service holds at
+    once: an executor that brings a full result into memory acquires it first and returns
+    with ``RoundOutcome.holds_gate`` set; the caller releases it once the result is saved.
     """
 
     round_id: str
@@ -28,6 +32,7 @@ class RoundRequest:
     driver_url: str | None = None
     driver_token: str | None = None
     results_url: str | None = None
+    memory_gate: threading.Semaphore | None = None
 
 
 @dataclass(frozen=True)
@@ -43,6 +48,7 @@ class RoundOutcome:
     result: DataSampleResult
     external_ref: str | None = None
     saved: bool = False
+    holds_gate: bool = False
 
 
 class RoundExecutor(Protocol):

@@ -59,11 +59,28 @@ class LocalDriverExecutor:
             if not driver_round:
                 log.warning("driver answered PENDING without a roundId")
                 return RoundOutcome(failed(ErrorCode.INTERNAL_ERROR, request.round_id))
+            # Polled with maxRecords=1: a finished round's full result (up to ~50 MB) is
+            # fetched once, below, under the memory gate.
             last = driver.wait_for_round(
                 driver_round,
                 timeout_s=max(0.0, deadline - time.monotonic()),
                 poll_interval_s=request.poll_interval_s,
+                max_records=1,
             )
+            if last.status is SampleStatus.PENDING:
+                return RoundOutcome(failed(ErrorCode.TIMEOUT, request.round_id), driver_round)
+            if last.record_count() == 0:  # nothing was cut: this is the whole result
+                return RoundOutcome(last, external_ref=driver_round)
+            gate = request.memory_gate
+            if gate is not None:
+                gate.acquire()
+            try:
+                full = driver.get_round(driver_round)
+            except BaseException:
+                if gate is not None:
+                    gate.release()
+                raise
+            return RoundOutcome(full, external_ref=driver_round, holds_gate=gate is not None)
         except ControlUnavailable as exc:
             if exc.error_code is not None:  # the driver said why (429): the round's outcome
                 return RoundOutcome(failed(exc.error_code, request.round_id), driver_round)
@@ -73,6 +90,3 @@ class LocalDriverExecutor:
         except ControlRejected as exc:
             log.warning("driver of %s answered HTTP %s: %s", request.application, exc.status, exc)
             return RoundOutcome(failed(ErrorCode.INTERNAL_ERROR, request.round_id), driver_round)
-        if last.status is SampleStatus.PENDING:
-            return RoundOutcome(failed(ErrorCode.TIMEOUT, request.round_id), driver_round)
-        return RoundOutcome(last, external_ref=driver_round)

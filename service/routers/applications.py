@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
-from fastapi import APIRouter, HTTPException, Response, status
+from fastapi import APIRouter, HTTPException, Request, Response, status
+from fastapi.concurrency import run_in_threadpool
+from fastapi.exceptions import RequestValidationError
+from pydantic import ValidationError
 
-from ..auth import Permission
+from ..auth import Permission, Principal
 from ..catalog import CatalogError, register_local_application
 from ..dependencies import AdminDep, PrincipalDep, ReaderDep, SessionDep, StateDep, check
 from ..lookups import application_or_404, refresh_catalog
@@ -19,6 +22,7 @@ from ..schemas import (
     application_summary,
 )
 from ..settings import LOCAL_NAMESPACE, ExecutionMode
+from ..state import ServiceState
 from ..store import repository
 
 router = APIRouter(prefix="/api/v1", tags=["applications"])
@@ -99,16 +103,40 @@ def get_application(
     "/namespaces/{namespace}/applications/{application}",
     response_model=ApplicationDetail,
     responses={**_ERRORS, 409: {"model": ErrorBody}, 502: {"model": ErrorBody}},
+    # The body is read by the route itself, after authentication (see below); OpenAPI
+    # still describes it.
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": RegisterApplication.model_json_schema()}},
+        }
+    },
 )
-def register_application(
+async def register_application(
+    namespace: str, application: str, request: Request, state: StateDep, principal: AdminDep
+) -> ApplicationDetail:
+    """Local mode: register (or re-register) a running driver; reads its pipeline (admin).
+
+    Body: ``{"driverUrl": ..., "driverToken": ...}``; 422 naming the bad field."""
+    # A declared body parameter would make FastAPI read (and buffer) the whole body before
+    # any dependency runs, i.e. before the caller is authenticated: read it only now.
+    raw = await request.body()
+    try:
+        body = RegisterApplication.model_validate_json(raw or b"null")
+    except ValidationError as exc:
+        raise RequestValidationError(
+            [{**e, "loc": ("body", *e["loc"])} for e in exc.errors(include_url=False)]
+        ) from None
+    return await run_in_threadpool(_register, namespace, application, body, state, principal)
+
+
+def _register(
     namespace: str,
     application: str,
     body: RegisterApplication,
-    state: StateDep,
-    session: SessionDep,
-    principal: AdminDep,
+    state: ServiceState,
+    principal: Principal,
 ) -> ApplicationDetail:
-    """Local mode: register (or re-register) a running driver; reads its pipeline (admin)."""
     if state.settings.execution_mode is not ExecutionMode.LOCAL or namespace != LOCAL_NAMESPACE:
         raise HTTPException(
             status.HTTP_409_CONFLICT,
@@ -138,7 +166,7 @@ def register_application(
         detail=f"driver {where}",
     )
     state.applications.invalidate(namespace, application)
-    return application_detail(application_or_404(state, namespace, application, session))
+    return application_detail(application_or_404(state, namespace, application))
 
 
 @router.delete(

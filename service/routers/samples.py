@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import AsyncIterator
 from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Query, Response, status
 from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import StreamingResponse
 
 from sparkglass.runtime.contract.sample_result import (
     MAX_RECORDS_PER_RESPONSE,
@@ -59,6 +61,27 @@ MaxRecords = Annotated[
         description=f"At most this many records (1-{MAX_RECORDS_PER_RESPONSE}), fairly shared.",
     ),
 ]
+
+#: Bodies larger than this are sent in pieces of this size: handed to the server whole, a
+#: ~50 MB body is copied into the connection's write buffer, once per slow reader.
+STREAM_CHUNK_BYTES = 256 * 1024
+
+
+def json_body(body: bytes) -> Response:
+    """``body`` (JSON) as a response; large bodies are streamed from memory in pieces so that
+    each connection buffers at most a piece, whatever its reader's speed."""
+    if len(body) <= STREAM_CHUNK_BYTES:
+        return Response(body, media_type="application/json")
+    view = memoryview(body)
+
+    async def pieces() -> AsyncIterator[memoryview]:
+        for i in range(0, len(view), STREAM_CHUNK_BYTES):
+            yield view[i : i + STREAM_CHUNK_BYTES]
+
+    return StreamingResponse(
+        pieces(), media_type="application/json", headers={"content-length": str(len(body))}
+    )
+
 
 _ERRORS: dict[int | str, dict[str, object]] = {
     401: {"model": ErrorBody},
@@ -130,7 +153,7 @@ async def data_sample(
             at=repository.now_ms(),
         )
     )
-    return Response(body, media_type="application/json")
+    return json_body(body)
 
 
 @router.get("/vertices/{vertex}/rounds", response_model=list[RoundSummary], responses=_ERRORS)
@@ -180,7 +203,9 @@ def round_result(
             status.HTTP_404_NOT_FOUND,
             detail=f"no round {round_id!r} in application {application!r}",
         )
-    result = post_filter(repository.load_result(session, row), subtask_index, max_records)
+    with state.coordinator.memory_gate:  # a stored result may be ~50 MB
+        result = post_filter(repository.load_result(session, row), subtask_index, max_records)
+        body = result.model_dump_json(by_alias=True).encode()
     state.audit.record(
         AuditRecord(
             actor=principal.user,
@@ -194,4 +219,4 @@ def round_result(
             at=repository.now_ms(),
         )
     )
-    return Response(result.model_dump_json(by_alias=True), media_type="application/json")
+    return json_body(body)

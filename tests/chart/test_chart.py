@@ -716,13 +716,15 @@ def test_service_command_and_settings_exist(rendered: Rendered, variant: str) ->
     from sparkglass.service.settings import Settings
 
     fields = {f"SPARKGLASS_{name.upper()}" for name in Settings.model_fields}
+    values: dict[str, str] = {}
     for name, entry in _env(container).items():
         if name.startswith("SPARKGLASS_"):
             assert name in fields, f"the service has no setting for {name}"
             if "value" in entry:
-                # The value parses as that setting (enums, ports, durations).
-                field = name.removeprefix("SPARKGLASS_").lower()
-                Settings.model_validate({field: entry["value"]})
+                values[name.removeprefix("SPARKGLASS_").lower()] = entry["value"]
+    # Every value parses as its setting (enums, ports, durations), and together they are a
+    # valid combination (auth_mode=local refuses execution_mode=kubernetes).
+    Settings.model_validate(values)
     # The port uvicorn binds is the one the probes and Service target.
     port = int(_env(container)["SPARKGLASS_PORT"]["value"])
     assert {"name": "http", "containerPort": port, "protocol": "TCP"} in container["ports"]

@@ -44,7 +44,7 @@ def test_page_shows_graph_statuses_and_records(service: LocalService) -> None:
 
         page.click("[data-testid=vertex-parse]")
         page.wait_for_function(
-            "document.querySelector('[data-testid=status]').textContent === 'COMPLETE'",
+            "() => document.querySelector('[data-testid=status]').textContent === 'COMPLETE'",
             timeout=15000,
         )
         rows = page.locator("[data-testid=record]")
@@ -60,7 +60,7 @@ def test_page_shows_graph_statuses_and_records(service: LocalService) -> None:
 
         page.click("[data-testid=vertex-partial]")
         page.wait_for_function(
-            "document.querySelector('[data-testid=status]').textContent === 'PARTIAL'",
+            "() => document.querySelector('[data-testid=status]').textContent === 'PARTIAL'",
             timeout=15000,
         )
         assert "Failed subtasks: 2" in page.text_content("[data-testid=status-message]")
@@ -68,14 +68,14 @@ def test_page_shows_graph_statuses_and_records(service: LocalService) -> None:
 
         page.click("[data-testid=vertex-off]")
         page.wait_for_function(
-            "document.querySelector('[data-testid=status]').textContent === 'DISABLED'",
+            "() => document.querySelector('[data-testid=status]').textContent === 'DISABLED'",
             timeout=15000,
         )
         assert "disabled" in page.text_content("[data-testid=status-message]")
 
         page.click("[data-testid=vertex-busy]")
         page.wait_for_function(
-            "document.querySelector('[data-testid=status]').textContent === 'FAILED'",
+            "() => document.querySelector('[data-testid=status]').textContent === 'FAILED'",
             timeout=15000,
         )
         assert "TOO_MANY_CONCURRENT_ROUNDS" in page.text_content("[data-testid=status-message]")
@@ -86,7 +86,7 @@ def test_page_shows_graph_statuses_and_records(service: LocalService) -> None:
 
         page.click("[data-testid=vertex-idle]")
         page.wait_for_function(
-            "document.querySelector('[data-testid=status]').textContent === 'NO_DATA'",
+            "() => document.querySelector('[data-testid=status]').textContent === 'NO_DATA'",
             timeout=15000,
         )
         message = page.text_content("[data-testid=status-message]")
@@ -106,7 +106,8 @@ def test_page_stale_badge_and_bad_token(tmp_path: Path, fake_driver: FakeDriver)
         with chromium_page() as page:
             page.goto(f"{svc.url}/ui/#token=wrong")
             page.wait_for_function(
-                "document.querySelector('[data-testid=app-message]').textContent.includes('401')"
+                "() => document.querySelector('[data-testid=app-message]')"
+                ".textContent.includes('401')"
             )
             page.goto(svc.page_url)
             page.reload()  # the fragment changed only: load the page again with the new token

@@ -14,8 +14,8 @@ def register(app: typer.Typer) -> None:
     app.command(
         "serve",
         help=(
-            "Run the sparkglass service: the data-sample REST API (OpenAPI at /docs), the Data "
-            "Sample page at /ui/, and Prometheus metrics at /metrics.\n\n"
+            "Run the sparkglass service: the data-sample REST API (OpenAPI at /openapi.json), "
+            "the Data Sample page at /ui/, and Prometheus metrics at /metrics.\n\n"
             "Every option also reads a `SPARKGLASS_*` environment variable (e.g. "
             "`SPARKGLASS_DATABASE_URL`, `SPARKGLASS_AUTH_MODE`). In local mode, `--driver` "
             "registers a running pipeline's control endpoint and a fresh admin token is "

@@ -1,0 +1,95 @@
+"""A least-recently-used cache bounded by the bytes of its values, not their number.
+
+Results of one round range from a few hundred bytes to ~50 MB (5000 records of up to
+10000 characters), so a cap on entries bounds nothing: the service's result caches use
+this instead (``result_cache_bytes``).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Hashable
+from typing import Generic, TypeVar
+
+from sparkglass.runtime.contract.sample_result import DataSampleResult
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+#: Bytes counted per record beyond its strings, and per result (object headers, lists,
+#: ints): rough CPython figures, so the budget is close to what the objects really take.
+_RECORD_OVERHEAD = 250
+_RESULT_OVERHEAD = 1000
+
+
+def result_size(result: DataSampleResult) -> int:
+    """Approximate bytes ``result`` holds in memory (its strings plus fixed overheads)."""
+    size = _RESULT_OVERHEAD
+    for subtask in result.samples:
+        for record in subtask.records:
+            size += len(record.data) + len(record.data_type) + _RECORD_OVERHEAD
+    return size
+
+
+class ByteLRU(Generic[K, V]):
+    """``key -> value`` holding at most ``max_bytes`` by the sizes given to :meth:`put`;
+    the least recently used entries are dropped first. Thread-safe."""
+
+    def __init__(self, max_bytes: int) -> None:
+        if max_bytes < 0:
+            raise ValueError(f"max_bytes must be 0 or more, got {max_bytes}")
+        self._max = max_bytes
+        self._data: OrderedDict[K, tuple[V, int]] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    @property
+    def max_bytes(self) -> int:
+        """The budget, bytes."""
+        return self._max
+
+    @property
+    def bytes(self) -> int:
+        """Bytes currently held (sum of the sizes of the entries)."""
+        with self._lock:
+            return self._bytes
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._data)
+
+    def get(self, key: K) -> V | None:
+        """The value (now the most recently used), or ``None``."""
+        with self._lock:
+            item = self._data.get(key)
+            if item is None:
+                return None
+            self._data.move_to_end(key)
+            return item[0]
+
+    def put(self, key: K, value: V, size: int) -> bool:
+        """Keep ``value`` (``size`` bytes, >= 0), dropping least recently used entries to
+        make room. A value larger than the whole budget is not kept; returns whether it was.
+        """
+        if size < 0:
+            raise ValueError(f"size must be 0 or more, got {size}")
+        with self._lock:
+            old = self._data.pop(key, None)
+            if old is not None:
+                self._bytes -= old[1]
+            if size > self._max:
+                return False
+            self._data[key] = (value, size)
+            self._bytes += size
+            while self._bytes > self._max:
+                _, (_, dropped) = self._data.popitem(last=False)
+                self._bytes -= dropped
+            return True
+
+    def discard(self, key: K) -> None:
+        """Forget ``key`` if present."""
+        with self._lock:
+            old = self._data.pop(key, None)
+            if old is not None:
+                self._bytes -= old[1]
