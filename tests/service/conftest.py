@@ -77,7 +77,7 @@ def make_service(
             "database_url": db_url,
             "tokens_file": tokens_file,
             "refresh_interval_seconds": 60.0,
-            "round_timeout_seconds": 5.0,
+            "round_timeout_seconds": 60.0,  # generous: tests that time out set their own
             "round_grace_seconds": 0.0,
             "poll_interval_seconds": 0.05,
             "audit_flush_seconds": 0.2,

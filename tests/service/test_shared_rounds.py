@@ -30,7 +30,7 @@ def _replicas(db_url: str, tokens_file: Path, driver: FakeDriver, refresh: float
                 database_url=db_url,
                 tokens_file=tokens_file,
                 refresh_interval_seconds=refresh,
-                round_timeout_seconds=5,
+                round_timeout_seconds=60,  # generous: no test here times a round out
                 round_grace_seconds=0,
                 poll_interval_seconds=0.05,
             )
