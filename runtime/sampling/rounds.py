@@ -121,11 +121,12 @@ class MaterializedOutput:
 
     Its rows exist once, in files: a round reads them there instead of tapping every
     downstream read of them (which returned each row once per micro-batch reading it).
-    ``read(limit)`` returns up to ``limit`` ``(partition index, row as JSON)`` pairs;
+    ``read(limit, max_chars)`` returns up to ``limit`` ``(partition index, row as JSON cut to
+    max_chars + 1 characters)`` pairs;
     ``written_at_ms`` is when the output was written (ms since the epoch).
     """
 
-    read: Callable[[int], list[tuple[int, str]]]
+    read: Callable[[int, int], list[tuple[int, str]]]
     written_at_ms: int
 
 
@@ -445,7 +446,7 @@ class RoundCoordinator:
         """A round on a materialized vertex: its written rows, each at most once, within the
         caps (1000 per subtask, 5000 per response; no rate limit: nothing runs per row)."""
         try:
-            rows = output.read(MAX_RECORDS_PER_RESPONSE)
+            rows = output.read(MAX_RECORDS_PER_RESPONSE, settings.max_record_length)
         except Exception as exc:  # a sampling failure never fails the pipeline
             log.warning("reading the materialized output of %s failed: %s", rnd.tap.vertex, exc)
             self._finish(rnd, None, {}, ErrorCode.INTERNAL_ERROR, set())

@@ -97,13 +97,20 @@ def install_tap(pipeline: TappedPipeline, vertex: str, df: DataFrame) -> DataFra
     return tapped
 
 
-def read_rows(df: DataFrame, limit: int) -> list[tuple[int, str]]:
+def read_rows(df: DataFrame, limit: int, max_chars: int) -> list[tuple[int, str]]:
     """Up to ``limit`` rows of bounded ``df`` as ``(partition index, to_json row)`` pairs,
-    rendered as the tap renders them (null fields included)."""
+    rendered as the tap renders them (null fields included) and cut to ``max_chars + 1``
+    characters on the executors, so no wide row reaches the driver whole (one character more
+    than kept tells the caller the row was cut)."""
     rendered = df.select(
         F.spark_partition_id().alias("partition"),
-        F.to_json(F.struct(*[F.col(f"`{c}`") for c in df.columns]), {"ignoreNullFields": "false"})
-        .alias("data"),
+        F.substring(
+            F.to_json(
+                F.struct(*[F.col(f"`{c}`") for c in df.columns]), {"ignoreNullFields": "false"}
+            ),
+            1,
+            max_chars + 1,
+        ).alias("data"),
     ).limit(limit)
     return [(int(r["partition"]), str(r["data"])) for r in rendered.collect()]
 

@@ -410,8 +410,8 @@ def test_idle_no_data_is_cached_only_until_the_next_micro_batch(transport):
 def test_round_on_a_materialized_vertex_reads_each_written_row_once(transport):
     asked: list[int] = []
 
-    def read(limit: int) -> list[tuple[int, str]]:
-        asked.append(limit)
+    def read(limit: int, max_chars: int) -> list[tuple[int, str]]:
+        asked.append((limit, max_chars))
         # 1200 rows in partition 0 (over the 1000-per-subtask cap), 3 in partition 1
         return [(0, f'{{"i":{i}}}') for i in range(1200)] + [(1, '{"i":"x"}')] * 3
 
@@ -427,7 +427,7 @@ def test_round_on_a_materialized_vertex_reads_each_written_row_once(transport):
     rid = c.start_round("busiest-origins").round_id
     result = c.wait(rid, 5)
     assert rid not in transport.rounds  # no executor round: the rows are read from the files
-    assert asked == [5000]
+    assert asked == [(5000, 8)]  # rows are cut on the executors, not on the driver
     assert result.status is SampleStatus.COMPLETE
     assert result.materialized_at == 1_700_000_000_000
     assert [len(s.records) for s in result.samples] == [1000, 3]
@@ -439,7 +439,7 @@ def test_round_on_a_materialized_vertex_reads_each_written_row_once(transport):
 
 
 def test_materialized_round_that_cannot_read_fails_without_raising(transport):
-    def read(limit: int) -> list[tuple[int, str]]:
+    def read(limit: int, max_chars: int) -> list[tuple[int, str]]:
         raise OSError("files gone")
 
     c = make(transport)
