@@ -55,7 +55,7 @@ def stream_put(
                 if not data:
                     break
                 answer += data
-                if b"\r\n\r\n" in answer:
+                if _complete(answer):
                     break
                 continue
             if writable:
@@ -80,6 +80,18 @@ def stream_put(
             with contextlib.suppress(OSError):
                 answer = sock.recv(65536)
     return answer, sent
+
+
+def _complete(answer: bytes) -> bool:
+    """Whether ``answer`` holds a whole response (headers and Content-Length body)."""
+    head, sep, body = answer.partition(b"\r\n\r\n")
+    if not sep:
+        return False
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            return len(body) >= int(value)
+    return True
 
 
 def status_of(answer: bytes) -> int:
