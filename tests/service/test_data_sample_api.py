@@ -169,10 +169,13 @@ def test_stale_result_while_next_round_runs(
 
 
 def test_the_applications_own_refresh_interval_rules_rest(
-    make_service: ServiceFactory, fake_driver: FakeDriver
+    make_service: ServiceFactory, fake_driver: FakeDriver, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The driver says refresh-interval 5s; the service's own fallback (60 s) must not apply.
-    fake_driver.sampling = {"enabled": True, "refreshInterval": "5s", "timeout": "30s"}
+    # The fake driver is shared by the session: monkeypatch puts its settings back after.
+    monkeypatch.setattr(
+        fake_driver, "sampling", {"enabled": True, "refreshInterval": "5s", "timeout": "30s"}
+    )
     client = make_service(refresh_interval_seconds=60.0)
     first = poll_until_done(client, "parse")
     again = client.get(sample_url("parse"), headers=auth("sampler")).json()
@@ -191,10 +194,12 @@ def test_the_applications_own_refresh_interval_rules_rest(
 
 
 def test_the_applications_own_timeout_bounds_the_round(
-    make_service: ServiceFactory, fake_driver: FakeDriver
+    make_service: ServiceFactory, fake_driver: FakeDriver, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The service's fallback would wait 30 s; the application's 1 s timeout must rule.
-    fake_driver.sampling = {"enabled": True, "timeout": "1s", "samplingWindow": "1s"}
+    monkeypatch.setattr(
+        fake_driver, "sampling", {"enabled": True, "timeout": "1s", "samplingWindow": "1s"}
+    )
     client = make_service(round_timeout_seconds=30.0)
     started = time.monotonic()
     body = poll_until_done(client, "stuck", timeout=20)
