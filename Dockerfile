@@ -1,4 +1,3 @@
-# syntax=docker/dockerfile:1.7
 # One image for everything sparkglass runs on Kubernetes:
 #   - the operator        (Helm chart: `sparkglass operator run ...`)
 #   - the REST service     (Helm chart: `sparkglass serve`)
@@ -8,28 +7,35 @@
 # sampling plugin jar) is compiled from runtime/jvm in the build stage, never committed.
 #
 #   docker build -t ghcr.io/sparkglass/sparkglass:0.1.0 .
+#   make image        # the same file with buildah, no Docker engine and no registry needed
+#                     # (a Debian bookworm base made by mmdebstrap; see e2e/README.md)
 #
-# Debian bookworm on both stages: the venv built in the first stage points at the same
-# /usr/local/bin/python3.11 in the second, and bookworm ships OpenJDK 17.
+# Plain Debian bookworm on both stages, Python and Java from Debian's packages: the venv built
+# in the first stage points at /usr/bin/python3.11, which the second stage installs from the
+# same release, and bookworm ships OpenJDK 17. BASE_IMAGE is any bookworm root filesystem:
+# the official debian image, or `make image`'s own made from Debian's mirrors.
+# Classic Dockerfile syntax only (no heredocs), so that both builders read it alike.
 
-ARG PYTHON_IMAGE=python:3.11-slim-bookworm
+ARG BASE_IMAGE=docker.io/library/debian:bookworm-slim
 
 # ---------------------------------------------------------------------------------------------
 # Build stage: the venv with sparkglass and its dependencies, and the plugin jar (needs javac).
-FROM ${PYTHON_IMAGE} AS build
+FROM ${BASE_IMAGE} AS build
 
 # Debian packages are not pinned (DL3008): bookworm's security updates replace old versions,
-# so a pin would break the build; the base image tag pins the release.
+# so a pin would break the build; the base image tag pins the release. python3.11-venv brings
+# ensurepip (the venv's pip); ca-certificates lets pip verify PyPI.
 # hadolint ignore=DL3008
 RUN apt-get update \
- && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends openjdk-17-jdk-headless \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+      python3.11 python3.11-venv ca-certificates openjdk-17-jdk-headless \
  && rm -rf /var/lib/apt/lists/*
 
 ENV VIRTUAL_ENV=/opt/sparkglass/venv \
     PATH=/opt/sparkglass/venv/bin:$PATH \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
-RUN python -m venv "$VIRTUAL_ENV"
+RUN python3.11 -m venv "$VIRTUAL_ENV"
 
 WORKDIR /src
 # pyproject.toml maps the top-level folders to sparkglass.{runtime,service,operator};
@@ -46,11 +52,15 @@ RUN pip install . \
 # The tap's JVM half, compiled with javac against the installed pyspark's own jars. The chart
 # passes this path to the operator (--runtime-jar local:///opt/sparkglass/sparkglass-tap.jar),
 # which puts it in every driver's spark.jars and spark.plugins.
-RUN sparkglass jar build -o /opt/sparkglass/sparkglass-tap.jar
+# chmod: the jar is written through a private temporary file (mode 0600, owner root), and the
+# image runs as user 10001, whose drivers must read it (found by running the built image).
+RUN sparkglass jar build -o /opt/sparkglass/sparkglass-tap.jar \
+ && chmod 0644 /opt/sparkglass/sparkglass-tap.jar
 
 # ---------------------------------------------------------------------------------------------
-# Runtime stage: JRE only (no compiler), tini as PID 1, a fixed non-root user.
-FROM ${PYTHON_IMAGE} AS runtime
+# Runtime stage: Python and a JRE only (no compiler, no pip cache), tini as PID 1, a fixed
+# non-root user (numeric, so that Kubernetes' runAsNonRoot can verify it without /etc/passwd).
+FROM ${BASE_IMAGE} AS runtime
 
 # procps: Spark's launch scripts call `ps`. tini: reaps the JVM's and Python workers' children
 # and forwards SIGTERM, so Pods stop promptly.
@@ -58,7 +68,7 @@ FROM ${PYTHON_IMAGE} AS runtime
 # hadolint ignore=DL3008
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-      openjdk-17-jre-headless procps tini \
+      python3.11 openjdk-17-jre-headless procps tini \
  && rm -rf /var/lib/apt/lists/* \
  && ln -s "$(dirname "$(dirname "$(readlink -f "$(command -v java)")")")" /opt/java \
  && groupadd --gid 10001 sparkglass \
@@ -74,51 +84,10 @@ COPY examples/ /opt/sparkglass/examples/
 RUN ln -s "$(/opt/sparkglass/venv/bin/python -c 'import os, pyspark; print(os.path.dirname(pyspark.__file__))')" /opt/spark \
  && ls /opt/spark/jars/spark-core_*.jar >/dev/null
 
-# The image entrypoint: Spark's executor/driver protocol, else the sparkglass CLI.
-COPY --chmod=0755 <<'EOF' /opt/sparkglass/entrypoint.sh
-#!/bin/bash
-# sparkglass image entrypoint.
-#   executor ...   Spark on Kubernetes starts executor Pods with this single argument and passes
-#                  everything else in SPARK_* environment variables (as in Spark's own image).
-#   driver ...     cluster-mode drivers started by spark-submit --deploy-mode cluster.
-#   spark-submit, spark-class, pyspark, python, python3, bash, sh, or an absolute path: run as is.
-#   anything else: arguments of the `sparkglass` CLI (operator run, serve, jar build, demo...).
-# No file is written here: the root filesystem may be read-only.
-set -euo pipefail
-
-case "${1:-}" in
-  executor)
-    shift
-    # SPARK_JAVA_OPT_<n> variables carry the executor's JVM options, in order of <n>.
-    readarray -t java_opts < <(env | grep '^SPARK_JAVA_OPT_' | sort -t_ -k4 -n | sed 's/^[^=]*=//')
-    classpath="${SPARK_CONF_DIR:-$SPARK_HOME/conf}:$SPARK_HOME/jars/*"
-    if [ -n "${SPARK_CLASSPATH:-}" ]; then classpath="$SPARK_CLASSPATH:$classpath"; fi
-    if [ -n "${SPARK_EXTRA_CLASSPATH:-}" ]; then classpath="$classpath:$SPARK_EXTRA_CLASSPATH"; fi
-    exec "$JAVA_HOME/bin/java" "${java_opts[@]}" \
-      -Xms"$SPARK_EXECUTOR_MEMORY" -Xmx"$SPARK_EXECUTOR_MEMORY" \
-      -cp "$classpath" \
-      org.apache.spark.scheduler.cluster.k8s.KubernetesExecutorBackend \
-      --driver-url "$SPARK_DRIVER_URL" \
-      --executor-id "$SPARK_EXECUTOR_ID" \
-      --cores "$SPARK_EXECUTOR_CORES" \
-      --app-id "$SPARK_APPLICATION_ID" \
-      --hostname "$SPARK_EXECUTOR_POD_IP" \
-      --resourceProfileId "$SPARK_RESOURCE_PROFILE_ID" \
-      --podName "$SPARK_EXECUTOR_POD_NAME"
-    ;;
-  driver)
-    shift
-    exec spark-submit --conf "spark.driver.bindAddress=${SPARK_DRIVER_BIND_ADDRESS:-0.0.0.0}" \
-      --deploy-mode client "$@"
-    ;;
-  spark-submit|spark-class|pyspark|python|python3|bash|sh|/*)
-    exec "$@"
-    ;;
-  *)
-    exec sparkglass "$@"
-    ;;
-esac
-EOF
+# The image entrypoint: Spark's executor/driver protocol, else the sparkglass CLI. A file (not a
+# heredoc) so that builders without heredoc support (buildah before 1.33, `make image`) build
+# the same Dockerfile; git keeps its mode 0755.
+COPY image/entrypoint.sh /opt/sparkglass/entrypoint.sh
 
 # HOME and the jar cache live under /tmp (an emptyDir in the chart): the root filesystem is
 # read-only there.

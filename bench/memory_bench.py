@@ -58,8 +58,9 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _records_json() -> str:
-    """The ``samples`` array of a maximum-size result, as JSON text (built once)."""
+def _subtasks_json() -> list[str]:
+    """The ``samples`` entries of a maximum-size result, one JSON text per subtask (built
+    once)."""
     per = RECORDS // SUBTASKS
     now = int(time.time() * 1000)
     subtasks = []
@@ -76,16 +77,20 @@ def _records_json() -> str:
                     "truncated": False,
                 }
             )
-        subtasks.append({"subtaskIndex": sub, "records": recs})
-    return json.dumps(subtasks, separators=(",", ":"))
+        subtasks.append(json.dumps({"subtaskIndex": sub, "records": recs}, separators=(",", ":")))
+    return subtasks
 
 
 def driver_app() -> FastAPI:
     """A driver control endpoint whose every round returns the maximum result."""
     api = FastAPI()
-    samples = _records_json()
-    first = json.loads(samples)[0]
-    one_record = [{"subtaskIndex": first["subtaskIndex"], "records": first["records"][:1]}]
+    subtasks = _subtasks_json()
+    samples = "[" + ",".join(subtasks) + "]"
+    # maxRecords=1 as the driver cuts it (fair_truncate): one record, every subtask listed.
+    first = json.loads(subtasks[0])
+    one_record = [{"subtaskIndex": first["subtaskIndex"], "records": first["records"][:1]}] + [
+        {"subtaskIndex": i, "records": []} for i in range(1, SUBTASKS)
+    ]
     pipeline = {
         "name": "big",
         "vertices": [{"name": "source", "kind": "source", "bounded": False}]
@@ -119,6 +124,7 @@ def driver_app() -> FastAPI:
         rid: str,
         authorization: str | None = Header(None),
         max_records: int | None = Query(None, alias="maxRecords"),
+        subtask_index: int | None = Query(None, alias="subtaskIndex"),
     ) -> Response:
         auth(authorization)
         if rid not in rounds:
@@ -131,7 +137,10 @@ def driver_app() -> FastAPI:
         }
         if max_records is not None:  # the driver's post-filter: the first records only
             return JSONResponse({**head, "samples": one_record, "totalTruncated": True})
-        body = json.dumps(head)[:-1] + ',"samples":' + samples + "}"
+        chosen = samples
+        if subtask_index is not None:  # the driver's post-filter: one subtask's records
+            chosen = f"[{subtasks[subtask_index]}]" if 0 <= subtask_index < SUBTASKS else "[]"
+        body = json.dumps(head)[:-1] + ',"samples":' + chosen + "}"
         return Response(body.encode(), media_type="application/json")
 
     return api

@@ -283,6 +283,10 @@ class Cluster:
         return list(found.get("items") or [])
 
     def secret_token(self, name: str) -> str | None:
+        return self.secret_entry(name, "token")
+
+    def secret_entry(self, name: str, key: str) -> str | None:
+        """The decoded ``key`` of Secret ``name``; None when either is missing."""
         from kubernetes import client
         from kubernetes.client.exceptions import ApiException
 
@@ -294,8 +298,8 @@ class Cluster:
             if exc.status == 404:
                 return None
             raise
-        token = (secret.data or {}).get("token")
-        return base64.b64decode(token).decode() if token else None
+        value = (secret.data or {}).get(key)
+        return base64.b64decode(value).decode() if value else None
 
     def pod(self, name: str) -> Any:
         """A Pod of the test namespace (the client's model), or None."""
@@ -609,10 +613,18 @@ def flights(system: System, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         logs=system.logs,
     )
     workdir = tmp_path_factory.mktemp("driver")
+    # What the driver Pod mounts from the Secret: the endpoint serves HTTPS with it.
+    tls_dir = workdir / "control-tls"
+    tls_dir.mkdir()
+    for key in ("tls.crt", "tls.key"):
+        pem = cluster.secret_entry("flights-control-token", key)
+        assert pem, f"the control Secret has no {key}"
+        (tls_dir / key).write_text(pem)
+    (tls_dir / "tls.key").chmod(0o400)
     driver = Process(
         "driver",
         [sys.executable, str(E2E / "driver.py"), "--port", str(port), "--window", WINDOW,
-         "--workdir", str(workdir / "demo")],
+         "--workdir", str(workdir / "demo"), "--tls-dir", str(tls_dir)],
         workdir / "driver.log",
         {**os.environ, "SPARKGLASS_CONTROL_TOKEN": token, "PYTHONUNBUFFERED": "1"},
     )
@@ -633,7 +645,7 @@ def flights(system: System, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         def running() -> bool:
             st = app_status(cluster, "flights")
             return (st.get("applicationState") or {}).get("state") == "RUNNING" and (
-                (st.get("driverInfo") or {}).get("controlEndpoint") == f"http://127.0.0.1:{port}"
+                (st.get("driverInfo") or {}).get("controlEndpoint") == f"https://127.0.0.1:{port}"
             )
 
         eventually(running, what="flights RUNNING", logs=system.logs)

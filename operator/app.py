@@ -1,23 +1,27 @@
-"""The operator process: kopf settings, handler registry, health, metrics, run.
+"""The operator process: kopf settings, handler registry, leader election, health, metrics, run.
 
 ``sparkglass operator run`` calls :func:`run`. Namespace-scoped with ``namespaces`` (one or
-more, globs allowed), cluster-wide otherwise. Two replicas peer through kopf's
-``KopfPeering`` / ``ClusterKopfPeering`` object named ``peering_name`` (``crds/kopf-peering.yaml``):
-only the one with the highest priority acts, the other stands by. ``standalone`` skips
-peering (one replica, or tests).
+more, globs allowed), cluster-wide otherwise. Replicas elect a leader on a
+``coordination.k8s.io`` Lease (:mod:`.leader_election`): only the leader runs kopf; the others
+wait as candidates and answer the liveness endpoint meanwhile. A leader that loses the Lease
+exits (status 1) so nothing it started keeps acting; one stopped cleanly releases it.
+``standalone`` skips the election (one replica, or tests). kopf itself always runs standalone:
+its own peering pauses every replica of equal priority, which is no failover.
 
-Health: kopf's liveness endpoint (``liveness_endpoint``, e.g. ``http://0.0.0.0:8080/healthz``)
-answers 200 while the operator's tasks run. Metrics: Prometheus text on ``metrics_port``.
-Handler progress is kept in ``sparkglass.io/*`` annotations, never in ``status.kopf``
-(the CRDs' structural schemas would prune it).
+Health: the liveness endpoint (``liveness_endpoint``, e.g. ``http://0.0.0.0:8080/healthz``)
+answers 200 while a candidate waits and, once leading, while kopf's tasks run. Metrics:
+Prometheus text on ``metrics_port``. Handler progress is kept in ``sparkglass.io/*``
+annotations, never in ``status.kopf`` (the CRDs' structural schemas would prune it).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import urllib.parse
 from typing import Any
 
+import aiohttp.web
 import kopf
 import structlog
 from prometheus_client import start_http_server
@@ -25,6 +29,7 @@ from prometheus_client import start_http_server
 from . import datasample, sparkapplication
 from .cluster import Cluster
 from .context import OperatorContext
+from .leader_election import LeaderElector
 from .results import ResultStore
 from .settings import OperatorConfig
 
@@ -41,7 +46,7 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
     # way the kubernetes client finds them (in-cluster service account, else the kubeconfig).
     kopf.on.login(registry=registry, id="login")(login)
     sparkapplication.register(registry, resync_seconds=config.resync_seconds)
-    datasample.register(registry, poll_seconds=config.poll_seconds)
+    datasample.register(registry)
     return registry
 
 
@@ -51,18 +56,17 @@ def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
 
 
 def build_settings(config: OperatorConfig) -> kopf.OperatorSettings:
-    """kopf settings: annotation-only progress storage, our finalizer, peering, posting."""
+    """kopf settings: annotation-only progress storage, our finalizer, no peering, posting,
+    the driver Pod watch's label selector."""
     settings = kopf.OperatorSettings()
     settings.persistence.finalizer = FINALIZER
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="sparkglass.io")
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix="sparkglass.io", key="last-handled-configuration"
     )
-    settings.peering.name = config.peering_name
-    settings.peering.priority = config.priority
-    settings.peering.standalone = config.standalone
-    settings.peering.mandatory = not config.standalone
-    settings.peering.clusterwide = config.clusterwide
+    # One actor is the Lease's business (leader_election.py), not kopf's peering.
+    settings.peering.standalone = True
+    settings.peering.mandatory = False
     # Exact namespaces need no cluster-wide reads: no namespace or CRD watching (the CRDs are
     # installed before the operator; a namespace-scoped Role is then enough).
     exact = not config.clusterwide and not any(set("*?[!") & set(ns) for ns in config.namespaces)
@@ -75,43 +79,90 @@ def build_settings(config: OperatorConfig) -> kopf.OperatorSettings:
     settings.background.cancellation_polling = 1.0
     settings.networking.request_timeout = 60
     settings.watching.server_timeout = 300
+    # Only the operator's driver Pods, selected by the API server: not every Pod's events.
+    settings.watching.label_selectors["v1/pods"] = datasample.driver_pod_selector()
     return settings
 
 
 async def operate(config: OperatorConfig, *, stop_flag: asyncio.Event | None = None) -> None:
-    """Run the operator until ``stop_flag`` is set or the process is signalled."""
+    """Run the operator until ``stop_flag`` is set or the process is signalled; with leader
+    election, first wait to lead. Raises ``SystemExit(1)`` when leadership is lost."""
+    if not config.standalone and config.election is None:
+        raise ValueError("no leader election Lease configured: give election, or standalone")
     cluster = Cluster()
     store = ResultStore(config.store_url) if config.store_url else None
     memo = OperatorContext(config=config, cluster=cluster, store=store)
-    # In the background: the operator serves while the store opens.
-    warming = asyncio.create_task(asyncio.to_thread(store.warm)) if store is not None else None
     if config.metrics_port:
         start_http_server(config.metrics_port, addr=config.metrics_address)
     log.info(
         "operator starting",
         namespaces=list(config.namespaces) or "all",
         standalone=config.standalone,
-        peering=None if config.standalone else config.peering_name,
+        lease=None if config.election is None else config.election.name,
         metrics_port=config.metrics_port,
         liveness=config.liveness_endpoint,
     )
+    elector = None
+    if not config.standalone:
+        assert config.election is not None  # checked above
+        elector = LeaderElector(cluster, config.election)
+        health = await _serve_candidate_health(config.liveness_endpoint)
+        try:
+            await elector.acquire()
+        finally:
+            if health is not None:
+                await health.cleanup()  # kopf's own liveness endpoint takes the port
+    stop = stop_flag if stop_flag is not None else asyncio.Event()
+    lost = asyncio.Event()
+    holding = asyncio.create_task(_hold(elector, stop, lost)) if elector is not None else None
+    # In the background: the operator serves while the store opens.
+    warming = asyncio.create_task(asyncio.to_thread(store.warm)) if store is not None else None
     try:
         await kopf.operator(
             registry=build_registry(config),
             settings=build_settings(config),
             clusterwide=config.clusterwide,
             namespaces=list(config.namespaces),
-            standalone=config.standalone,
-            priority=config.priority,
-            peering_name=None if config.standalone else config.peering_name,
+            standalone=True,
             liveness_endpoint=config.liveness_endpoint,
             memo=memo,
-            stop_flag=stop_flag,
+            stop_flag=stop,
         )
     finally:
+        if holding is not None:
+            holding.cancel()
+        if elector is not None and not lost.is_set():
+            await elector.release()
         if warming is not None and not warming.done():
             warming.cancel()
         cluster.close()
+    if lost.is_set():
+        raise SystemExit(1)
+
+
+async def _hold(elector: LeaderElector, stop: asyncio.Event, lost: asyncio.Event) -> None:
+    """Renew the Lease; when leadership is lost, stop the operator at once."""
+    await elector.hold()
+    lost.set()
+    stop.set()
+
+
+async def _serve_candidate_health(endpoint: str | None) -> aiohttp.web.AppRunner | None:
+    """Answer ``/healthz`` (200) while this replica waits to lead, on kopf's liveness address
+    (a waiting candidate is healthy; the probe must not restart it)."""
+    if not endpoint:
+        return None
+    url = urllib.parse.urlsplit(endpoint)
+    app = aiohttp.web.Application()
+
+    async def healthz(_: aiohttp.web.Request) -> aiohttp.web.Response:
+        return aiohttp.web.json_response({"status": "waiting to lead"})
+
+    app.router.add_get(url.path or "/", healthz)
+    runner = aiohttp.web.AppRunner(app)
+    await runner.setup()
+    await aiohttp.web.TCPSite(runner, url.hostname, url.port or 80).start()
+    return runner
 
 
 def run(config: OperatorConfig) -> None:

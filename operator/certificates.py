@@ -33,9 +33,14 @@ __all__ = [
     "DEFAULT_VALIDITY",
     "KEY_KEY",
     "MAX_VALIDITY",
+    "RENEWAL_MARGIN",
     "ControlCertificate",
+    "StoredCertificate",
     "driver_service_dns_names",
     "issue_control_certificate",
+    "read_stored_certificate",
+    "reissue_reason",
+    "server_name",
 ]
 
 #: Data keys of the certificate and its key in the application's control Secret (the names
@@ -44,6 +49,9 @@ CERT_KEY = "tls.crt"
 KEY_KEY = "tls.key"
 
 DEFAULT_VALIDITY = timedelta(days=365)
+#: A certificate this close to its expiry is replaced before a new driver starts with it
+#: (never under a running driver, which loaded its certificate when it started).
+RENEWAL_MARGIN = timedelta(days=30)
 #: The longest validity accepted (browsers' historical cap; a driver lives far shorter).
 MAX_VALIDITY = timedelta(days=825)
 _MIN_VALIDITY = timedelta(hours=1)
@@ -168,3 +176,78 @@ def issue_control_certificate(
         dns_names=tuple(dns_names),
         fingerprint_sha256=hashlib.sha256(der).hexdigest(),
     )
+
+
+@dataclass(frozen=True)
+class StoredCertificate:
+    """The certificate found in a control Secret: its PEM text, expiry (UTC), DNS names,
+    SHA-256 fingerprint (hex) and whether the Secret also holds a key (the key itself is
+    never read here: only the driver needs it)."""
+
+    cert_pem: str
+    not_after: datetime
+    dns_names: tuple[str, ...]
+    fingerprint_sha256: str
+    has_key: bool
+
+
+def read_stored_certificate(data: dict[str, str | None]) -> StoredCertificate | None:
+    """The certificate in a control Secret's decoded entries (``{"tls.crt": PEM, ...}``).
+
+    None when there is no ``tls.crt`` entry. Raises ``ValueError`` ("tls.crt: ...") when
+    the entry is not exactly one PEM certificate.
+    """
+    pem = data.get(CERT_KEY)
+    if not pem:
+        return None
+    try:
+        certificate = x509.load_pem_x509_certificate(pem.encode())
+    except ValueError as exc:
+        raise ValueError(f"{CERT_KEY}: not a PEM certificate: {exc}") from None
+    try:
+        sans = certificate.extensions.get_extension_for_class(x509.SubjectAlternativeName)
+        dns = tuple(sans.value.get_values_for_type(x509.DNSName))
+    except x509.ExtensionNotFound:
+        dns = ()
+    der = certificate.public_bytes(serialization.Encoding.DER)
+    return StoredCertificate(
+        cert_pem=pem,
+        not_after=certificate.not_valid_after_utc,
+        dns_names=dns,
+        fingerprint_sha256=hashlib.sha256(der).hexdigest(),
+        has_key=bool(data.get(KEY_KEY)),
+    )
+
+
+def server_name(service: str, namespace: str) -> str:
+    """The name a client checks the driver's certificate against (and sends as SNI):
+    ``<service>.<namespace>.svc``, the certificate's common name, independent of the
+    cluster domain."""
+    return driver_service_dns_names(service, namespace)[2]
+
+
+def reissue_reason(
+    data: dict[str, str | None],
+    service: str,
+    namespace: str,
+    *,
+    now: datetime | None = None,
+    margin: timedelta = RENEWAL_MARGIN,
+) -> str | None:
+    """Why a control Secret's certificate must be (re)issued before a new driver starts,
+    or None when it can stay: no certificate or key, an unreadable one, one not issued for
+    ``service`` in ``namespace``, or one expiring within ``margin`` (30 days)."""
+    try:
+        stored = read_stored_certificate(data)
+    except ValueError as exc:
+        return f"the stored certificate is unreadable ({exc})"
+    if stored is None:
+        return "no certificate yet"
+    if not stored.has_key:
+        return f"no {KEY_KEY} next to the certificate"
+    if server_name(service, namespace) not in stored.dns_names:
+        return f"the certificate is not for {server_name(service, namespace)}"
+    moment = (now or datetime.now(UTC)).astimezone(UTC)
+    if stored.not_after - margin <= moment:
+        return f"the certificate expires at {stored.not_after.isoformat()}"
+    return None

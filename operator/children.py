@@ -6,7 +6,9 @@ reference to the application (deletion cascades through Kubernetes' garbage coll
 the ``sparkglass.io/application`` label.
 
 The control token only ever appears in the Secret; the driver gets it through a
-``secretKeyRef``, never a literal, and the ConfigMap never holds it.
+``secretKeyRef``, never a literal, and the ConfigMap never holds it. The same Secret holds
+the control endpoint's TLS certificate and key (``certificates``), mounted read-only into
+the driver Pod (mode 0440, group ``names.CONTROL_TLS_FS_GROUP``).
 """
 
 from __future__ import annotations
@@ -17,7 +19,11 @@ import json
 import re
 from typing import Any
 
+import yaml
+
 from . import names
+from . import pod_customization as custom
+from .certificates import CERT_KEY, KEY_KEY, ControlCertificate
 from .spark_conf import DriverEnvironment, render_properties, spark_properties
 from .specs import SparkApplicationSpec
 
@@ -28,10 +34,34 @@ _MIN_OVERHEAD_MIB = 384
 _DEFAULT_DRIVER_MEMORY_MIB = 1024
 
 
-def spec_hash(spec: dict[str, Any]) -> str:
-    """A short stable hash of a spec dict (16 hex digits); changes restart the driver."""
-    canonical = json.dumps(spec, sort_keys=True, separators=(",", ":"))
+#: Top-level spec fields the running driver does not depend on: the operator applies a
+#: change to them in place (a new TTL, restart policy or start timeout must not kill a
+#: streaming job). ``suspend`` is acted on by the reconcile loop itself (it deletes the
+#: driver, or starts one), so toggling it is no spec change. Every other field shapes the
+#: driver Pod or its Spark conf.
+IN_PLACE_FIELDS = frozenset(
+    {"restartPolicy", "timeToLiveSeconds", "startTimeoutSeconds", "suspend"}
+)
+
+
+def _hash(value: Any) -> str:
+    canonical = json.dumps(value, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+def spec_hash(spec: dict[str, Any]) -> str:
+    """A short stable hash (16 hex digits) of what in ``spec`` the driver depends on: all
+    fields but :data:`IN_PLACE_FIELDS`. A change of it replaces the driver."""
+    return _hash({k: v for k, v in spec.items() if k not in IN_PLACE_FIELDS})
+
+
+def runs_spec(stored_hash: str | None, spec: dict[str, Any]) -> bool:
+    """Whether a driver started with ``stored_hash`` (Pod annotation or ``status.specHash``)
+    runs ``spec``. Also accepts the hash of the whole spec, which operators before in-place
+    fields wrote, so that upgrading the operator restarts no running driver."""
+    if not stored_hash:
+        return False
+    return stored_hash in (spec_hash(spec), _hash(spec))
 
 
 def memory_mib(text: str | None) -> int | None:
@@ -81,7 +111,8 @@ def config_map(
     resolved: dict[str, Any],
     env: DriverEnvironment,
 ) -> dict[str, Any]:
-    """ConfigMap ``<app>-sparkglass``: pipeline, plan, sampling settings, spark-defaults.conf."""
+    """ConfigMap ``<app>-sparkglass``: pipeline, plan, sampling settings, spark-defaults.conf
+    and the executor Pod template (``pod_customization.executor_pod_template``)."""
     pipeline = spec.pipeline_description(app).to_json_dict()
     return {
         "apiVersion": "v1",
@@ -96,12 +127,18 @@ def config_map(
             "spark-defaults.conf": render_properties(
                 spark_properties(spec, app=app, namespace=namespace, env=env)
             ),
+            custom.EXECUTOR_TEMPLATE_KEY: yaml.safe_dump(
+                custom.executor_pod_template(spec), sort_keys=False
+            ),
         },
     }
 
 
-def secret(app: str, namespace: str, uid: str, token: str) -> dict[str, Any]:
-    """Secret ``<app>-control-token`` with the control endpoint's bearer token (key ``token``)."""
+def secret(
+    app: str, namespace: str, uid: str, token: str, certificate: ControlCertificate
+) -> dict[str, Any]:
+    """Secret ``<app>-control-token``: the control endpoint's bearer token (key ``token``),
+    its TLS certificate and key (keys ``tls.crt``, ``tls.key``)."""
     return {
         "apiVersion": "v1",
         "kind": "Secret",
@@ -109,26 +146,54 @@ def secret(app: str, namespace: str, uid: str, token: str) -> dict[str, Any]:
         "metadata": _metadata(
             app, namespace, uid, names.secret_name(app), names.ROLE_CONTROL_TOKEN
         ),
-        "data": {names.TOKEN_KEY: base64.b64encode(token.encode()).decode()},
+        "data": {
+            names.TOKEN_KEY: base64.b64encode(token.encode()).decode(),
+            **certificate_data(certificate),
+        },
     }
+
+
+def certificate_data(certificate: ControlCertificate) -> dict[str, str]:
+    """The ``data`` entries (base64) of ``certificate`` in the control Secret."""
+    return {k: base64.b64encode(v.encode()).decode() for k, v in certificate.secret_data().items()}
+
+
+def secret_value(secret_body: dict[str, Any], key: str) -> str | None:
+    """The text stored under ``key`` in a Secret (``data`` base64, or ``stringData``);
+    None when absent, empty or not base64 of UTF-8."""
+    data = secret_body.get("data") or {}
+    if data.get(key):
+        try:
+            return base64.b64decode(data[key], validate=True).decode()
+        except ValueError:  # binascii.Error and UnicodeDecodeError are ValueErrors
+            return None
+    value = (secret_body.get("stringData") or {}).get(key)
+    return str(value) if value else None
 
 
 def secret_token(secret_body: dict[str, Any]) -> str | None:
     """The token stored in a control-token Secret (``data`` base64, or ``stringData``)."""
-    data = secret_body.get("data") or {}
-    if names.TOKEN_KEY in data:
-        return base64.b64decode(data[names.TOKEN_KEY]).decode()
-    string_data = secret_body.get("stringData") or {}
-    value = string_data.get(names.TOKEN_KEY)
-    return str(value) if value else None
+    return secret_value(secret_body, names.TOKEN_KEY)
+
+
+def secret_tls_data(secret_body: dict[str, Any]) -> dict[str, str | None]:
+    """The certificate entries of a control Secret, decoded: ``{"tls.crt": ..., "tls.key": ...}``
+    (None for a missing one)."""
+    return {k: secret_value(secret_body, k) for k in (CERT_KEY, KEY_KEY)}
 
 
 def service(app: str, namespace: str, uid: str, spec: SparkApplicationSpec) -> dict[str, Any]:
-    """Headless Service ``<app>-driver`` selecting the driver Pod (RPC, blocks, UI, control)."""
+    """Headless Service ``<app>-driver`` selecting the driver Pod (RPC, blocks, UI, control),
+    with ``spec.sparkUIOptions``' labels (under the operator's) and annotations."""
+    meta = _metadata(app, namespace, uid, names.service_name(app), "driver-service")
+    ui = spec.spark_ui_options
+    meta["labels"] = {**ui.service_labels, **meta["labels"]}  # ours win
+    if ui.service_annotations:
+        meta["annotations"] = dict(ui.service_annotations)
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": _metadata(app, namespace, uid, names.service_name(app), "driver-service"),
+        "metadata": meta,
         "spec": {
             "clusterIP": "None",
             # Executors resolve the driver while it starts, before it reports ready.
@@ -166,7 +231,9 @@ def driver_pod(
 
     ``attempt`` (1-based) is recorded as an annotation so a restarted driver is told apart.
     The Pod never restarts itself (``restartPolicy: Never``): re-runs follow the
-    application's restartPolicy, with back-off, under the operator's control.
+    application's restartPolicy, with back-off, under the operator's control. The user's
+    ``spec.driver`` Pod settings come after the operator's own parts (``pod_customization``
+    refused any that collide) and under the restricted security defaults.
     """
     d = spec.driver
     meta = _metadata(app, namespace, uid, names.driver_pod_name(app), names.ROLE_DRIVER)
@@ -195,7 +262,7 @@ def driver_pod(
     if spec.main_class:
         args += ["--class", spec.main_class]
     args += [spec.main_application_file, *spec.arguments]
-    container_env: list[dict[str, Any]] = [{"name": e.name, "value": e.value} for e in d.env]
+    container_env: list[dict[str, Any]] = [e.manifest() for e in d.env]
     container_env += [
         {
             "name": names.ENV_CONTROL_TOKEN,
@@ -208,7 +275,7 @@ def driver_pod(
         {"name": "SPARK_CONF_DIR", "value": names.CONFIG_DIR},
     ]
     container: dict[str, Any] = {
-        "name": "spark-driver",
+        "name": custom.DRIVER_CONTAINER,
         "image": d.image or spec.image,
         "command": [env.spark_submit],
         "args": args,
@@ -220,17 +287,43 @@ def driver_pod(
             {"name": "control", "containerPort": spec.sampling.control_port},
         ],
         "resources": resources,
-        "volumeMounts": [{"name": "sparkglass-config", "mountPath": names.CONFIG_DIR}],
+        "securityContext": custom.container_security_context(d.security_context),
+        "volumeMounts": [
+            {"name": custom.CONFIG_VOLUME, "mountPath": names.CONFIG_DIR},
+            {
+                "name": names.CONTROL_TLS_VOLUME,
+                "mountPath": names.CONTROL_TLS_DIR,
+                "readOnly": True,
+            },
+            *d.volume_mounts,
+        ],
     }
+    if d.env_from:
+        container["envFrom"] = list(d.env_from)
     if spec.image_pull_policy:
         container["imagePullPolicy"] = spec.image_pull_policy
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
-        "containers": [container],
+        "containers": [container, *(custom.extra_container(c) for c in d.sidecars)],
+        # fsGroup: the key file's group, which the driver's processes get (module docstring).
+        "securityContext": custom.pod_security_context(d, fsGroup=names.CONTROL_TLS_FS_GROUP),
+        **custom.scheduling(d),
         "volumes": [
-            {"name": "sparkglass-config", "configMap": {"name": names.config_map_name(app)}}
+            {"name": custom.CONFIG_VOLUME, "configMap": {"name": names.config_map_name(app)}},
+            {
+                "name": names.CONTROL_TLS_VOLUME,
+                "secret": {
+                    "secretName": names.secret_name(app),
+                    # Only the certificate and key: the token reaches the driver as before.
+                    "items": [{"key": k, "path": k} for k in (CERT_KEY, KEY_KEY)],
+                    "defaultMode": 0o440,
+                },
+            },
+            *custom.user_volumes(spec, d),
         ],
     }
+    if d.init_containers:
+        pod_spec["initContainers"] = [custom.extra_container(c) for c in d.init_containers]
     if d.service_account:
         pod_spec["serviceAccountName"] = d.service_account
     if d.node_selector:

@@ -22,6 +22,7 @@ import kubernetes
 from kubernetes.client.exceptions import ApiException
 
 from . import names
+from .metrics import API_REQUESTS
 
 
 class ApiError(Exception):
@@ -173,6 +174,7 @@ class Cluster:
         query: list[tuple[str, str]] | None,
         content_type: str,
     ) -> dict[str, Any]:
+        API_REQUESTS.labels(*request_labels(method, path, query)).inc()
         try:
             request = self._api.param_serialize(
                 method,
@@ -205,6 +207,31 @@ class Cluster:
             return {}
         data = json.loads(raw)
         return data if isinstance(data, dict) else {}
+
+
+def request_labels(
+    method: str, path: str, query: list[tuple[str, str]] | None = None
+) -> tuple[str, str]:
+    """``(verb, resource)`` of a request, as the API server names them in its audit log:
+    ``get``/``list``/``watch``/``create``/``patch``/``update``/``delete``, and the plural
+    with its subresource (``datasamples/status``)."""
+    parts = [p for p in path.split("/") if p]
+    # /api/v1/... or /apis/<group>/<version>/...; then namespaces/<ns>/<plural>[/<name>[/sub]]
+    rest = parts[2:] if parts[:1] == ["api"] else parts[3:]
+    if rest[:1] == ["namespaces"] and len(rest) >= 3:
+        rest = rest[2:]
+    plural = rest[0] if rest else ""
+    named = len(rest) >= 2
+    resource = f"{plural}/{rest[2]}" if len(rest) >= 3 else plural
+    watching = any(k == "watch" and v in ("true", "1") for k, v in query or [])
+    verb = {
+        "GET": "watch" if watching else ("get" if named else "list"),
+        "POST": "create",
+        "PATCH": "patch",
+        "PUT": "update",
+        "DELETE": "delete",
+    }.get(method, method.lower())
+    return verb, resource
 
 
 def _status_message(body: object) -> str | None:

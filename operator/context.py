@@ -4,22 +4,44 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from .cluster import Cluster
+from .object_cache import ObjectCache
 from .results import ResultStore
 from .settings import OperatorConfig
+from .work_queue import WorkQueue
 
 
 @dataclass
 class OperatorContext:
-    """The configuration, the API client, the result store (if configured), and one lock
-    per object so that a timer, a change handler and a Pod event never reconcile the same
-    object at once within this process (peering keeps other processes out)."""
+    """The configuration, the API client, the result store (if configured), one lock per
+    object so that a queue worker, a change handler and a Pod event never reconcile the same
+    object at once within this process (leader election keeps other processes out), and the
+    DataSample engine's state:
+
+    * ``samples``: the newest known version of every DataSample (watch events and own writes),
+      without ``status.samples`` (the records: no step reads them);
+    * ``applications`` / ``driver_pods``: kopf indexes of SparkApplications and of the driver
+      Pods (the latter watched with a server-side label selector), keyed by
+      ``(namespace, name)``; set by the first DataSample event (kopf passes indexes to
+      handlers only), None in unit tests (then reads go to the API);
+    * ``queue``: the DataSample work queue (None until :func:`datasample.start_engine`);
+    * ``driver_access``: per DataSample, the driver access found when its round was opened
+      and the driver Pod version it was read from (so polls do not read the Secret again).
+    """
 
     config: OperatorConfig
     cluster: Cluster
     store: ResultStore | None = None
+    samples: ObjectCache = field(default_factory=lambda: ObjectCache(drop=(("status", "samples"),)))
+    applications: Mapping[Any, Any] | None = None
+    driver_pods: Mapping[Any, Any] | None = None
+    queue: WorkQueue | None = None
+    engine_task: asyncio.Task[None] | None = None
+    driver_access: dict[tuple[str, str], tuple[Any, Any]] = field(default_factory=dict)
     _locks: dict[tuple[str, str, str], asyncio.Lock] = field(
         default_factory=lambda: defaultdict(asyncio.Lock)
     )

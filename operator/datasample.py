@@ -1,10 +1,26 @@
 """Reconciling a ``DataSample``: one sampling round, Pending → InProgress → a final phase.
 
-A timer runs :func:`reconcile` every ``poll_seconds`` for each DataSample. Each pass reads
-the DataSample fresh and takes one step; every fact it needs later (``roundId``,
-``retries``, ``nextAttemptTime``) is in the status, so a restarted operator continues the
-same round instead of opening a second one, and saving the result is keyed by the round id
-(saving twice replaces). Final phases and their causes:
+Event-driven: kopf's watch feeds every DataSample event into ``ctx.samples`` (the newest
+version of each object, see :mod:`.object_cache`) and, when it is news, adds the DataSample
+to a delaying work queue (:mod:`.work_queue`); events of its SparkApplication and driver Pod
+(kopf indexes; the Pods are watched with a server-side label selector) wake the DataSamples
+of that application. A queue worker runs :func:`reconcile`, one step, which returns when the
+DataSample next needs a step: at once on create and resume, every ``poll_seconds`` only
+while a round is in flight, at ``nextAttemptTime`` after a transient failure, and once
+``ttlSecondsAfterFinished`` after ``completionTime`` for a finished one (its deletion).
+Nothing else runs for a finished DataSample, and steps read the DataSample, its application
+and driver Pod from memory, not from the API.
+
+Every fact a step needs later (``roundId``, ``retries``, ``nextAttemptTime``) is in the
+status, so a restarted operator (or the other replica after a failover) continues the same
+round instead of opening a second one. A crash between opening a round and writing its id is
+covered by the idempotency key: the round is opened with the DataSample's uid, and the driver
+answers the round it already opened for that key. Saving the result is keyed by the round id
+(saving twice replaces).
+
+An application that is still starting (``SUBMITTED``, ``PENDING_RERUN``, no state yet) is
+waited for, up to ``spec.applicationStartTimeout`` after the DataSample's creation (default
+``5m``), without spending retries. Final phases and their causes:
 
 ===========  ================================================================================
 Complete     the round ended and every subtask answered
@@ -12,11 +28,14 @@ Partial      some subtasks did not answer (``failedSubtasks``, ``errorCode``)
 NoData       no record passed the vertex during the window
 Disabled     the application's ``spec.sampling.enabled`` is false (or the driver says so)
 Failed       invalid spec; unknown vertex (the message lists the vertices); a samplingWindow
-             longer than the application's; the driver refused
+             longer than the application's; a driver the token must not be sent to
+             (``ControlNotEncrypted``: started without TLS, or no valid certificate to
+             verify it with; the message says to restart the application); the driver refused
              the round; the round failed on the driver (``errorCode``); a transient failure
              outlived ``backoffLimit`` retries (``ApplicationNotFound``, driver unreachable,
              ``TOO_MANY_CONCURRENT_ROUNDS``); no result before the deadline (``TIMEOUT``)
-Abandoned    the application is not running (over, or never came up within the retries),
+Abandoned    the application is not running (over, or not started within
+             ``applicationStartTimeout``),
              or the driver run holding the open round ended, whichever the operator sees
              first: the application's state, the driver Pod, or a driver that no longer
              knows the round (``RoundLost``); an open round is never reopened (README.md)
@@ -29,7 +48,9 @@ up to ``spec.backoffLimit`` times. Finished DataSamples are deleted
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import copy
 import time
 from datetime import UTC, datetime
 from typing import Any, cast
@@ -39,30 +60,43 @@ import structlog
 from pydantic import ValidationError
 
 from sparkglass.runtime.contract.datasample_status import encode, phase_of
+from sparkglass.runtime.contract.errors import InvalidParameterError
+from sparkglass.runtime.contract.result_caps import ResultCaps, ResultRejected
 from sparkglass.runtime.contract.sample_result import DataSampleResult, ErrorCode, SampleStatus
 from sparkglass.runtime.contract.sampling_settings import client_deadline_ms
 from sparkglass.runtime.control.client import (
     AsyncControlClient,
     ControlRejected,
     ControlUnavailable,
+    ControlUntrusted,
 )
 
-from . import children, names
+from . import names
 from .cluster import APPS, PODS, SAMPLES, ApiError
 from .conditions import now_rfc3339, set_condition
 from .context import OperatorContext
-from .driver_access import driver_access
+from .driver_access import control_endpoint, driver_access
 from .driver_state import TERMINAL, run_end
-from .metrics import RECONCILES, ROUND_SECONDS, SAMPLE_RETRIES, SAMPLES_FINISHED
+from .metrics import (
+    PICKUP_SECONDS,
+    RECONCILES,
+    ROUND_SECONDS,
+    ROUND_START_SECONDS,
+    SAMPLE_RETRIES,
+    SAMPLES_FINISHED,
+)
 from .results import ROUND_ID_ANNOTATION, RoundIdConflict, SampleIdentity, results_url
 from .specs import DataSampleSpec, SparkApplicationSpec, parse_duration
+from .work_queue import WorkQueue
 
 log = structlog.get_logger(__name__)
 
 PENDING, IN_PROGRESS = "Pending", "InProgress"
 FINAL = frozenset({"Complete", "Partial", "NoData", "Failed", "Disabled", "Abandoned"})
-#: Phases whose Ready condition is True (a result exists).
-_SUCCESS = frozenset({"Complete", "Partial", "NoData"})
+#: Phases whose Ready condition is True: the DataSample did what its spec asks (a result
+#: exists, or sampling is off for the application, which is a finished answer, not a fault,
+#: so condition-based GitOps health does not show it as Degraded).
+_SUCCESS = frozenset({"Complete", "Partial", "NoData", "Disabled"})
 #: Extra seconds past the application's timeout before the operator gives up on a round the
 #: driver never finished (the rule is ``client_deadline_ms``, shared with the service; the
 #: driver ends every round within its timeout, the grace covers the operator's own steps).
@@ -70,27 +104,145 @@ _DEADLINE_GRACE_SECONDS = 30.0
 MAX_RETRY_DELAY_SECONDS = 60.0
 
 
-def register(registry: kopf.OperatorRegistry, poll_seconds: float) -> None:
-    """Register the DataSample handlers on ``registry``."""
+#: Labels of the driver Pods the operator created; the Pod watch asks the API server for
+#: these only (``settings.watching.label_selectors``), not for every Pod of the namespace.
+DRIVER_POD_LABELS = {names.LABEL_ROLE: names.ROLE_DRIVER, names.LABEL_MANAGED_BY: names.MANAGED_BY}
+#: Seconds between checks of a DataSample waiting for its application to start (events of
+#: the application and its driver Pod wake it sooner).
+WAIT_RECHECK_SECONDS = 5.0
+#: Seconds before a step that failed on the API server is tried again.
+API_RETRY_SECONDS = 2.0
+#: Queue workers: steps mostly wait on the network (driver, API server, store).
+ENGINE_WORKERS = 16
+
+
+def driver_pod_selector() -> str:
+    """The server-side label selector of the driver Pod watch."""
+    return ",".join(f"{k}={v}" for k, v in sorted(DRIVER_POD_LABELS.items()))
+
+
+def register(registry: kopf.OperatorRegistry) -> None:
+    """Register the DataSample handlers and indexes on ``registry`` (the engine reads
+    ``poll_seconds`` from the config)."""
     res = (names.GROUP, names.VERSION, names.SAMPLES)
-    kopf.timer(*res, interval=poll_seconds, registry=registry, id="round")(on_sample)
+    kopf.index(names.GROUP, names.VERSION, names.APPS, registry=registry, id="sg_applications")(
+        index_application
+    )
+    kopf.index("", "v1", "pods", labels=DRIVER_POD_LABELS, registry=registry, id="sg_driver_pods")(
+        index_driver_pod
+    )
+    kopf.on.cleanup(registry=registry, id="datasample-engine")(on_cleanup)
+    kopf.on.event(*res, registry=registry, id="datasample")(on_sample_event)
+    kopf.on.event(names.GROUP, names.VERSION, names.APPS, registry=registry, id="wake-samples")(
+        on_application_event
+    )
+    kopf.on.event(
+        "", "v1", "pods", labels=DRIVER_POD_LABELS, registry=registry, id="wake-samples-pod"
+    )(on_driver_pod_event)
 
 
-async def on_sample(namespace: str | None, name: str, memo: Any, **_: Any) -> None:
-    """Timer tick: one step of the round."""
-    if namespace:
-        await reconcile(memo, namespace, name)
+def index_application(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> Any:
+    """kopf index ``sg_applications``: ``(namespace, name)`` → the SparkApplication."""
+    return {(namespace, name): copy.deepcopy(dict(body))}
 
 
-async def reconcile(ctx: OperatorContext, namespace: str, name: str) -> None:
-    """One step for ``namespace/name``; API failures raise ``kopf.TemporaryError``."""
-    async with ctx.lock(names.SAMPLE_KIND, namespace, name):
+def index_driver_pod(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> Any:
+    """kopf index ``sg_driver_pods``: ``(namespace, name)`` → the driver Pod."""
+    return {(namespace, name): copy.deepcopy(dict(body))}
+
+
+def _adopt_indexes(ctx: OperatorContext, kwargs: dict[str, Any]) -> None:
+    # kopf hands its indexes to handlers only; the queue workers read them through ``ctx``.
+    if ctx.applications is None and "sg_applications" in kwargs:
+        ctx.applications = kwargs["sg_applications"]
+        ctx.driver_pods = kwargs["sg_driver_pods"]
+
+
+async def on_sample_event(event: Any, body: kopf.Body, memo: Any, **kwargs: Any) -> None:
+    """Every DataSample watch event: keep the newest version; queue a step when it is news
+    (an event of the operator's own write is not: the write already updated the cache)."""
+    ctx: OperatorContext = memo
+    _adopt_indexes(ctx, kwargs)
+    if ctx.queue is None:
+        # Started from a handler, not at startup: kopf sets its Event posting queue in the
+        # context of the tasks that process objects, and a task inherits the context of the
+        # code creating it, so the workers' ``kopf.event`` calls find that queue.
+        ctx.engine_task = start_engine(ctx)
+    namespace, name = body.metadata.namespace or "", body.metadata.name or ""
+    if event.get("type") == "DELETED":
+        ctx.samples.remove(namespace, name)
+        ctx.driver_access.pop((namespace, name), None)
+        if ctx.queue is not None:
+            ctx.queue.forget((namespace, name))
+        return
+    if ctx.samples.observe(dict(body)) and ctx.queue is not None:
+        ctx.queue.add((namespace, name))
+
+
+async def on_application_event(body: kopf.Body, memo: Any, **kwargs: Any) -> None:
+    """A SparkApplication changed: wake its unfinished DataSamples (one may be waiting for it
+    to start, or its round may have lost its driver)."""
+    _adopt_indexes(memo, kwargs)
+    wake_application(memo, body.metadata.namespace or "", body.metadata.name or "")
+
+
+async def on_driver_pod_event(body: kopf.Body, memo: Any, **kwargs: Any) -> None:
+    """A driver Pod changed: wake the unfinished DataSamples of its application."""
+    _adopt_indexes(memo, kwargs)
+    app = (body.metadata.labels or {}).get(names.LABEL_APP)
+    if app:
+        wake_application(memo, body.metadata.namespace or "", app)
+
+
+def wake_application(ctx: OperatorContext, namespace: str, app: str) -> int:
+    """Queue a step now for every unfinished DataSample of ``namespace/app``; how many."""
+    if ctx.queue is None:
+        return 0
+    woken = 0
+    for (ns, name), obj in ctx.samples.items():
+        if ns != namespace or ((obj.get("status") or {}).get("phase") in FINAL):
+            continue
+        if ((obj.get("spec") or {}).get("applicationRef") or {}).get("name") == app:
+            ctx.queue.add((ns, name))
+            woken += 1
+    return woken
+
+
+async def on_cleanup(memo: Any, **_: Any) -> None:
+    """Stop the engine's workers (a step in flight is cancelled; its state is in status)."""
+    task = getattr(memo, "engine_task", None)
+    if task is not None:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+def start_engine(ctx: OperatorContext) -> asyncio.Task[None]:
+    """Create the DataSample work queue on ``ctx`` and run its workers (a task to cancel)."""
+
+    async def handle(key: Any) -> float | None:
+        namespace, name = key
         try:
-            await _Step(ctx, namespace, name).run()
+            return await reconcile(ctx, namespace, name)
+        except kopf.TemporaryError:
+            return API_RETRY_SECONDS
+
+    ctx.queue = WorkQueue(handle, workers=ENGINE_WORKERS, error_delay=API_RETRY_SECONDS)
+    return asyncio.create_task(ctx.queue.run(), name="sparkglass-datasample-engine")
+
+
+async def reconcile(ctx: OperatorContext, namespace: str, name: str) -> float | None:
+    """One step for ``namespace/name``; the seconds until it needs the next (None: only
+    when something changes). API failures raise ``kopf.TemporaryError``."""
+    async with ctx.lock(names.SAMPLE_KIND, namespace, name):
+        step = _Step(ctx, namespace, name)
+        try:
+            await step.run()
         except ApiError as exc:
             RECONCILES.labels(names.SAMPLE_KIND, "error").inc()
             raise kopf.TemporaryError(f"Kubernetes API call failed: {exc}", delay=2) from None
         RECONCILES.labels(names.SAMPLE_KIND, "ok").inc()
+        return step.next_step_in()
 
 
 def _parse_time(text: str | None) -> float:
@@ -100,10 +252,27 @@ def _parse_time(text: str | None) -> float:
     return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
 
+def _indexed(index: Any, key: tuple[str, str]) -> dict[str, Any] | None:
+    """The one object a kopf index holds under ``key`` (None when absent or no index)."""
+    if index is None:
+        return None
+    store = index.get(key)
+    if not store:
+        return None
+    found = next(iter(store), None)
+    return copy.deepcopy(found) if found is not None else None
+
+
 def _rfc3339(epoch: float) -> str:
     return (
         datetime.fromtimestamp(epoch, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
     )
+
+
+def _unavailable(exc: ControlUnavailable) -> str:
+    """The condition reason of a driver that did not answer: ``DriverUntrusted`` when its
+    certificate failed verification (the token was not sent), else ``DriverUnavailable``."""
+    return "DriverUntrusted" if isinstance(exc, ControlUntrusted) else "DriverUnavailable"
 
 
 class _Step:
@@ -114,11 +283,43 @@ class _Step:
         self.body: dict[str, Any] = {}
         self.status: dict[str, Any] = {}
         self.spec: DataSampleSpec | None = None
+        #: The DataSample is gone (deleted, or being deleted): no further step.
+        self.gone = False
+        #: Seconds until the next check of a DataSample waiting for its application.
+        self.wait_for: float | None = None
+
+    async def _read(self) -> dict[str, Any] | None:
+        """The DataSample from the engine's cache; from the API when the cache lacks it
+        (unit tests, or a step queued before its first watch event was seen)."""
+        body = self.ctx.samples.get(self.namespace, self.name)
+        if body is None:
+            body = await self.ctx.cluster.find(SAMPLES, self.namespace, self.name)
+            if body is not None:
+                self.ctx.samples.observe(body)
+        return copy.deepcopy(body) if body is not None else None
+
+    def next_step_in(self) -> float | None:
+        """Seconds until this DataSample needs its next step (see the module docstring);
+        None when only an event can give it work."""
+        if self.gone or not self.status:
+            return None
+        now = time.time()
+        if self.status.get("phase") in FINAL:
+            at = self._expires_at()
+            return None if at is None else max(0.0, at - now)
+        retry_at = _parse_time(self.status.get("nextAttemptTime"))
+        if retry_at > now:
+            return retry_at - now
+        if self.wait_for is not None:
+            return self.wait_for
+        return self.ctx.config.poll_seconds
 
     async def run(self) -> None:
-        body = await self.ctx.cluster.find(SAMPLES, self.namespace, self.name)
+        body = await self._read()
         if body is None or body["metadata"].get("deletionTimestamp"):
             self.ctx.forget(names.SAMPLE_KIND, self.namespace, self.name)
+            self.ctx.driver_access.pop((self.namespace, self.name), None)
+            self.gone = True
             return
         self.body, self.status = body, body.get("status") or {}
         phase = self.status.get("phase")
@@ -130,6 +331,11 @@ class _Step:
         except ValidationError as exc:
             await self._finish("Failed", "InvalidSpec", f"invalid spec: {exc.errors()[0]['msg']}")
             return
+        try:
+            self.spec.round_request()
+        except InvalidParameterError as exc:
+            await self._finish("Failed", "InvalidSpec", f"invalid spec.{exc.field}: {exc}")
+            return
         if phase is None:
             await self._patch({"phase": PENDING, "message": "accepted", "retries": 0}, PENDING)
         if time.time() < _parse_time(self.status.get("nextAttemptTime")):
@@ -140,7 +346,7 @@ class _Step:
     async def _advance(self) -> None:
         spec = self._spec
         app_name = spec.application_ref.name
-        app = await self.ctx.cluster.find(APPS, self.namespace, app_name)
+        app = await self._application(app_name)
         if app is None:
             await self._transient(
                 "ApplicationNotFound",
@@ -182,24 +388,23 @@ class _Step:
         # Where the driver is and its token come only from objects this operator created
         # for this application (see ``driver_access``), never from the application's status:
         # whoever may patch a status must not pick where the token goes.
-        access = await driver_access(self.ctx, app)
+        access = await self._driver_access(app)
         if isinstance(access, str):
             state = ((app.get("status") or {}).get("applicationState") or {}).get("state") or ""
             if state in TERMINAL or self.status.get("roundId"):
                 await self._finish("Abandoned", "ApplicationNotRunning", access)
-            else:  # still starting: worth waiting for, within the retries
-                await self._transient("ApplicationNotRunning", access, final="Abandoned")
+            else:  # still starting: worth waiting for, up to applicationStartTimeout
+                await self._wait_for_start(app_name, state, access)
             return
         if round_id := self.status.get("roundId"):
             # A round dies with its driver run, and the Pod shows that before the application's
             # status may (operator/README.md, "When the driver dies mid-round").
-            pod = await self.ctx.cluster.find(PODS, self.namespace, names.driver_pod_name(app_name))
+            pod = await self._driver_pod(app_name)
             if ended := run_end(pod):
                 message = f"round {round_id} was lost with the driver of {app_name!r}: {ended}"
                 await self._finish("Abandoned", "ApplicationNotRunning", message)
                 return
-        endpoint, secret = access
-        token = children.secret_token(secret) if secret else None
+        token = access.token
         if not token:
             await self._transient(
                 "ControlTokenMissing",
@@ -208,20 +413,96 @@ class _Step:
                 final="Failed",
             )
             return
+        if access.refusal:  # no TLS to this driver, or none we can verify: no token sent
+            await self._finish("Failed", "ControlNotEncrypted", access.refusal)
+            return
         async with AsyncControlClient(
-            endpoint, token, timeout_s=self.ctx.config.control_timeout_seconds
+            access.endpoint,
+            token,
+            timeout_s=self.ctx.config.control_timeout_seconds,
+            tls=access.tls,
         ) as client:
             if self.status.get("roundId"):
                 await self._poll(client, app_spec)
             else:
-                await self._open(client)
+                await self._open(client, app_spec)
 
-    async def _open(self, client: AsyncControlClient) -> None:
+    # ------------------------------------------------------------------ reads (cached)
+    async def _application(self, app_name: str) -> dict[str, Any] | None:
+        """The SparkApplication from kopf's index; from the API when the index does not
+        have it (not seen yet: created a moment ago) or there is no index (unit tests)."""
+        found = _indexed(self.ctx.applications, (self.namespace, app_name))
+        if found is None:
+            found = await self.ctx.cluster.find(APPS, self.namespace, app_name)
+        return found
+
+    async def _driver_pod(self, app_name: str) -> dict[str, Any] | None:
+        """The driver Pod from kopf's index (watched with a label selector, so an absent
+        entry means no such Pod); from the API without an index (unit tests)."""
+        pod_name = names.driver_pod_name(app_name)
+        if self.ctx.driver_pods is None:
+            return await self.ctx.cluster.find(PODS, self.namespace, pod_name)
+        return _indexed(self.ctx.driver_pods, (self.namespace, pod_name))
+
+    async def _driver_access(self, app: dict[str, Any]) -> Any:
+        """``driver_access`` for ``app``, read once per driver Pod version: while the indexed
+        driver Pod keeps its uid and control endpoint, polls reuse what the open read."""
+        key = (self.namespace, self.name)
+        pod = None
+        if self.ctx.driver_pods is not None:
+            pod = await self._driver_pod(app["metadata"]["name"])
+        version = ((pod.get("metadata") or {}).get("uid"), control_endpoint(pod)) if pod else None
+        cached = self.ctx.driver_access.get(key)
+        if version is not None and version[1] and cached is not None and cached[0] == version:
+            return cached[1]
+        access = await driver_access(self.ctx, app)
+        if version is not None and version[1] and not isinstance(access, str):
+            self.ctx.driver_access[key] = (version, access)
+        else:
+            self.ctx.driver_access.pop(key, None)
+        return access
+
+    async def _wait_for_start(self, app_name: str, state: str, why: str) -> None:
+        """The application is starting: wait (no retry spent) until ``applicationStartTimeout``
+        after the DataSample's creation, then end ``Abandoned``."""
+        timeout = self._spec.application_start_timeout
+        created = _parse_time(self.body["metadata"].get("creationTimestamp")) or time.time()
+        deadline = created + parse_duration(timeout, field="applicationStartTimeout")
+        now = time.time()
+        if now >= deadline:
+            await self._finish(
+                "Abandoned",
+                "ApplicationNotRunning",
+                f"{why}; it did not start within {timeout} (spec.applicationStartTimeout)",
+            )
+            return
+        self.wait_for = min(WAIT_RECHECK_SECONDS, deadline - now)
+        message = (
+            f"waiting up to {timeout} for application {app_name!r} to start "
+            f"(state {state or 'not set yet'}): {why}"
+        )
+        if self.status.get("message") != message or self.status.get("phase") != PENDING:
+            await self._patch(
+                {"phase": PENDING, "message": message},
+                PENDING,
+                condition=(None, "WaitingForApplication", message),
+            )
+
+    async def _open(self, client: AsyncControlClient, app_spec: SparkApplicationSpec) -> None:
         spec = self._spec
+        uid = self.body["metadata"].get("uid")
         try:
-            result = await client.open_round(spec.vertex, sampling_window=spec.sampling_window)
+            request = spec.round_request()
+            # The uid as idempotency key: if this process dies before roundId is written, the
+            # next step (here or in the other replica) gets the same round back.
+            result = await client.open_round(
+                spec.vertex,
+                sampling_window=spec.sampling_window,
+                request=None if request.is_plain() else request,
+                idempotency_key=str(uid) if uid else None,
+            )
         except ControlUnavailable as exc:
-            reason = "TooManyConcurrentRounds" if exc.error_code else "DriverUnavailable"
+            reason = "TooManyConcurrentRounds" if exc.error_code else _unavailable(exc)
             await self._transient(reason, str(exc), final="Failed", error_code=exc.error_code)
             return
         except ControlRejected as exc:
@@ -232,7 +513,7 @@ class _Step:
             await self._finish("Disabled", "SamplingDisabled", "the driver has sampling disabled")
             return
         if result.status is not SampleStatus.PENDING or not result.round_id:
-            await self._record(result)
+            await self._record(result, app_spec.sampling.max_record_length)
             return
         await self._patch(
             {
@@ -244,6 +525,9 @@ class _Step:
             },
             IN_PROGRESS,
         )
+        created = _parse_time(self.body["metadata"].get("creationTimestamp"))
+        if created:
+            ROUND_START_SECONDS.observe(max(0.0, time.time() - created))
         self._event("Normal", "RoundStarted", f"round {result.round_id} opened at {spec.vertex}")
         log.info("round opened", namespace=self.namespace, name=self.name, round=result.round_id)
 
@@ -255,7 +539,7 @@ class _Step:
                 round_id, max_records=spec.max_records, subtask_index=spec.subtask_index
             )
         except ControlUnavailable as exc:
-            await self._transient("DriverUnavailable", str(exc), final="Failed")
+            await self._transient(_unavailable(exc), str(exc), final="Failed")
             return
         except ControlRejected as exc:
             if exc.status == 404:  # a later driver run (or an evicted result): never reopened
@@ -279,12 +563,25 @@ class _Step:
                     extra={"errorCode": ErrorCode.TIMEOUT.value},
                 )
             return
-        await self._record(result)
+        await self._record(result, app_spec.sampling.max_record_length)
 
-    async def _record(self, result: DataSampleResult) -> None:
+    async def _record(self, result: DataSampleResult, max_record_length: int) -> None:
         """Save the full result, then write its bounded form (the order makes a crash in
-        between harmless: the next step reads the same round and saves it again)."""
+        between harmless: the next step reads the same round and saves it again).
+
+        A result past the contract's caps (:mod:`~sparkglass.runtime.contract.result_caps`;
+        the driver is the application's own code) fails the DataSample and nothing of it is
+        stored or written to status."""
         spec, meta = self._spec, self.body["metadata"]
+        caps = ResultCaps(max_record_length)
+        try:
+            for sub in result.samples:
+                caps.check(sub)
+        except ResultRejected as exc:
+            await self._finish(
+                "Failed", "ResultPastCaps", f"the driver's result broke the contract: {exc}"
+            )
+            return
         claimed = (meta.get("annotations") or {}).get(ROUND_ID_ANNOTATION)
         # Without a store the claim only names a link (the service saves its own copy).
         round_id = str(claimed or result.round_id or meta.get("uid") or self.name)
@@ -383,6 +680,7 @@ class _Step:
             "nextAttemptTime": None,
         }
         await self._patch(fields, phase, condition=(phase in _SUCCESS, reason, message))
+        self.ctx.driver_access.pop((self.namespace, self.name), None)
         SAMPLES_FINISHED.labels(phase).inc()
         normal = phase in ("Complete", "NoData", "Disabled")
         self._event("Normal" if normal else "Warning", reason, message)
@@ -416,11 +714,17 @@ class _Step:
                 generation=generation,
             ),
         }
+        first = not self.status.get("phase")
         # Labels first: whoever sees the new phase in status also finds it in the labels.
         await self._mirror_labels(phase)
         cluster = self.ctx.cluster
         self.body = await cluster.patch_status(SAMPLES, self.namespace, self.name, fields)
         self.status = self.body.get("status") or {**self.status, **fields}
+        # The answer is the object as written: newer than any watch event still on its way.
+        self.ctx.samples.observe(self.body)
+        created = _parse_time(self.body.get("metadata", {}).get("creationTimestamp"))
+        if first and created:
+            PICKUP_SECONDS.observe(max(0.0, time.time() - created))
 
     async def _mirror_labels(self, phase: str) -> None:
         spec = self._spec if self.spec else None
@@ -430,22 +734,31 @@ class _Step:
             want[names.LABEL_VERTEX] = spec.vertex
         have = self.body.get("metadata", {}).get("labels") or {}
         if any(have.get(k) != v for k, v in want.items()):
-            await self.ctx.cluster.patch(
+            body = await self.ctx.cluster.patch(
                 SAMPLES, self.namespace, self.name, {"metadata": {"labels": want}}
             )
+            if body.get("metadata"):
+                self.body = body
+                self.ctx.samples.observe(body)
 
-    async def _expire(self) -> None:
+    def _expires_at(self) -> float | None:
+        """Epoch seconds when this finished DataSample is deleted (None: never)."""
         try:
             ttl = DataSampleSpec.parse(self.body.get("spec")).ttl_seconds_after_finished
         except ValidationError:
-            return
+            return None
         if ttl is None:  # kubectl-made samples too: records must not stay in etcd forever
             ttl = self.ctx.config.default_ttl_seconds_after_finished
         done = _parse_time(self.status.get("completionTime"))
-        if ttl is None or not done or time.time() < done + ttl:
+        return done + ttl if done else None
+
+    async def _expire(self) -> None:
+        at = self._expires_at()
+        if at is None or time.time() < at:
             return
-        log.info("datasample expired", namespace=self.namespace, name=self.name, ttl=ttl)
+        log.info("datasample expired", namespace=self.namespace, name=self.name)
         await self.ctx.cluster.delete(SAMPLES, self.namespace, self.name)
+        self.gone = True
 
     def _event(self, type: str, reason: str, message: str) -> None:
         # Outside a kopf handler (unit tests) there is no event queue: nothing to post to.

@@ -15,15 +15,43 @@ What is trusted:
   one the driver was started with);
 * the Secret ``<app>-control-token`` (its name derived from the application, never read
   from status or an annotation) when it carries the same labels and owner reference.
+
+Transport: a driver Pod the operator created with the control TLS volume serves HTTPS with
+the certificate in that Secret; the client pins exactly that certificate
+(:class:`~sparkglass.runtime.control.client.ControlTLS` with ``ca_pem`` = the Secret's
+``tls.crt`` and ``server_name`` = ``<app>-driver.<namespace>.svc``), so a listener at the
+driver's address with any other certificate, even one a cluster CA signed for the same name,
+fails the handshake before the token is sent. A driver Pod without that volume was started
+by an operator older than control TLS and speaks plain HTTP: the token is not sent to it
+unless the operator runs with ``--allow-cleartext-control`` (``DriverAccess.refusal`` says
+to restart the application, whose new driver gets the certificate).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
-from . import names
+from sparkglass.runtime.control.client import ControlTLS
+
+from . import children, names
+from .certificates import read_stored_certificate, server_name
 from .cluster import PODS, SECRETS
 from .context import OperatorContext
+
+
+@dataclass(frozen=True)
+class DriverAccess:
+    """How to reach a running driver: ``endpoint`` (``https://<podIP>:<port>``, or
+    ``http://`` for a driver started without TLS), ``token`` (None when the Secret is
+    missing, not ours, or has no token), ``tls`` (the pinned certificate for ``https``) and
+    ``refusal``: why the token must not be sent at all (None: go ahead)."""
+
+    endpoint: str
+    token: str | None
+    tls: ControlTLS | None
+    refusal: str | None = None
 
 
 def owned_by(obj: dict[str, Any], app: dict[str, Any], role: str) -> bool:
@@ -49,9 +77,17 @@ def owned_by(obj: dict[str, Any], app: dict[str, Any], role: str) -> bool:
     )
 
 
+def serves_tls(pod: dict[str, Any]) -> bool:
+    """Whether the operator created ``pod`` with the control TLS volume (then its driver
+    serves HTTPS only, with the certificate of the application's Secret)."""
+    volumes = (pod.get("spec") or {}).get("volumes") or []
+    return any(v.get("name") == names.CONTROL_TLS_VOLUME for v in volumes)
+
+
 def control_endpoint(pod: dict[str, Any]) -> str | None:
-    """``http://<podIP>:<control port>`` of a running driver Pod, or None when it is not
-    running, is being deleted, has no IP yet or declares no ``control`` port."""
+    """``https://<podIP>:<control port>`` of a running driver Pod (``http://`` when it was
+    started without TLS), or None when it is not running, is being deleted, has no IP yet
+    or declares no ``control`` port."""
     if (pod.get("metadata") or {}).get("deletionTimestamp"):
         return None
     status = pod.get("status") or {}
@@ -70,17 +106,18 @@ def control_endpoint(pod: dict[str, Any]) -> str | None:
     if not isinstance(port, int):
         return None
     host = f"[{ip}]" if ":" in str(ip) else str(ip)
-    return f"http://{host}:{port}"
+    scheme = "https" if serves_tls(pod) else "http"
+    return f"{scheme}://{host}:{port}"
 
 
-async def driver_access(
-    ctx: OperatorContext, app: dict[str, Any]
-) -> tuple[str, dict[str, Any] | None] | str:
-    """``(control endpoint, control-token Secret or None)`` of ``app``'s running driver, or
-    a message saying why there is none (no owned driver Pod, or it is not running yet).
+async def driver_access(ctx: OperatorContext, app: dict[str, Any]) -> DriverAccess | str:
+    """How to reach ``app``'s running driver (:class:`DriverAccess`), or a message saying
+    why there is none (no owned driver Pod, or it is not running yet).
 
-    The Secret is None when ``<app>-control-token`` is missing or not owned by ``app``.
-    Raises ``ApiError`` when the API server fails.
+    The token is None when ``<app>-control-token`` is missing, not owned by ``app`` or has
+    no ``token``. ``refusal`` is set when the driver serves HTTPS but the Secret holds no
+    usable certificate (unreadable or expired), or when it speaks plain HTTP and
+    ``allow_cleartext_control`` is off. Raises ``ApiError`` when the API server fails.
     """
     name, namespace = app["metadata"]["name"], app["metadata"]["namespace"]
     pod = await ctx.cluster.find(PODS, namespace, names.driver_pod_name(name))
@@ -93,4 +130,50 @@ async def driver_access(
     secret = await ctx.cluster.find(SECRETS, namespace, names.secret_name(name))
     if secret is not None and not owned_by(secret, app, names.ROLE_CONTROL_TOKEN):
         secret = None
-    return endpoint, secret
+    token = children.secret_token(secret) if secret is not None else None
+    restart = (
+        f"restart the application (change its spec, or delete and re-create the "
+        f"SparkApplication {name!r}) so that its driver starts with a new certificate"
+    )
+    if not serves_tls(pod):
+        if ctx.config.allow_cleartext_control:
+            return DriverAccess(endpoint, token, None)
+        return DriverAccess(
+            endpoint,
+            token,
+            None,
+            refusal=(
+                f"the driver of {name!r} was started without TLS (by an operator older than "
+                f"control TLS) and the control token is not sent in clear text: restart the "
+                f"application so that its driver serves HTTPS, or run the operator with "
+                f"--allow-cleartext-control"
+            ),
+        )
+    try:
+        stored = read_stored_certificate(children.secret_tls_data(secret)) if secret else None
+    except ValueError as exc:
+        return DriverAccess(endpoint, token, None, refusal=f"control Secret of {name!r}: {exc}")
+    if stored is None:
+        return DriverAccess(
+            endpoint,
+            token,
+            None,
+            refusal=(
+                f"the driver of {name!r} serves HTTPS but its control Secret "
+                f"{names.secret_name(name)!r} holds no certificate to verify it with; {restart}"
+            ),
+        )
+    if stored.not_after <= datetime.now(UTC):
+        return DriverAccess(
+            endpoint,
+            token,
+            None,
+            refusal=(
+                f"the control certificate of {name!r} expired at "
+                f"{stored.not_after.isoformat()}; {restart}"
+            ),
+        )
+    pinned = ControlTLS(
+        ca_pem=stored.cert_pem, server_name=server_name(names.service_name(name), namespace)
+    )
+    return DriverAccess(endpoint, token, pinned)

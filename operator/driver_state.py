@@ -29,6 +29,7 @@ class AppState(StrEnum):
     INVALIDATING = "INVALIDATING"
     SUCCEEDING = "SUCCEEDING"
     FAILING = "FAILING"
+    SUSPENDED = "SUSPENDED"  # spec.suspend: no driver Pod until it is false again
     UNKNOWN = "UNKNOWN"
 
 
@@ -84,6 +85,78 @@ def failure_message(pod: dict[str, Any]) -> str:
                 parts.append(str(term["message"])[:1000])
             return "; ".join(parts)
     return str(status.get("message") or status.get("reason") or "driver Pod failed")
+
+
+#: Container waiting reasons after which the kubelet will not start the driver without a
+#: change elsewhere (an image name, a registry credential, a Secret or ConfigMap): waiting
+#: out the start timeout would only hide them.
+FATAL_WAITING_REASONS = frozenset(
+    {
+        "ErrImagePull",
+        "ImagePullBackOff",
+        "InvalidImageName",
+        "ErrImageNeverPull",
+        "CreateContainerConfigError",
+        "CreateContainerError",
+    }
+)
+
+
+def _containers(status: dict[str, Any]) -> list[dict[str, Any]]:
+    return list(status.get("initContainerStatuses") or []) + list(
+        status.get("containerStatuses") or []
+    )
+
+
+def start_failure(pod: dict[str, Any]) -> str | None:
+    """Why a ``Pending`` driver Pod can never start by itself, or None.
+
+    A container waiting with one of :data:`FATAL_WAITING_REASONS` (init containers too);
+    the message names the container, the reason and the kubelet's message (at most 1,000
+    characters). Unschedulable is not fatal here: see :func:`start_waiting`.
+    """
+    status = pod.get("status") or {}
+    if (status.get("phase") or "Pending") != "Pending":
+        return None
+    for cs in _containers(status):
+        waiting = (cs.get("state") or {}).get("waiting") or {}
+        reason = waiting.get("reason")
+        if reason in FATAL_WAITING_REASONS:
+            detail = str(waiting.get("message") or "")[:1000]
+            name = cs.get("name") or "driver"
+            return f"container {name!r} cannot start: {reason}" + (f": {detail}" if detail else "")
+    return None
+
+
+def start_waiting(pod: dict[str, Any]) -> str | None:
+    """What a ``Pending`` driver Pod waits for, from the scheduler or the kubelet, or None.
+
+    ``Unschedulable`` (condition ``PodScheduled`` False) and any container waiting reason other
+    than ``ContainerCreating``/``PodInitializing``. Shown while the Pod waits and used as the
+    reason when :func:`start_timed_out` ends the wait (an autoscaler may still add a node, so
+    Unschedulable alone does not fail the start).
+    """
+    status = pod.get("status") or {}
+    if (status.get("phase") or "Pending") != "Pending":
+        return None
+    for cond in status.get("conditions") or []:
+        if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+            reason = cond.get("reason") or "not scheduled"
+            message = str(cond.get("message") or "")[:1000]
+            return f"{reason}: {message}" if message else str(reason)
+    for cs in _containers(status):
+        waiting = (cs.get("state") or {}).get("waiting") or {}
+        reason = waiting.get("reason")
+        if reason and reason not in ("ContainerCreating", "PodInitializing"):
+            message = str(waiting.get("message") or "")[:1000]
+            return f"{reason}: {message}" if message else str(reason)
+    return None
+
+
+def start_timed_out(submitted_at: float, now: float, timeout_seconds: float) -> bool:
+    """Whether a driver Pod created at ``submitted_at`` (epoch seconds) has waited longer
+    than ``timeout_seconds`` (``spec.startTimeoutSeconds``) to run."""
+    return submitted_at > 0 and now - submitted_at > timeout_seconds
 
 
 @dataclass(frozen=True)

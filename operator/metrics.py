@@ -32,3 +32,21 @@ ROUND_SECONDS = Histogram(
     "Seconds from opening a round on the driver to its final result.",
     buckets=(0.5, 1, 2, 3, 5, 10, 20, 30, 60, 120),
 )
+PICKUP_SECONDS = Histogram(
+    "sparkglass_operator_datasample_pickup_seconds",
+    "Seconds from a DataSample's creationTimestamp to the operator's first status write. "
+    "creationTimestamp has whole-second resolution, so values are within one second.",
+    buckets=(0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60),
+)
+ROUND_START_SECONDS = Histogram(
+    "sparkglass_operator_round_start_seconds",
+    "Seconds from a DataSample's creationTimestamp to its round opened on the driver "
+    "(includes any wait for the application to start).",
+    buckets=(0.25, 0.5, 1, 2, 5, 10, 30, 60, 300),
+)
+API_REQUESTS = Counter(
+    "sparkglass_operator_api_requests_total",
+    "Kubernetes API requests the operator's own client made (kopf's watch streams and "
+    "Event posts not included), by verb and resource (``resource/subresource``).",
+    ["verb", "resource"],
+)

@@ -8,13 +8,16 @@ kind           name                       holds
 =============  =========================  =============================================
 ConfigMap      ``<app>-sparkglass``       ``pipeline.json``, ``sampling.json``,
                                           ``spark-defaults.conf``
-Secret         ``<app>-control-token``    ``token``: bearer token of the control endpoint
+Secret         ``<app>-control-token``    ``token``: bearer token of the control endpoint;
+                                          ``tls.crt``/``tls.key``: its TLS certificate
 Service        ``<app>-driver``           headless; executors reach the driver through it
 Pod            ``<app>-driver``           ``spark-submit --deploy-mode client``
 =============  =========================  =============================================
 """
 
 from __future__ import annotations
+
+import re
 
 GROUP = "sparkglass.io"
 VERSION = "v1alpha1"
@@ -47,6 +50,14 @@ UI_PORT = 4040
 
 #: Paths inside the driver container where the ConfigMap is mounted.
 CONFIG_DIR = "/etc/sparkglass"
+#: Where the control endpoint's certificate and key (from the Secret) are mounted, and the
+#: name of that volume (its presence in a driver Pod says the driver serves HTTPS).
+CONTROL_TLS_DIR = "/etc/sparkglass-control-tls"
+CONTROL_TLS_VOLUME = "sparkglass-control-tls"
+#: The driver Pod's ``fsGroup``: the key file is mode 0440, owned by root and this group,
+#: which Kubernetes adds to the container's processes, so a non-root driver reads it and
+#: nobody else in the container does.
+CONTROL_TLS_FS_GROUP = 10001
 
 #: Environment variables the driver container gets (the runtime reads them).
 ENV_CONTROL_TOKEN = "SPARKGLASS_CONTROL_TOKEN"
@@ -54,6 +65,25 @@ ENV_CONTROL_PORT = "SPARKGLASS_CONTROL_PORT"
 ENV_PIPELINE_FILE = "SPARKGLASS_PIPELINE_FILE"
 ENV_APPLICATION = "SPARKGLASS_APPLICATION"
 ENV_NAMESPACE = "SPARKGLASS_NAMESPACE"
+
+
+#: Longest SparkApplication name: ``<name>-driver`` (the Service) must stay a 63-character
+#: DNS-1035 label, and ``<name>-control-token`` a valid Secret name.
+MAX_APP_NAME = 56
+_DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+
+
+def app_name_problem(app: str) -> str | None:
+    """Why ``app`` cannot name a SparkApplication's children, or None. The CRD's CEL rule
+    refuses such names at admission; this catches objects that bypassed it (an API server
+    without CEL, an object restored from a backup)."""
+    if len(app) > MAX_APP_NAME or not _DNS_1035.match(app):
+        return (
+            f"metadata.name {app!r} must be a DNS-1035 label of at most {MAX_APP_NAME} "
+            "characters (lower-case letters, digits and '-', starting with a letter): the "
+            "driver Service <name>-driver and the label values are made from it"
+        )
+    return None
 
 
 def config_map_name(app: str) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .leader_election import ElectionConfig
 from .spark_conf import DriverEnvironment
 
 #: Default ``ttlSecondsAfterFinished`` of DataSamples whose spec sets none: one hour.
@@ -21,16 +22,23 @@ class OperatorConfig:
     the full result goes to the store). ``service_url`` is the sparkglass service's base URL
     (for ``status.resultsURL``); ``store_url`` its SQLAlchemy database URL (where full
     results are saved). Either may be None: then that part is skipped.
+    ``allow_cleartext_control``: send the control token over plain HTTP to a driver that
+    was started without TLS (by an operator older than control TLS); off by default, such
+    a DataSample then fails with a message saying to restart the application. ``standalone``:
+    no leader election, this process acts at once (one replica, or tests); otherwise
+    ``election`` says which Lease the replicas compete for (:func:`app.operate` raises
+    ``ValueError`` when it is missing then).
     """
 
     namespaces: tuple[str, ...] = ()
     standalone: bool = False
-    peering_name: str = "sparkglass"
-    priority: int = 0
+    election: ElectionConfig | None = None
     liveness_endpoint: str | None = "http://0.0.0.0:8080/healthz"
     metrics_port: int | None = 9090
     metrics_address: str = "0.0.0.0"
     resync_seconds: float = 10.0
+    #: How often a running driver's metrics are copied into ``status.progress`` (0: never).
+    progress_seconds: float = 10.0
     poll_seconds: float = 1.0
     max_status_bytes: int = 64 * 1024
     control_timeout_seconds: float = 10.0
@@ -39,6 +47,7 @@ class OperatorConfig:
     driver: DriverEnvironment = field(default_factory=DriverEnvironment)
     records_in_status: bool = True
     default_ttl_seconds_after_finished: int = DEFAULT_TTL_SECONDS
+    allow_cleartext_control: bool = False
 
     def __post_init__(self) -> None:
         ttl = self.default_ttl_seconds_after_finished

@@ -3,8 +3,11 @@
 The operator translates the spec (spark-operator v1beta2 field names) into Spark properties
 for ``spark-submit --deploy-mode client`` against the Kubernetes master, adds the sparkglass
 plugin and sampling settings, then applies ``spec.sparkConf`` on top (so users can override
-anything but the master and deploy mode, which the CRD forbids, and the plugin and jar lists,
-which are merged rather than replaced).
+anything but the plugin and jar lists, which are merged rather than replaced, and the keys
+the operator owns (``specs.operator_owned``: master, deploy mode, namespace, driver Pod name,
+host and ports, executor Pod template, the control endpoint), which the CRD and the spec's
+validation refuse and which are set again after the user's properties anyway).
+``spec.hadoopConf`` entries become ``spark.hadoop.<key>``, before ``spec.sparkConf``.
 """
 
 from __future__ import annotations
@@ -13,12 +16,22 @@ import json
 from dataclasses import dataclass
 
 from sparkglass.runtime.contract.attributes import OVERRIDES_CONF
+from sparkglass.runtime.contract.expectations import EXPECTATIONS_CONF, expectations_conf
+from sparkglass.runtime.contract.redaction import REDACT_CONF
 
 from . import names
-from .specs import SparkApplicationSpec
+from .certificates import CERT_KEY, KEY_KEY
+from .pod_customization import EXECUTOR_CONTAINER, EXECUTOR_TEMPLATE_KEY
+from .specs import SparkApplicationSpec, operator_owned
 
 #: Spark plugin class of the sparkglass sampling runtime (``runtime/jvm``).
 PLUGIN_CLASS = "io.sparkglass.sampling.SamplingPlugin"
+
+#: Properties only the operator sets: where the driver finds the control endpoint's
+#: certificate and key (mounted from the Secret the operator owns). A user value could make
+#: the driver serve a certificate the operator does not pin, or no TLS at all.
+CONTROL_TLS_CERT_FILE = "spark.sparkglass.control.tls.cert-file"
+CONTROL_TLS_KEY_FILE = "spark.sparkglass.control.tls.key-file"
 
 
 @dataclass(frozen=True)
@@ -53,6 +66,9 @@ def spark_properties(
         "spark.driver.blockManager.port": str(names.BLOCK_MANAGER_PORT),
         "spark.ui.port": str(names.UI_PORT),
         f"spark.kubernetes.executor.label.{names.LABEL_APP}": app,
+        # Restricted security defaults and spec.executor's Pod settings (pod_customization).
+        "spark.kubernetes.executor.podTemplateFile": f"{names.CONFIG_DIR}/{EXECUTOR_TEMPLATE_KEY}",
+        "spark.kubernetes.executor.podTemplateContainerName": EXECUTOR_CONTAINER,
     }
     if spec.image_pull_policy:
         conf["spark.kubernetes.container.image.pullPolicy"] = spec.image_pull_policy
@@ -120,13 +136,31 @@ def spark_properties(
     if overrides:
         # Only the attributes the spec sets: unset ones keep the job's decorators.
         conf[OVERRIDES_CONF] = json.dumps(overrides, separators=(",", ":"), sort_keys=True)
+    expectations = [
+        (v.name, v.expectations) for v in spec.pipeline.vertices if v.expectations is not None
+    ]
+    if expectations:
+        # Added to (or replacing by name) the job's own expect* decorators.
+        conf[EXPECTATIONS_CONF] = expectations_conf(expectations)
+    for k, v in spec.hadoop_conf.items():
+        conf[f"spark.hadoop.{k}"] = v
     user = dict(spec.spark_conf)
     # Merged, not replaced: the plugin and its jar must stay whatever the user adds.
     plugins = _split(user.pop("spark.plugins", ""))
     jars = [*deps.jars, *_split(user.pop("spark.jars", ""))]
     conf["spark.plugins"] = ",".join(_unique([*plugins, PLUGIN_CLASS]))
     conf["spark.jars"] = ",".join(_unique([*jars, env.runtime_jar]))
-    conf.update(user)
+    # Dropped, not applied, should an owned key get here (a CRD without the rules, a spec
+    # stored before a key became owned): the spec's validation refuses them first.
+    conf.update({k: v for k, v in user.items() if not operator_owned(k)})
+    if s.redact:
+        # After sparkConf: spec.sampling.redact is the application's rule, and a sparkConf
+        # entry cannot replace it with a weaker one.
+        conf[REDACT_CONF] = json.dumps(
+            [r.to_json_dict() for r in s.redact], separators=(",", ":"), sort_keys=True
+        )
+    conf[CONTROL_TLS_CERT_FILE] = f"{names.CONTROL_TLS_DIR}/{CERT_KEY}"
+    conf[CONTROL_TLS_KEY_FILE] = f"{names.CONTROL_TLS_DIR}/{KEY_KEY}"
     return conf
 
 

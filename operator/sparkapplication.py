@@ -11,9 +11,12 @@ Steps of a pass:
 1. validate the spec and plan the pipeline; an invalid one sets ``Ready=False`` with the
    reason (``InvalidSpec``, ``InvalidPipeline``, ``InvalidAttributes``) and state ``FAILED``,
    and stops any driver (no crash loop: nothing is retried until the spec changes);
-2. ensure the ConfigMap, Secret and headless Service (owned by the application);
+2. ensure the ConfigMap, Secret (control token, TLS certificate and key) and headless
+   Service (owned by the application);
 3. a driver Pod running an older spec is deleted (state ``INVALIDATING``); a missing one is
    created (``SUBMITTED``), unless the application is over or waits for its re-run time;
+   before that, a missing, unreadable or expiring (30 days) certificate in the Secret is
+   replaced, never under a running driver;
 4. the Pod's phase becomes the state; an ended driver becomes ``COMPLETED`` / ``FAILED`` or,
    under the restart policy, ``PENDING_RERUN`` with exponential back-off;
 5. ``timeToLiveSeconds`` after ``COMPLETED`` / ``FAILED`` the application is deleted (its
@@ -33,10 +36,12 @@ import structlog
 from pydantic import ValidationError
 
 from . import children, names
+from .certificates import ControlCertificate, issue_control_certificate, reissue_reason
 from .cluster import APPS, CONFIG_MAPS, PODS, SECRETS, SERVICES, ApiError, Conflict
 from .conditions import get_condition, now_rfc3339, set_condition
 from .context import OperatorContext
-from .driver_access import control_endpoint
+from .driver_access import control_endpoint, owned_by
+from .driver_progress import progress_due, read_progress
 from .driver_state import (
     ACTIVE,
     TERMINAL,
@@ -44,6 +49,9 @@ from .driver_state import (
     after_end,
     after_submission_failure,
     failure_message,
+    start_failure,
+    start_timed_out,
+    start_waiting,
     state_of,
 )
 from .metrics import APPLICATION_TRANSITIONS, DRIVER_PODS_CREATED, RECONCILES
@@ -57,11 +65,12 @@ _READY: dict[AppState, tuple[bool | None, str, str]] = {
     AppState.RUNNING: (True, "Running", "the driver is running"),
     AppState.SUBMITTED: (False, "DriverPending", "the driver Pod is starting"),
     AppState.UNKNOWN: (None, "DriverUnknown", "the driver Pod's state is unknown"),
-    AppState.COMPLETED: (False, "Completed", "the application completed"),
+    AppState.COMPLETED: (True, "Completed", "the application completed"),
     AppState.FAILED: (False, "Failed", "the application failed"),
     AppState.SUBMISSION_FAILED: (False, "SubmissionFailed", "the driver Pod could not be created"),
     AppState.PENDING_RERUN: (False, "PendingRerun", "waiting to re-run the driver"),
     AppState.INVALIDATING: (False, "SpecChanged", "replacing the driver after a spec change"),
+    AppState.SUSPENDED: (True, "Suspended", "suspended by spec.suspend"),
 }
 
 
@@ -117,6 +126,10 @@ async def _reconcile(ctx: OperatorContext, namespace: str, name: str) -> None:
     generation = meta.get("generation")
     pod_name = names.driver_pod_name(name)
 
+    problem = names.app_name_problem(name)
+    if problem is not None:
+        await _invalid(ctx, app, "InvalidName", problem, has_children=False)
+        return
     try:
         spec = SparkApplicationSpec.parse(app.get("spec"))
         resolved = resolve(spec.pipeline_description(name))
@@ -129,10 +142,18 @@ async def _reconcile(ctx: OperatorContext, namespace: str, name: str) -> None:
 
     uid = meta.get("uid") or ""
     hash = children.spec_hash(app.get("spec") or {})
-    await _ensure_children(ctx, app, spec, resolved)
-    pod = await cluster.find(PODS, namespace, pod_name)
+    try:
+        await _ensure_children(ctx, app, spec, resolved)
+        pod = await cluster.find(PODS, namespace, pod_name)
+        _must_own(
+            app, pod, {"kind": "Pod", "metadata": {"labels": {names.LABEL_ROLE: names.ROLE_DRIVER}}}
+        )
+    except ChildNotOwned as exc:
+        # Checked on every pass: once the object is gone, the next pass goes on as usual.
+        await _invalid(ctx, app, "ChildNotOwned", str(exc), has_children=False)
+        return
     state = AppState(_state(status))
-    same_spec = status.get("specHash") == hash
+    same_spec = children.runs_spec(status.get("specHash"), app.get("spec") or {})
     now = time.time()
     new: dict[str, Any] = {
         "vertices": resolved["vertices"],
@@ -140,9 +161,20 @@ async def _reconcile(ctx: OperatorContext, namespace: str, name: str) -> None:
         "observedGeneration": generation,
     }
 
-    if (
-        pod is not None
-        and (pod["metadata"].get("annotations") or {}).get(names.ANNOTATION_SPEC_HASH) != hash
+    if spec.suspend:
+        # No driver while suspended; once suspend is false again the state (not terminal,
+        # not active) makes the pass below submit a new driver.
+        if pod is not None and not pod["metadata"].get("deletionTimestamp"):
+            await cluster.delete(PODS, namespace, pod_name)
+        new.update(
+            applicationState={"state": AppState.SUSPENDED.value, "errorMessage": None},
+            driverInfo=_driver_info(name, None, ended=True),
+        )
+        await _write(ctx, app, new, AppState.SUSPENDED, "suspended by spec.suspend")
+        return
+    if pod is not None and not children.runs_spec(
+        (pod["metadata"].get("annotations") or {}).get(names.ANNOTATION_SPEC_HASH),
+        app.get("spec") or {},
     ):
         # The spec changed under a running (or ended) driver: replace it.
         await cluster.delete(PODS, namespace, pod_name)
@@ -200,8 +232,31 @@ async def _reconcile(ctx: OperatorContext, namespace: str, name: str) -> None:
         )
         await _write(ctx, app, new, AppState(new["applicationState"]["state"]))
         return
+    waiting = None
+    if pod_state is AppState.SUBMITTED:
+        failure = start_failure(pod)
+        waiting = start_waiting(pod)
+        if failure is None and start_timed_out(
+            _ts(status, "lastSubmissionAttemptTime"), now, spec.start_timeout_seconds
+        ):
+            failure = f"the driver Pod did not start within {spec.start_timeout_seconds} s" + (
+                f" ({waiting})" if waiting else ""
+            )
+        if failure is not None:
+            # A Pending Pod never starts by itself once this is known: free its node request
+            # and let the restart policy decide, as for a Pod the API server refused.
+            await cluster.delete(PODS, namespace, pod_name)
+            new["driverInfo"] = _driver_info(name, None, ended=True)
+            await _submission_failed(ctx, app, spec, new, failure)
+            return
     new.update(applicationState={"state": pod_state.value}, driverInfo=_driver_info(name, pod))
-    await _write(ctx, app, new, pod_state)
+    if pod_state is AppState.RUNNING and progress_due(status, now, ctx.config.progress_seconds):
+        progress = await read_progress(ctx, app)
+        if progress is not None:
+            new["progress"] = progress
+    await _write(
+        ctx, app, new, pod_state, f"waiting for the driver Pod: {waiting}" if waiting else None
+    )
 
 
 def _driver_info(app: str, pod: dict[str, Any] | None, *, ended: bool = False) -> dict[str, Any]:
@@ -286,6 +341,7 @@ async def _submit(
         nextRerunTime=None,
         terminationTime=None,
     )
+    await _ensure_certificate(ctx, app)  # the new driver serves HTTPS with it
     try:
         await ctx.cluster.create(PODS, namespace, pod)
     except Conflict:
@@ -293,22 +349,9 @@ async def _submit(
     except ApiError as exc:
         if exc.status == 0 or exc.status >= 500:
             raise  # the API server's trouble, not the Pod's: retried
-        decision = after_submission_failure(spec.restart_policy, restarts=restarts)
-        message = f"could not create the driver Pod: {exc}"
-        if decision.rerun:
-            new["applicationState"] = {
-                "state": AppState.PENDING_RERUN.value,
-                "errorMessage": message,
-            }
-            new["nextRerunTime"] = _rfc3339(time.time() + decision.delay)
-            await _write(ctx, app, new, AppState.PENDING_RERUN, message)
-        else:
-            new["applicationState"] = {
-                "state": AppState.SUBMISSION_FAILED.value,
-                "errorMessage": message,
-            }
-            new["terminationTime"] = now_rfc3339()
-            await _write(ctx, app, new, AppState.SUBMISSION_FAILED, message)
+        await _submission_failed(
+            ctx, app, spec, new, f"could not create the driver Pod: {exc}", restarts=restarts
+        )
         return
     DRIVER_PODS_CREATED.inc()
     new.update(
@@ -317,6 +360,35 @@ async def _submit(
         driverInfo=_driver_info(name, None),
     )
     await _write(ctx, app, new, AppState.SUBMITTED, f"driver Pod created (attempt {attempt})")
+
+
+async def _submission_failed(
+    ctx: OperatorContext,
+    app: dict[str, Any],
+    spec: SparkApplicationSpec,
+    new: dict[str, Any],
+    message: str,
+    *,
+    restarts: int | None = None,
+) -> None:
+    """The driver could not be started: re-try later (``restartPolicy``'s submission-failure
+    retries) or end as ``SUBMISSION_FAILED``, with ``message`` in ``errorMessage``, the Ready
+    condition and a Warning Event."""
+    status: dict[str, Any] = app.get("status") or {}
+    if restarts is None:
+        restarts = int(status.get("restarts") or 0)
+    decision = after_submission_failure(spec.restart_policy, restarts=restarts)
+    if decision.rerun:
+        new["applicationState"] = {"state": AppState.PENDING_RERUN.value, "errorMessage": message}
+        new["nextRerunTime"] = _rfc3339(time.time() + decision.delay)
+        await _write(ctx, app, new, AppState.PENDING_RERUN, message)
+    else:
+        new["applicationState"] = {
+            "state": AppState.SUBMISSION_FAILED.value,
+            "errorMessage": message,
+        }
+        new["terminationTime"] = now_rfc3339()
+        await _write(ctx, app, new, AppState.SUBMISSION_FAILED, message)
 
 
 async def _ensure_children(
@@ -332,39 +404,125 @@ async def _ensure_children(
         name, namespace, uid, spec, resolved=resolved, env=ctx.config.driver
     )
     existing = await cluster.find(CONFIG_MAPS, namespace, names.config_map_name(name))
+    _must_own(app, existing, desired_cm)
     if existing is None:
         await _create(ctx, CONFIG_MAPS, namespace, desired_cm)
     elif existing.get("data") != desired_cm["data"]:
         await cluster.patch(
             CONFIG_MAPS, namespace, names.config_map_name(name), {"data": desired_cm["data"]}
         )
-    if await cluster.find(SECRETS, namespace, names.secret_name(name)) is None:
+    secret = await cluster.find(SECRETS, namespace, names.secret_name(name))
+    _must_own(
+        app,
+        secret,
+        {"kind": "Secret", "metadata": {"labels": {names.LABEL_ROLE: names.ROLE_CONTROL_TOKEN}}},
+    )
+    if secret is None:
         # Generated once and kept: rotating it would cut a running driver off.
         token = secrets.token_urlsafe(32)
-        await _create(ctx, SECRETS, namespace, children.secret(name, namespace, uid, token))
+        certificate = issue_control_certificate(names.service_name(name), namespace)
+        body = children.secret(name, namespace, uid, token, certificate)
+        if await _create(ctx, SECRETS, namespace, body):
+            _log_issued(app, certificate, "new application")
     desired_svc = children.service(name, namespace, uid, spec)
     svc = await cluster.find(SERVICES, namespace, names.service_name(name))
+    _must_own(app, svc, desired_svc)
     if svc is None:
         await _create(ctx, SERVICES, namespace, desired_svc)
-    elif (svc.get("spec") or {}).get("ports") != desired_svc["spec"]["ports"]:
-        await cluster.patch(
-            SERVICES,
-            namespace,
-            names.service_name(name),
-            {"spec": {"ports": desired_svc["spec"]["ports"]}},
+    else:
+        svc_patch: dict[str, Any] = {}
+        if (svc.get("spec") or {}).get("ports") != desired_svc["spec"]["ports"]:
+            svc_patch["spec"] = {"ports": desired_svc["spec"]["ports"]}
+        for key in ("labels", "annotations"):
+            # Added or changed only (spec.sparkUIOptions): others may annotate it too.
+            have = svc["metadata"].get(key) or {}
+            want = desired_svc["metadata"].get(key) or {}
+            if any(have.get(k) != v for k, v in want.items()):
+                svc_patch.setdefault("metadata", {})[key] = want
+        if svc_patch:
+            await cluster.patch(SERVICES, namespace, names.service_name(name), svc_patch)
+
+
+class ChildNotOwned(Exception):
+    """An object already holds a child's name but is not this application's (a squatter, or
+    a leftover of another application): the operator neither uses, changes nor deletes it."""
+
+
+def _must_own(
+    app: dict[str, Any], existing: dict[str, Any] | None, desired: dict[str, Any]
+) -> None:
+    """Raise :class:`ChildNotOwned` when ``existing`` is not the child ``desired`` describes
+    (our labels and a controller owner reference to the application's uid)."""
+    if existing is None:
+        return
+    role = ((desired.get("metadata") or {}).get("labels") or {}).get(names.LABEL_ROLE, "")
+    if not owned_by(existing, app, role):
+        kind = existing.get("kind") or desired.get("kind") or "object"
+        raise ChildNotOwned(
+            f"a {kind} named {existing['metadata'].get('name')!r} exists in namespace "
+            f"{app['metadata']['namespace']!r} and was not created by the operator for this "
+            f"application: it is neither used, changed nor deleted; delete or rename it (or "
+            f"rename the application)"
         )
 
 
-async def _create(ctx: OperatorContext, kind: Any, namespace: str, body: dict[str, Any]) -> None:
-    # Created meanwhile by another pass: fine, creation is idempotent here.
-    with contextlib.suppress(Conflict):
+async def _create(ctx: OperatorContext, kind: Any, namespace: str, body: dict[str, Any]) -> bool:
+    """Create ``body``; False when it exists already (another pass made it: fine)."""
+    try:
         await ctx.cluster.create(kind, namespace, body)
+    except Conflict:
+        return False
+    return True
 
 
-async def _invalid(ctx: OperatorContext, app: dict[str, Any], reason: str, message: str) -> None:
-    """An invalid spec: stop the driver, report why, retry nothing until the spec changes."""
+async def _ensure_certificate(ctx: OperatorContext, app: dict[str, Any]) -> None:
+    """Before a driver Pod is created: make the owned control Secret hold a certificate and
+    key for the driver Service that is valid for more than ``RENEWAL_MARGIN`` (30 days).
+
+    Only here, with no driver running: a running driver loaded its certificate when it
+    started, and the operator pins the one in the Secret, so replacing it under a running
+    driver would cut that driver off. A Secret that already holds a good certificate keeps
+    it; one not owned by the application is left alone (``driver_access`` ignores it).
+    """
     name, namespace = app["metadata"]["name"], app["metadata"]["namespace"]
-    await ctx.cluster.delete(PODS, namespace, names.driver_pod_name(name))
+    secret = await ctx.cluster.find(SECRETS, namespace, names.secret_name(name))
+    if secret is None or not owned_by(secret, app, names.ROLE_CONTROL_TOKEN):
+        return
+    service = names.service_name(name)
+    reason = reissue_reason(children.secret_tls_data(secret), service, namespace)
+    if reason is None:
+        return
+    certificate = issue_control_certificate(service, namespace)
+    data = children.certificate_data(certificate)
+    await ctx.cluster.patch(SECRETS, namespace, names.secret_name(name), {"data": data})
+    _log_issued(app, certificate, reason)
+
+
+def _log_issued(app: dict[str, Any], certificate: ControlCertificate, reason: str) -> None:
+    # The fingerprint and expiry only: the key never reaches a log, an Event or a status.
+    log.info(
+        "control certificate issued",
+        namespace=app["metadata"]["namespace"],
+        name=app["metadata"]["name"],
+        reason=reason,
+        fingerprint_sha256=certificate.fingerprint_sha256,
+        not_after=certificate.not_after.isoformat(),
+    )
+
+
+async def _invalid(
+    ctx: OperatorContext,
+    app: dict[str, Any],
+    reason: str,
+    message: str,
+    *,
+    has_children: bool = True,
+) -> None:
+    """An invalid spec: stop the driver, report why, retry nothing until the spec changes.
+    ``has_children`` False: the name cannot have any (no API call about them)."""
+    name, namespace = app["metadata"]["name"], app["metadata"]["namespace"]
+    if has_children:
+        await ctx.cluster.delete(PODS, namespace, names.driver_pod_name(name))
     status = app.get("status") or {}
     new = {
         "applicationState": {"state": AppState.FAILED.value, "errorMessage": message},
@@ -398,13 +556,20 @@ async def _write(
     status = app.get("status") or {}
     new.setdefault("applicationState", {"state": state.value})
     ready, reason, default_message = _READY.get(state, (None, "Unknown", "unknown state"))
-    error = (new.get("applicationState") or {}).get("errorMessage")
+    written = new.get("applicationState") or {}
+    if "errorMessage" in written:
+        error = written.get("errorMessage")
+    else:
+        # A pass that leaves the state as it was keeps its reason (the merge patch keeps
+        # errorMessage), so the Ready message must not fall back to the generic text.
+        kept = status.get("applicationState") or {}
+        error = kept.get("errorMessage") if _state(status) == state.value else None
     new["conditions"] = set_condition(
         status.get("conditions"),
         type="Ready",
         status=ready,
         reason=reason,
-        message=error or default_message,
+        message=error or message or default_message,
         generation=app["metadata"].get("generation"),
     )
     previous = _state(status)

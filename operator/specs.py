@@ -14,7 +14,15 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 
 from sparkglass.runtime.contract.description import (
@@ -25,6 +33,12 @@ from sparkglass.runtime.contract.description import (
     VertexKind,
 )
 from sparkglass.runtime.contract.durations import parse_duration_ms
+from sparkglass.runtime.contract.errors import InvalidParameterError
+from sparkglass.runtime.contract.expectations import Expectation
+from sparkglass.runtime.contract.redaction import RedactionRule
+from sparkglass.runtime.contract.round_request import RoundKind, RoundRequest, round_request
+
+from .pod_customization import check_pod_settings, check_volumes
 
 
 def parse_duration(text: str, *, field: str = "duration") -> float:
@@ -45,6 +59,56 @@ def _duration(value: str, info: ValidationInfo) -> str:
     return value
 
 
+#: ``spec.sparkConf`` keys only the operator sets; the CRD refuses them too (one CEL rule each
+#: for the keys and the prefix, with messages naming them). Each would break the driver: the
+#: master and deploy mode make ``spark-submit`` start something else; the namespace, Pod name,
+#: host and ports are what the driver's headless Service and the executors rely on; the
+#: executor Pod template carries the restricted security defaults and ``spec.executor``'s Pod
+#: settings; the control endpoint's address, token and TLS files are what the operator pins.
+OPERATOR_OWNED_CONF_KEYS = frozenset(
+    {
+        "spark.master",
+        "spark.submit.deployMode",
+        "spark.kubernetes.namespace",
+        "spark.kubernetes.driver.pod.name",
+        "spark.driver.host",
+        "spark.driver.bindAddress",
+        "spark.driver.port",
+        "spark.driver.blockManager.port",
+        "spark.ui.port",
+        "spark.kubernetes.executor.podTemplateFile",
+        "spark.kubernetes.executor.podTemplateContainerName",
+        "spark.kubernetes.executor.label.sparkglass.io/application",
+    }
+)
+#: Prefixes of operator-owned keys: the control endpoint (port, host, token, TLS files)...
+OPERATOR_OWNED_CONF_PREFIXES = ("spark.sparkglass.control.",)
+#: ...except its tuning knobs, which change no address or credential (runtime ``endpoint``).
+USER_CONTROL_CONF_KEYS = frozenset(
+    {
+        "spark.sparkglass.control.max-body-bytes",
+        "spark.sparkglass.control.connection-timeout",
+        "spark.sparkglass.control.max-connections",
+    }
+)
+
+
+def operator_owned(key: str) -> bool:
+    """Whether the operator alone sets Spark property ``key`` (see the constants above)."""
+    if key in OPERATOR_OWNED_CONF_KEYS:
+        return True
+    return key.startswith(OPERATOR_OWNED_CONF_PREFIXES) and key not in USER_CONTROL_CONF_KEYS
+
+
+def _user_spark_conf(value: dict[str, str]) -> dict[str, str]:
+    owned = sorted(k for k in value if operator_owned(k))
+    if owned:
+        raise ValueError(
+            f"sparkConf: {', '.join(owned)} is set by the operator and cannot be overridden"
+        )
+    return value
+
+
 #: A duration kept as the string the user wrote (Spark reads it as such), checked on parse.
 Duration = Annotated[str, AfterValidator(_duration)]
 
@@ -53,15 +117,38 @@ class _Spec(BaseModel):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
 
 
+#: A Kubernetes object (``core/v1`` shape: a Volume, VolumeMount, Toleration, Container...)
+#: kept as the user wrote it. The CRD validates its structure; the API server validates the
+#: whole object when the operator creates the Pod; the operator reads only the names it must
+#: check against what it owns (:mod:`pod_customization`).
+KubernetesObject = dict[str, Any]
+
+
 class EnvVar(_Spec):
-    """One environment variable (name/value)."""
+    """One environment variable: ``value``, or ``valueFrom`` (a ``core/v1`` EnvVarSource:
+    ``secretKeyRef``, ``configMapKeyRef``, ``fieldRef``, ``resourceFieldRef``)."""
 
     name: str
     value: str = ""
+    value_from: KubernetesObject | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> EnvVar:
+        if self.value and self.value_from is not None:
+            raise ValueError(f"env {self.name}: set value or valueFrom, not both")
+        return self
+
+    def manifest(self) -> dict[str, Any]:
+        """The container ``env`` entry."""
+        if self.value_from is not None:
+            return {"name": self.name, "valueFrom": self.value_from}
+        return {"name": self.name, "value": self.value}
 
 
 class PodSettings(_Spec):
-    """``spec.driver`` / ``spec.executor`` (spark-operator v1beta2 ``SparkPodSpec`` subset)."""
+    """``spec.driver`` / ``spec.executor`` (spark-operator v1beta2 ``SparkPodSpec`` subset,
+    with ``DriverSpec``/``ExecutorSpec``'s ``priorityClassName``). The Kubernetes objects
+    are ``core/v1`` shapes, merged by :mod:`pod_customization` under the operator's own."""
 
     cores: int | None = None
     core_limit: str | None = None
@@ -71,9 +158,30 @@ class PodSettings(_Spec):
     labels: dict[str, str] = Field(default_factory=dict)
     annotations: dict[str, str] = Field(default_factory=dict)
     env: list[EnvVar] = Field(default_factory=list)
+    env_from: list[KubernetesObject] = Field(default_factory=list)
+    volume_mounts: list[KubernetesObject] = Field(default_factory=list)
+    tolerations: list[KubernetesObject] = Field(default_factory=list)
+    affinity: KubernetesObject | None = None
+    pod_security_context: KubernetesObject | None = None
+    security_context: KubernetesObject | None = None
+    init_containers: list[KubernetesObject] = Field(default_factory=list)
+    sidecars: list[KubernetesObject] = Field(default_factory=list)
+    priority_class_name: str | None = None
+    scheduler_name: str | None = None
     service_account: str | None = None
     node_selector: dict[str, str] = Field(default_factory=dict)
     instances: int | None = None  # executors only
+
+
+class SparkUIOptions(_Spec):
+    """``spec.sparkUIOptions``: what applies without an Ingress. The UI is served on the
+    driver's headless Service ``<app>-driver`` (port ``spark-ui``); these add labels and
+    annotations to that Service (for a service mesh, an external-dns or a Prometheus
+    scrape rule). spark-operator's ``servicePort``, ``serviceType`` and ``ingress*`` are not
+    supported: the Service is headless, its ports are the operator's."""
+
+    service_annotations: dict[str, str] = Field(default_factory=dict)
+    service_labels: dict[str, str] = Field(default_factory=dict)
 
 
 class Dependencies(_Spec):
@@ -113,6 +221,10 @@ class RestartPolicy(_Spec):
     on_submission_failure_retry_interval: int = 5
 
 
+class ExpectationSpec(Expectation):
+    """One entry of ``spec.pipeline.vertices[].expectations`` (the runtime's model)."""
+
+
 class VertexSpec(_Spec):
     """One entry of ``spec.pipeline.vertices``."""
 
@@ -122,6 +234,7 @@ class VertexSpec(_Spec):
     bounded: bool = True
     python: bool = False
     attributes: VertexAttributes = Field(default_factory=VertexAttributes)
+    expectations: list[ExpectationSpec] | None = None
 
 
 class PipelineSpec(_Spec):
@@ -141,6 +254,15 @@ class SamplingSpec(_Spec):
     refresh_interval: Duration = "60s"
     timeout: Duration = "30s"
     control_port: int = 4045
+    redact: list[RedactionRule] = Field(default_factory=list)
+
+
+#: Seconds a driver Pod may stay Pending (pulling its image, waiting for a node) before the
+#: start counts as a failed submission. 10 minutes covers a cold pull of a multi-GB Spark
+#: image on a slow registry; a smaller value fails faster on a broken cluster.
+DEFAULT_DRIVER_START_TIMEOUT_SECONDS = 600
+MIN_DRIVER_START_TIMEOUT_SECONDS = 30
+MAX_DRIVER_START_TIMEOUT_SECONDS = 86400
 
 
 class SparkApplicationSpec(_Spec):
@@ -155,15 +277,39 @@ class SparkApplicationSpec(_Spec):
     main_application_file: str
     main_class: str | None = None
     arguments: list[str] = Field(default_factory=list)
-    spark_conf: dict[str, str] = Field(default_factory=dict)
+    spark_conf: Annotated[dict[str, str], AfterValidator(_user_spark_conf)] = Field(
+        default_factory=dict
+    )
+    hadoop_conf: dict[str, str] = Field(default_factory=dict)
+    volumes: list[KubernetesObject] = Field(default_factory=list)
+    spark_ui_options: SparkUIOptions = Field(default_factory=SparkUIOptions, alias="sparkUIOptions")
+    suspend: bool = False
     deps: Dependencies = Field(default_factory=Dependencies)
     driver: PodSettings = Field(default_factory=PodSettings)
     executor: PodSettings = Field(default_factory=PodSettings)
     dynamic_allocation: DynamicAllocation = Field(default_factory=DynamicAllocation)
     restart_policy: RestartPolicy = Field(default_factory=RestartPolicy)
     time_to_live_seconds: int | None = None
+    start_timeout_seconds: int = Field(
+        default=DEFAULT_DRIVER_START_TIMEOUT_SECONDS,
+        ge=MIN_DRIVER_START_TIMEOUT_SECONDS,
+        le=MAX_DRIVER_START_TIMEOUT_SECONDS,
+    )
     pipeline: PipelineSpec = Field(default_factory=PipelineSpec)
     sampling: SamplingSpec = Field(default_factory=SamplingSpec)
+
+    @field_validator("volumes")
+    @classmethod
+    def _no_reserved_volume(cls, value: list[KubernetesObject]) -> list[KubernetesObject]:
+        check_volumes(value)
+        return value
+
+    @field_validator("driver", "executor")
+    @classmethod
+    def _no_collision(cls, value: PodSettings, info: ValidationInfo) -> PodSettings:
+        # ``volumes`` is declared before ``driver``/``executor``, so it is in ``info.data``.
+        check_pod_settings(value, info.data.get("volumes") or [], role=info.field_name or "")
+        return value
 
     @classmethod
     def parse(cls, spec: Any) -> SparkApplicationSpec:
@@ -192,6 +338,10 @@ class ApplicationRef(_Spec):
     name: str
 
 
+#: Longest ``applicationStartTimeout`` (the CRD's bound), seconds.
+MAX_START_TIMEOUT_SECONDS = 3600.0
+
+
 class DataSampleSpec(_Spec):
     """``DataSample.spec``."""
 
@@ -202,6 +352,26 @@ class DataSampleSpec(_Spec):
     sampling_window: Duration | None = None
     ttl_seconds_after_finished: int | None = Field(default=None, ge=0)
     backoff_limit: int = Field(default=3, ge=0, le=10)
+    kind: RoundKind = RoundKind.OUTPUT
+    filter: str | None = None
+    columns: list[str] | None = None
+    expectation: str | None = None
+    application_start_timeout: Duration = "5m"
+
+    @field_validator("application_start_timeout")
+    @classmethod
+    def _start_timeout_range(cls, value: str) -> str:
+        if parse_duration(value, field="applicationStartTimeout") > MAX_START_TIMEOUT_SECONDS:
+            raise InvalidParameterError(
+                f"applicationStartTimeout={value} is out of range: allowed 0s–1h",
+                field="applicationStartTimeout",
+            )
+        return value
+
+    def round_request(self) -> RoundRequest:
+        """The round's kind, filter, columns and expectation; raises
+        :class:`~sparkglass.runtime.contract.errors.InvalidParameterError` naming the field."""
+        return round_request(self.kind.value, self.filter, self.columns, self.expectation)
 
     @classmethod
     def parse(cls, spec: Any) -> DataSampleSpec:

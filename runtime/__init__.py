@@ -61,6 +61,12 @@ if TYPE_CHECKING:
         PlanError,
         SparkglassError,
     )
+    from sparkglass.runtime.contract.expectations import (
+        Expectation,
+        expect,
+        expect_or_drop,
+        expect_or_fail,
+    )
     from sparkglass.runtime.contract.plan import Optimizations, Plan
     from sparkglass.runtime.contract.planner import plan
     from sparkglass.runtime.pipeline import Pipeline, PipelineProgress
@@ -82,6 +88,10 @@ _EXPORTS: dict[str, str] = {
     "idempotent": "contract.attributes",
     "no_output_until_end_of_input": "contract.attributes",
     "not_cache_record": "contract.attributes",
+    "Expectation": "contract.expectations",
+    "expect": "contract.expectations",
+    "expect_or_drop": "contract.expectations",
+    "expect_or_fail": "contract.expectations",
     "PipelineDescription": "contract.description",
     "VertexAttributes": "contract.description",
     "VertexDescription": "contract.description",
@@ -105,6 +115,7 @@ __all__ = [
     "AsyncRequestError",
     "AsyncSinkWriter",
     "AsyncTimeoutError",
+    "Expectation",
     "ExponentialBackoffRetry",
     "FixedDelayRetry",
     "InitContext",
@@ -121,6 +132,9 @@ __all__ = [
     "VertexDescription",
     "VertexKind",
     "async_map",
+    "expect",
+    "expect_or_drop",
+    "expect_or_fail",
     "idempotent",
     "no_output_until_end_of_input",
     "not_cache_record",

@@ -53,7 +53,21 @@ from sparkglass.runtime.contract.description import (
     check_vertex_name,
     topological_order,
 )
-from sparkglass.runtime.contract.errors import PipelineError
+from sparkglass.runtime.contract.errors import PipelineError, PlanError
+from sparkglass.runtime.contract.expectations import (
+    EXPECTATIONS_CONF,
+    Expectation,
+    ExpectationCounts,
+    check_unique,
+    expectations_of,
+    merge_expectations,
+    parse_expectation_overrides,
+)
+from sparkglass.runtime.contract.pipeline_metrics import (
+    PipelineMetrics,
+    QueryState,
+    VertexMetrics,
+)
 from sparkglass.runtime.contract.plan import Optimizations, Plan
 from sparkglass.runtime.contract.planner import plan as plan_pipeline
 from sparkglass.runtime.optimizations.fusion import (
@@ -63,6 +77,7 @@ from sparkglass.runtime.optimizations.fusion import (
 )
 from sparkglass.runtime.optimizations.latest_per_key import latest_per_key
 from sparkglass.runtime.optimizations.materialize import materialize
+from sparkglass.runtime.quality import EXPECTATION_PREFIX, ROWS_METRIC, apply_expectations
 from sparkglass.runtime.sampling.rounds import MicroBatches
 from sparkglass.runtime.sampling.tap import detach, install_materialized_tap, install_tap
 
@@ -88,6 +103,7 @@ class Step:
     writer: SinkWriter | None = None
     attributes: VertexAttributes = field(default_factory=VertexAttributes)
     python: bool = False
+    expectations: list[Expectation] = field(default_factory=list)
 
 
 @dataclass
@@ -96,6 +112,8 @@ class VertexProgress:
 
     rows_total: int = 0
     rows_last_batch: int = 0
+    #: ``rows_last_batch`` per second since the query's previous micro-batch started.
+    rows_per_second: float = 0.0
 
 
 @dataclass
@@ -107,6 +125,8 @@ class PipelineProgress:
     queries' last reported rates (Spark's ``StreamingQueryProgress``), in rows/s: every
     query reads its sources on its own, so a sum would count the same rows twice.
     ``vertices`` holds, per vertex, the rows at its output (Spark observed metrics).
+    ``last_micro_batch_end_ms``: when the latest micro-batch ended (ms since the epoch).
+    ``started_queries``: streaming queries ``start()`` started (running or not).
     """
 
     micro_batches: int = 0
@@ -115,6 +135,10 @@ class PipelineProgress:
     vertices: dict[str, VertexProgress] = field(default_factory=dict)
     active_queries: int = 0
     failed: str | None = None
+    #: Pass and fail counts of each expectation (streaming vertices).
+    expectations: list[ExpectationCounts] = field(default_factory=list)
+    last_micro_batch_end_ms: int | None = None
+    started_queries: int = 0
 
 
 #: Micro-batches remembered for sampling rounds (per pipeline; a few minutes at most rates).
@@ -250,12 +274,20 @@ class Pipeline:
         self._progress = PipelineProgress()
         self._rates: dict[str, tuple[float, float]] = {}
         self._rows_by_query: dict[tuple[str, str], int] = {}
+        #: Per (query id, vertex): rows/s of the query's latest micro-batch.
+        self._rate_by_query: dict[tuple[str, str], float] = {}
+        #: Per query id: when its latest micro-batch started (ms since the epoch).
+        self._last_start: dict[str, int] = {}
         self._batches: deque[_MicroBatch] = deque(maxlen=KEPT_MICRO_BATCHES)
         #: Materialized vertices and when their output was written (ms since the epoch).
         self._materialized_at: dict[str, int] = {}
         self._listener: _ProgressListener | None = None
         self._started = False
         self._plan: Plan | None = None  # set by start(): how output() builds each step
+        #: Expectations from the SparkApplication spec, by vertex (read by start()).
+        self._expectation_overrides: dict[str, list[Expectation]] = {}
+        #: (vertex, expectation) → [passed, failed, passed last batch, failed last batch].
+        self._expectation_counts: dict[tuple[str, str], list[int]] = {}
 
     # ------------------------------------------------------------------ building
     @property
@@ -300,15 +332,21 @@ class Pipeline:
         *,
         attributes: VertexAttributes | None = None,
         python: bool = False,
+        expectations: Sequence[Expectation] | None = None,
     ) -> str:
         """Add a vertex computing ``fn(*input_dataframes)``. Returns ``name``.
 
         Attributes come from ``attributes`` or else from the attribute decorators on
         ``fn``. ``python=True`` marks a vertex whose work runs as Python on the executors.
+        Expectations come from ``expectations`` or else from the ``expect*`` decorators on
+        ``fn`` (:mod:`sparkglass.runtime.contract.expectations`); raises
+        :class:`~sparkglass.runtime.contract.errors.PlanError` for two of one name.
         """
         if not callable(fn):
             raise PipelineError(f"vertex {name!r} needs a callable, got {fn!r}", vertex=name)
         declared = attributes or getattr(fn, ATTRIBUTES_ATTR, None) or VertexAttributes()
+        checks = list(expectations) if expectations is not None else expectations_of(fn)
+        check_unique(checks, f"vertex {name!r}")
         return self._add(
             Step(
                 name=name,
@@ -317,6 +355,7 @@ class Pipeline:
                 fn=fn,
                 attributes=declared,
                 python=python,
+                expectations=checks,
             )
         )
 
@@ -345,7 +384,9 @@ class Pipeline:
         """
         declared = attributes or attributes_of(fn)
         wrapped = ArrowVertexFunction(name=name, fn=fn, schema=schema)
-        return self.vertex(name, input, wrapped, attributes=declared, python=True)
+        return self.vertex(
+            name, input, wrapped, attributes=declared, python=True, expectations=expectations_of(fn)
+        )
 
     # --------------------------------------------------------------- describing
     def steps(self) -> list[Step]:
@@ -410,10 +451,41 @@ class Pipeline:
                 raise PipelineError(
                     f"vertex {name!r} returned {type(df).__name__}, not a DataFrame", vertex=name
                 )
+            df = apply_expectations(self, name, df, self.expectations(name))
             df = self._apply_plan(step, df)
         df = self._instrument(name, df)
         self._outputs[name] = df
         return df
+
+    def expectations(self, name: str) -> list[Expectation]:
+        """The expectations of vertex ``name``: declared ones, with the SparkApplication's
+        (``spark.sparkglass.pipeline.expectations``) replacing those of the same name."""
+        step = self._steps[name]
+        return merge_expectations(step.expectations, self._expectation_overrides.get(name, []))
+
+    def expectation_counts(self) -> list[ExpectationCounts]:
+        """Pass and fail counts of every expectation of a streaming vertex (totals since
+        start and in the last micro-batch), in declaration order."""
+        out: list[ExpectationCounts] = []
+        with self._lock:
+            counts = dict(self._expectation_counts)
+        for step in self._steps.values():
+            if step.kind is not VertexKind.VERTEX:
+                continue
+            for e in self.expectations(step.name):
+                c = counts.get((step.name, e.name), [0, 0, 0, 0])
+                out.append(
+                    ExpectationCounts(
+                        vertex=step.name,
+                        name=e.name,
+                        action=e.action,
+                        passed=c[0],
+                        failed=c[1],
+                        passed_last_batch=c[2],
+                        failed_last_batch=c[3],
+                    )
+                )
+        return out
 
     def _fused_group(self, step: Step) -> tuple[str, list[ArrowVertexFunction]] | None:
         """``(input of the group, its functions)`` when ``step`` ends a planned fusion group."""
@@ -493,11 +565,23 @@ class Pipeline:
         if overrides is None:
             overrides = self.spark.conf.get(OVERRIDES_CONF, None) or None
         plan = self.plan(overrides=overrides, optimizations=optimizations)
+        self._expectation_overrides = parse_expectation_overrides(
+            self.spark.conf.get(EXPECTATIONS_CONF, None) or None
+        )
+        vertices = [s.name for s in self._steps.values() if s.kind is VertexKind.VERTEX]
+        for name in self._expectation_overrides:
+            if name not in vertices:
+                raise PlanError(
+                    f"expectations for {name!r}, which is not a vertex of pipeline "
+                    f"{self.name!r}; vertices: {', '.join(vertices)}",
+                    vertex=name,
+                )
         self._plan = plan
         # Outputs built before start() were built without the plan: drop those it changes
         # (and everything downstream), keep the rest (their taps are already registered).
         changed = {v.name for v in plan.vertices if v.materialize or v.latest_per_key}
         changed |= {name for group in plan.fusions for name in group.vertices}
+        changed |= set(self._expectation_overrides)  # built before the spec's were known
         for v in plan.vertices:
             if changed & set(v.inputs):
                 changed.add(v.name)
@@ -624,9 +708,20 @@ class Pipeline:
             str(progress.id), start_ms, start_ms + int(progress.batchDuration or 0), batch_rows
         )
         with self._lock:
+            self._record_expectations(metrics)
             self._batches.append(batch)
             p = self._progress
             p.micro_batches += 1
+            p.last_micro_batch_end_ms = max(p.last_micro_batch_end_ms or 0, batch.end_ms)
+            # Rows per second like Spark's inputRowsPerSecond: over the time between this
+            # trigger and the previous one of the same query (the first: the batch's own).
+            previous = self._last_start.get(batch.query_id)
+            self._last_start[batch.query_id] = start_ms
+            elapsed_ms = (
+                start_ms - previous
+                if previous is not None and start_ms > previous
+                else int(progress.batchDuration or 0)
+            )
             self._rates[str(progress.id)] = (
                 float(progress.inputRowsPerSecond or 0.0),
                 float(progress.processedRowsPerSecond or 0.0),
@@ -644,6 +739,27 @@ class Pipeline:
                 key = (str(progress.id), vertex)
                 self._rows_by_query[key] = self._rows_by_query.get(key, 0) + rows
                 vp.rows_total = max(vp.rows_total, self._rows_by_query[key])
+                self._rate_by_query[key] = rows * 1000.0 / elapsed_ms if elapsed_ms > 0 else 0.0
+                vp.rows_per_second = max(
+                    r for (_, v), r in self._rate_by_query.items() if v == vertex
+                )
+
+    def _record_expectations(self, metrics: Any) -> None:
+        """Add one micro-batch's expectation outcomes (``sg_expect_<vertex>`` metrics)."""
+        for key, row in metrics.items():
+            if not key.startswith(EXPECTATION_PREFIX):
+                continue
+            vertex = key[len(EXPECTATION_PREFIX) :]
+            values = row.asDict() if hasattr(row, "asDict") else dict(row)
+            rows = int(values.get(ROWS_METRIC) or 0)
+            for name, failed in values.items():
+                if name == ROWS_METRIC:
+                    continue
+                failed_n = int(failed or 0)
+                c = self._expectation_counts.setdefault((vertex, name), [0, 0, 0, 0])
+                c[0] += rows - failed_n
+                c[1] += failed_n
+                c[2], c[3] = rows - failed_n, failed_n
 
     def micro_batches(self, vertex: str, since_ms: int) -> MicroBatches | None:
         """What the streaming queries that run ``vertex`` did since ``since_ms`` (ms since the
@@ -676,6 +792,7 @@ class Pipeline:
 
     def progress(self) -> PipelineProgress:
         """A consistent snapshot of :class:`PipelineProgress`."""
+        expectation_counts = self.expectation_counts()
         with self._lock:
             p = self._progress
             failed = None
@@ -690,12 +807,47 @@ class Pipeline:
                 input_rows_per_second=p.input_rows_per_second,
                 processed_rows_per_second=p.processed_rows_per_second,
                 vertices={
-                    k: VertexProgress(v.rows_total, v.rows_last_batch)
+                    k: VertexProgress(v.rows_total, v.rows_last_batch, v.rows_per_second)
                     for k, v in p.vertices.items()
                 },
                 active_queries=active,
                 failed=failed,
+                expectations=expectation_counts,
+                last_micro_batch_end_ms=p.last_micro_batch_end_ms,
+                started_queries=len(self._queries),
             )
+
+    def metrics(self) -> PipelineMetrics:
+        """:meth:`progress` in the wire form the driver control endpoint serves at
+        ``GET /api/v1/progress``
+        (:class:`~sparkglass.runtime.contract.pipeline_metrics.PipelineMetrics`)."""
+        p = self.progress()
+        if p.failed is not None:
+            state = QueryState.FAILED
+        elif p.active_queries:
+            state = QueryState.ACTIVE
+        elif p.started_queries:
+            state = QueryState.STOPPED
+        else:
+            state = QueryState.NOT_STARTED
+        return PipelineMetrics(
+            state=state,
+            active_queries=p.active_queries,
+            failed=p.failed,
+            micro_batches=p.micro_batches,
+            input_rows_per_second=p.input_rows_per_second,
+            processed_rows_per_second=p.processed_rows_per_second,
+            last_micro_batch_timestamp=p.last_micro_batch_end_ms,
+            observed_at=int(time.time() * 1000),
+            vertices={
+                name: VertexMetrics(
+                    rows_last_micro_batch=v.rows_last_batch,
+                    rows_per_second=v.rows_per_second,
+                    rows_total=v.rows_total,
+                )
+                for name, v in p.vertices.items()
+            },
+        )
 
     # ------------------------------------------------------------------- async
     def async_vertex(

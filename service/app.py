@@ -17,29 +17,34 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
+from sqlalchemy.orm import Session, sessionmaker
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from sparkglass import __version__
-from sparkglass.runtime.contract.sample_result import DataSampleResult
+from sparkglass.runtime.contract.sample_result import DataSampleResult, SampleStatus
 
 from .audit import AuditWriter, audit_denials
 from .auth import Authenticator
 from .auth.kubernetes import KubernetesAuthenticator
 from .auth.local import LocalAuthenticator
 from .catalog import KubernetesCatalog
+from .driver_trust import DriverTrust
 from .execution import RoundExecutor
 from .execution.kubernetes import DataSampleExecutor
 from .execution.local import LocalDriverExecutor
 from .kube import make_api_client
 from .metrics import ServiceMetrics
+from .pipeline_progress import PipelineProgressReader
 from .retention import RetentionSweeper
-from .routers import applications, audit, operations, samples
+from .routers import applications, audit, operations, progress, samples
 from .security import AuthFailureLimiter, BodyLimitMiddleware, SecurityHeadersMiddleware
 from .settings import AuthMode, ExecutionMode, Settings
 from .shared_rounds import SharedRounds
 from .state import ServiceState
 from .store import open_store, repository
+from .store.cipher import SETTING as STORE_KEY_SETTING
+from .store.cipher import attach, store_cipher
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +106,7 @@ def build_state(
 ) -> ServiceState:
     """Open the store and build the per-mode components (overridable for tests)."""
     sessions = open_store(settings.resolved_database_url)
+    _encrypt_driver_tokens(sessions, settings)
     metrics = ServiceMetrics()
     api_client = None
     needs_kube = (
@@ -120,19 +126,25 @@ def build_state(
         else:
             authenticator = LocalAuthenticator(sessions, settings.tokens_file)
     catalog = None
+    trust = DriverTrust()
     if executor is None:
         if settings.execution_mode is ExecutionMode.KUBERNETES:
             assert api_client is not None
 
             def stored(round_id: str) -> DataSampleResult | None:
+                # The operator saved the records; the round's outcome is all the service
+                # needs, not up to ~50 MB of records.
                 with sessions() as session:
-                    return repository.finished_result(session, round_id)
+                    row = repository.get_round(session, round_id)
+                    if row is None or row.status == SampleStatus.PENDING.value:
+                        return None
+                    return repository.round_head(row)
 
             executor = DataSampleExecutor(
                 api_client, stored, ttl_seconds=settings.datasample_ttl_seconds
             )
         else:
-            executor = LocalDriverExecutor()
+            executor = LocalDriverExecutor(trust=trust)
     if settings.execution_mode is ExecutionMode.KUBERNETES and api_client is not None:
         catalog = KubernetesCatalog(api_client, sessions, max_names=settings.catalog_max_names)
     coordinator = SharedRounds(sessions, executor, settings, metrics)
@@ -149,7 +161,29 @@ def build_state(
         ),
         metrics=metrics,
         catalog=catalog,
+        driver_trust=trust,
+        progress=PipelineProgressReader(published=catalog.progress if catalog else None),
     )
+
+
+def _encrypt_driver_tokens(sessions: sessionmaker[Session], settings: Settings) -> None:
+    """Attach the store's cipher to ``sessions`` and encrypt driver tokens an older version
+    stored in plaintext (or under a key no longer first): done here rather than in a
+    migration, because migrations do not hold the key."""
+    key = settings.store_key.get_secret_value() if settings.store_key is not None else None
+    cipher = store_cipher(key, settings.resolved_database_url)
+    attach(sessions, cipher)
+    with sessions.begin() as session:
+        rewritten, left = repository.encrypt_driver_tokens(session)
+    if rewritten:
+        log.info("encrypted %d stored driver tokens with the store key", rewritten)
+    if left:
+        log.warning(
+            "%d stored driver tokens could not be encrypted or opened: set %s (see "
+            "docs/security.md)",
+            left,
+            STORE_KEY_SETTING,
+        )
 
 
 def create_app(
@@ -175,6 +209,7 @@ def create_app(
         finally:
             sweeper.stop()
             state.coordinator.close()
+            state.progress.close()
             state.audit.stop()
 
     app = FastAPI(
@@ -201,6 +236,7 @@ def create_app(
     app.add_middleware(_MetricsMiddleware, metrics=state.metrics)
     app.include_router(applications.router)
     app.include_router(samples.router)
+    app.include_router(progress.router)
     app.include_router(audit.router)
     app.include_router(operations.router)
     app.mount("/ui", StaticFiles(directory=STATIC_DIR, html=True), name="ui")

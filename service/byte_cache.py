@@ -2,7 +2,7 @@
 
 Results of one round range from a few hundred bytes to ~50 MB (5000 records of up to
 10000 characters), so a cap on entries bounds nothing: the service's result caches use
-this instead (``result_cache_bytes``).
+this instead (``result_cache_bytes``), holding rendered bodies (bytes) whose size is exact.
 """
 
 from __future__ import annotations
@@ -12,24 +12,8 @@ from collections import OrderedDict
 from collections.abc import Hashable
 from typing import Generic, TypeVar
 
-from sparkglass.runtime.contract.sample_result import DataSampleResult
-
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
-
-#: Bytes counted per record beyond its strings, and per result (object headers, lists,
-#: ints): rough CPython figures, so the budget is close to what the objects really take.
-_RECORD_OVERHEAD = 250
-_RESULT_OVERHEAD = 1000
-
-
-def result_size(result: DataSampleResult) -> int:
-    """Approximate bytes ``result`` holds in memory (its strings plus fixed overheads)."""
-    size = _RESULT_OVERHEAD
-    for subtask in result.samples:
-        for record in subtask.records:
-            size += len(record.data) + len(record.data_type) + _RECORD_OVERHEAD
-    return size
 
 
 class ByteLRU(Generic[K, V]):

@@ -23,7 +23,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from urllib3.exceptions import HTTPError
 
 from sparkglass.runtime.contract.description import PipelineDescription, VertexDescription
-from sparkglass.runtime.control.client import ControlClient, ControlError
+from sparkglass.runtime.control.client import ControlClient, ControlError, ControlTLS
 
 from .graph import graph_of
 from .store import repository
@@ -37,15 +37,21 @@ class CatalogError(Exception):
 
 
 def fetch_driver_pipeline(
-    driver_url: str, token: str, *, http: httpx.Client | None = None
+    driver_url: str,
+    token: str,
+    *,
+    http: httpx.Client | None = None,
+    tls: ControlTLS | None = None,
 ) -> tuple[PipelineDescription, dict[str, Any]]:
     """``GET /api/v1/pipeline`` and ``/api/v1/settings`` of a driver control endpoint.
 
     Returns the pipeline and the sampling settings as the driver sent them (``{}`` when the
-    driver answers the settings with an error). ``http`` is a pool to use (not closed).
-    Raises :class:`CatalogError` when the driver is unreachable or answers badly.
+    driver answers the settings with an error). ``http`` is a pool to use (not closed; not
+    with ``tls``, the certificate to pin for an ``https://`` driver). Raises
+    :class:`CatalogError` when the driver is unreachable, its certificate fails
+    verification (then no token was sent), or it answers badly.
     """
-    with ControlClient(driver_url, token, http=http) as driver:
+    with ControlClient(driver_url, token, http=None if tls else http, tls=tls) as driver:
         try:
             return driver.pipeline(), _settings_or_empty(driver)
         except ControlError as exc:
@@ -79,10 +85,12 @@ def register_local_application(
     namespace: str = "local",
     description: PipelineDescription | None = None,
     sampling: dict[str, Any] | None = None,
+    tls: ControlTLS | None = None,
 ) -> None:
-    """Store a local application; reads its pipeline from the driver unless given."""
+    """Store a local application; reads its pipeline from the driver unless given
+    (``tls``: the certificate to pin for an ``https://`` driver)."""
     if description is None:
-        description, sampling = fetch_driver_pipeline(driver_url, driver_token)
+        description, sampling = fetch_driver_pipeline(driver_url, driver_token, tls=tls)
     graph = graph_of(description)
     with sessions.begin() as session:
         repository.upsert_application(
@@ -160,6 +168,30 @@ class KubernetesCatalog:
         self._max_names = max_names
         self._seen: OrderedDict[tuple[str, str], float] = OrderedDict()
         self._seen_lock = threading.Lock()
+
+    def progress(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """``status.progress`` of SparkApplication ``namespace/name`` (the operator copies the
+        driver's live metrics there), or None when it has none or does not exist. One API
+        read; callers cache. Raises :class:`CatalogError` when the API server cannot be read."""
+        try:
+            obj: dict[str, Any] = self._api.get_namespaced_custom_object(  # type: ignore[assignment]
+                SPARKAPP_GROUP,
+                SPARKAPP_VERSION,
+                namespace,
+                SPARKAPP_PLURAL,
+                name,
+                _request_timeout=10,
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise CatalogError(
+                f"cannot read SparkApplication {namespace}/{name} (HTTP {exc.status})"
+            ) from None
+        except (HTTPError, OSError):
+            raise CatalogError(f"cannot read SparkApplication {namespace}/{name}") from None
+        progress = (obj.get("status") or {}).get("progress")
+        return progress if isinstance(progress, dict) else None
 
     def remembered(self) -> int:
         """How many (namespace, name) keys the catalog currently remembers."""

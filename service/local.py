@@ -29,7 +29,8 @@ from fastapi import FastAPI
 from .app import create_app
 from .auth.local import LocalAuthenticator
 from .catalog import register_local_application
-from .settings import Settings
+from .driver_trust import driver_tls
+from .settings import LOCAL_NAMESPACE, Settings
 
 log = logging.getLogger(__name__)
 
@@ -50,14 +51,21 @@ class LocalService:
         """The Data Sample page with the token in the URL fragment (never sent to a server)."""
         return f"{self.url}/ui/#token={self.token}"
 
-    def register(self, name: str, driver_url: str, driver_token: str) -> None:
+    def register(
+        self, name: str, driver_url: str, driver_token: str, *, driver_ca_pem: str | None = None
+    ) -> None:
         """Register (or refresh) a local application: reads its pipeline from the driver.
 
-        Raises :class:`sparkglass.service.catalog.CatalogError` if the driver cannot be read.
+        ``driver_ca_pem``: the certificate to verify an ``https://`` driver with (pinned for
+        registration and rounds). Raises :class:`sparkglass.service.catalog.CatalogError` if
+        the driver cannot be read (its certificate failing verification included), and
+        ``ValueError`` naming ``driver_ca_pem`` for a certificate that cannot be loaded or
+        an ``http://`` URL.
         """
-        register_local_application(
-            self.app.state.sparkglass.sessions, name, driver_url, driver_token
-        )
+        tls = driver_tls("driver_ca_pem", driver_url, driver_ca_pem)
+        state = self.app.state.sparkglass
+        register_local_application(state.sessions, name, driver_url, driver_token, tls=tls)
+        state.driver_trust.set(LOCAL_NAMESPACE, name, tls)
 
     def stop(self) -> None:
         """Stop serving (waits up to 10 s)."""

@@ -23,9 +23,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 #: HTTP methods counted under their own name; any other (clients may send any token) is OTHER.
-KNOWN_METHODS = frozenset(
-    {"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"}
-)
+KNOWN_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 #: Status codes the service answers with, counted by value; any other by its class.
 KNOWN_CODES = frozenset(
     {200, 201, 204, 304, 307, 400, 401, 403, 404, 405, 409, 413, 422, 429, 500, 502, 503, 504}
@@ -101,8 +99,6 @@ class ServiceMetrics:
                 template = getattr(route, "path", None) or "unmatched"
                 method = method_label(scope.get("method", "GET"))
                 self.requests.labels(method, template, code_label(code)).inc()
-                self.request_duration.labels(method, template).observe(
-                    time.perf_counter() - start
-                )
+                self.request_duration.labels(method, template).observe(time.perf_counter() - start)
 
         return middleware

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 from pydantic.alias_generators import to_camel
 
 from sparkglass.runtime.contract.sample_result import DataSampleResult
 
+from .driver_trust import driver_tls
 from .store.orm import Application, AuditEvent, Round
 
 
@@ -75,11 +76,32 @@ class ApplicationDetail(ApplicationSummary):
     plan_error: str | None = Field(description="Why the planner rejected the pipeline, if so.")
 
 
+#: Most characters of ``driverCaPem`` (a certificate, or a short chain of them).
+MAX_DRIVER_CA_PEM_CHARS = 65536
+
+
 class RegisterApplication(_Model):
     """Local mode: register a running driver's control endpoint (admin)."""
 
-    driver_url: str = Field(description="e.g. http://127.0.0.1:4041")
+    driver_url: str = Field(description="e.g. http://127.0.0.1:4041 or https://…")
     driver_token: str = Field(description="The control endpoint's bearer token (secret).")
+    driver_ca_pem: str | None = Field(
+        default=None,
+        max_length=MAX_DRIVER_CA_PEM_CHARS,
+        description=(
+            "PEM certificate to verify an https:// driver with: its own certificate (the "
+            "operator's per-application one, key tls.crt of <app>-control-token) or its CA. "
+            "Without it an https:// driver is verified against the system's CAs; either way "
+            "the token is not sent to a driver whose certificate fails verification."
+        ),
+    )
+
+    @field_validator("driver_ca_pem")
+    @classmethod
+    def _loadable_for_https(cls, value: str | None, info: ValidationInfo) -> str | None:
+        # Checked here, so a bad certificate is a 422 naming the field, not a failed round.
+        driver_tls("driverCaPem", str(info.data.get("driver_url") or ""), value)
+        return value
 
 
 class RoundSummary(_Model):

@@ -84,9 +84,7 @@ class BodyLimitMiddleware:
         if scope["type"] != "http":
             await self._app(scope, receive, send)
             return
-        too_large = (
-            f"request body too large: max_body_bytes allows at most {self._max} bytes"
-        )
+        too_large = f"request body too large: max_body_bytes allows at most {self._max} bytes"
         for name, value in scope.get("headers", ()):
             if name == b"content-length":
                 try:

@@ -14,12 +14,14 @@ from functools import cached_property
 from pathlib import Path
 
 import platformdirs
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from sparkglass.runtime.contract.durations import format_duration_ms, parse_duration_ms
 from sparkglass.runtime.contract.errors import SamplingSettingsError
 from sparkglass.runtime.contract.sampling_settings import RANGES
+
+from .store.cipher import StoreCipher
 
 #: The namespace every application lives in when the service runs in local mode.
 LOCAL_NAMESPACE = "local"
@@ -151,17 +153,18 @@ class Settings(BaseSettings):
         default=64 * MiB,
         ge=0,
         le=16 * 1024 * MiB,
-        description="Memory for finished results and their rendered JSON bodies, bytes "
-        "(0-16 GiB; default 64 MiB; 0 = no cache). Least recently used entries go first; a "
-        "result larger than the whole budget is never cached (it is read from the store).",
+        description="Memory for rendered JSON bodies of finished results, bytes (0-16 GiB; "
+        "default 64 MiB; 0 = no cache). Least recently used bodies go first; a body larger "
+        "than a quarter of the budget is never cached: it is written from the store a page "
+        "of records at a time, as every body that is not cached.",
     )
     result_concurrency: int = Field(
         default=1,
         ge=1,
         le=64,
-        description="How many full results (up to ~50 MB each) are brought into memory at "
-        "once: fetched from a driver and saved, read from the store, or rendered (1-64; "
-        "default 1). Answers served from the result cache need none.",
+        description="How many driver results are fetched and saved at once (each one "
+        "subtask, at most 1000 records, at a time), and how many bodies are built for the "
+        "cache at once (1-64; default 1).",
     )
     catalog_max_names: int = Field(
         default=10_000,
@@ -185,6 +188,16 @@ class Settings(BaseSettings):
         le=86_400,
         description="The window of auth_failure_limit, seconds (>0-86400; default 60).",
     )
+    store_key: SecretStr | None = Field(
+        default=None,
+        description="Fernet key(s) that encrypt driver control tokens in the store, "
+        "comma-separated: the first encrypts, all decrypt (rotation: put the new key first, "
+        "keep the old one second until the service has restarted once). Unset: with a SQLite "
+        "file store a key is generated once into <database file>.key (mode 0600); with "
+        "PostgreSQL registering a driver token is refused until it is set. Generate one with "
+        "python -c 'from cryptography.fernet import Fernet; "
+        "print(Fernet.generate_key().decode())'.",
+    )
     docs_enabled: bool = Field(
         default=False,
         description="Serve the Swagger UI at /docs (default off). Its scripts come from a CDN, "
@@ -202,6 +215,14 @@ class Settings(BaseSettings):
                 "use auth_mode=kubernetes, or execution_mode=local"
             )
         return self
+
+    @field_validator("store_key")
+    @classmethod
+    def _check_store_key(cls, value: SecretStr | None) -> SecretStr | None:
+        # Checked at start-up, naming the setting and never echoing the key.
+        if value is not None and value.get_secret_value().strip():
+            StoreCipher([k for k in value.get_secret_value().split(",") if k.strip()])
+        return value
 
     @field_validator("sampling_window")
     @classmethod

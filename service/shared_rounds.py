@@ -19,39 +19,45 @@ import logging
 import secrets
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 from sqlalchemy.orm import Session, sessionmaker
 
+from sparkglass.runtime.contract.result_caps import ResultRejected
 from sparkglass.runtime.contract.sample_result import (
     DataSampleResult,
     ErrorCode,
     NoDataReason,
     SampleStatus,
+    SubtaskSamples,
 )
 from sparkglass.runtime.contract.sampling_settings import (
+    RANGES,
     SamplingSettingsError,
     client_deadline_ms,
     settings_from_spec,
 )
 
-from .byte_cache import ByteLRU, result_size
 from .execution.base import RoundExecutor, RoundRequest, failed
 from .metrics import ServiceMetrics
+from .result_body import ResultBodies
 from .settings import Settings
 from .store import repository
 from .store.orm import Application, Round
 
 log = logging.getLogger(__name__)
 
+
 @dataclass(frozen=True)
 class RoundPolicy:
-    """One application's refresh interval (ms) and how long the service waits for a round (s)."""
+    """One application's refresh interval (ms), how long the service waits for a round (s),
+    and the longest record its driver may send (characters)."""
 
     refresh_ms: int
     deadline_s: float
+    max_record_length: int = 10_000
 
 
 def _found_query_idle(row: Round) -> bool:
@@ -65,7 +71,9 @@ class TriggerForbiddenError(Exception):
 
 @dataclass(frozen=True)
 class PollAnswer:
-    """What one poll produced: the unfiltered result and whether this poll started a round."""
+    """What one poll produced: the head of the unfiltered result (its ``samples`` empty:
+    records are sent from the store by :class:`~.result_body.ResultBodies`) and the round
+    this poll started, if it did."""
 
     result: DataSampleResult
     started_round: str | None
@@ -88,19 +96,17 @@ class SharedRounds:
         self._pool = ThreadPoolExecutor(
             max_workers=settings.round_workers, thread_name_prefix="sparkglass-round"
         )
-        # Finished results (they never change once stored) and their rendered bodies, in
-        # one budget of result_cache_bytes: a single round may be ~50 MB.
-        self._memory: ByteLRU[tuple[str, str, bool], DataSampleResult | bytes] = ByteLRU(
-            settings.result_cache_bytes
-        )
-        #: (application id, vertex) -> (expires at ms, round id of the fresh result); the
-        #: result itself lives in the byte-bounded cache only.
-        self._fresh: dict[tuple[int, str], tuple[int, str]] = {}
+        #: (application id, vertex) -> (expires at ms, head of the fresh result): a few
+        #: hundred bytes per vertex; records are never held here.
+        self._fresh: dict[tuple[int, str], tuple[int, DataSampleResult]] = {}
         self._cache_lock = threading.Lock()
         self._futures: set[Future[None]] = set()
-        #: Bounds the full results (up to ~50 MB each) being fetched, saved, read from the
-        #: store or rendered at once; cached answers need no pass.
+        #: Bounds the full results (up to ~50 MB each) being fetched and saved, and the
+        #: bodies being built for the cache, at once; bodies sent from the store or the
+        #: cache need no pass.
         self._memory_gate = threading.BoundedSemaphore(settings.result_concurrency)
+        #: Bodies of stored rounds, cached within result_cache_bytes.
+        self.bodies = ResultBodies(sessions, settings.result_cache_bytes, self._memory_gate)
 
     @property
     def memory_gate(self) -> threading.BoundedSemaphore:
@@ -117,6 +123,7 @@ class SharedRounds:
         """
         refresh_ms = int(self._settings.refresh_interval_seconds * 1000)
         timeout_ms = int(self._settings.round_timeout_seconds * 1000)
+        max_record_length = RANGES["max_record_length"].high  # unreadable settings: the cap
         try:
             own = settings_from_spec(app.sampling or {})
         except SamplingSettingsError as exc:
@@ -126,8 +133,11 @@ class SharedRounds:
                 refresh_ms = own.refresh_interval_ms
             if "timeout_ms" in own.model_fields_set:
                 timeout_ms = own.timeout_ms
+            max_record_length = own.max_record_length
         grace_ms = int(self._settings.round_grace_seconds * 1000)
-        return RoundPolicy(refresh_ms, client_deadline_ms(timeout_ms, grace_ms) / 1000)
+        return RoundPolicy(
+            refresh_ms, client_deadline_ms(timeout_ms, grace_ms) / 1000, max_record_length
+        )
 
     def fresh_answer(self, app: Application, vertex: str) -> PollAnswer | None:
         """The answer from memory when this replica holds a fresh result, else ``None``.
@@ -140,9 +150,7 @@ class SharedRounds:
             fresh = self._fresh.get((app.id, vertex))
         if fresh is None or repository.now_ms() >= fresh[0]:
             return None
-        result = self._memory.get(("result", fresh[1], False))
-        # Evicted from the byte budget: the caller reads it from the store.
-        return PollAnswer(result, None) if isinstance(result, DataSampleResult) else None
+        return PollAnswer(fresh[1], None)
 
     def poll(
         self, app: Application, vertex: str, *, actor: str, may_trigger: Callable[[], bool]
@@ -168,10 +176,10 @@ class SharedRounds:
                 and t - (latest.end_timestamp or 0) < policy.refresh_ms
                 and not _found_query_idle(latest)
             ):
-                result = self._result(session, latest)
+                result = repository.round_head(latest)
                 with self._cache_lock:
                     expires = (latest.end_timestamp or 0) + policy.refresh_ms
-                    self._fresh[fresh_key] = (expires, latest.id)
+                    self._fresh[fresh_key] = (expires, result)
                 return PollAnswer(result, None)
             abandoned_before = t - int(policy.deadline_s * 1000) - 5000
             running = repository.running_round(
@@ -193,7 +201,7 @@ class SharedRounds:
                     running = repository.running_round(
                         session, app.id, vertex, started_after=abandoned_before
                     )
-            latest_result = self._result(session, latest) if latest is not None else None
+            latest_result = repository.round_head(latest) if latest is not None else None
         if started is not None:
             self._launch(app, vertex, started.id, actor, policy)
         if latest_result is not None:
@@ -208,39 +216,15 @@ class SharedRounds:
             started.id if started else None,
         )
 
-    def _result(self, session: Session, row: Round) -> DataSampleResult:
-        key = ("result", row.id, False)
-        hit = self._memory.get(key)
-        if isinstance(hit, DataSampleResult):
-            return hit
-        with self._memory_gate:
-            hit = self._memory.get(key)  # another thread may have loaded it meanwhile
-            if isinstance(hit, DataSampleResult):
-                return hit
-            result = repository.load_result(session, row)
-            self._memory.put(key, result, result_size(result))
-        return result
-
-    def render(self, result: DataSampleResult) -> bytes:
-        """The JSON body of ``result``; cached per (round, stale) for finished rounds, because
-        a 5000-record body costs milliseconds to serialize and every poller gets the same."""
-        if result.status is SampleStatus.PENDING or result.round_id is None:
-            return result.model_dump_json(by_alias=True).encode()
-        key = ("body", result.round_id, result.stale)
-        hit = self._memory.get(key)
-        if isinstance(hit, bytes):
-            return hit
-        with self._memory_gate:
-            hit = self._memory.get(key)
-            if isinstance(hit, bytes):
-                return hit
-            body = result.model_dump_json(by_alias=True).encode()
-            self._memory.put(key, body, len(body))
-        return body
-
     def _launch(
         self, app: Application, vertex: str, round_id: str, actor: str, policy: RoundPolicy
     ) -> None:
+        token: str | None = None
+        try:
+            with self._sessions() as session:  # no query: the cipher rides on the session
+                token = repository.driver_token(session, app)
+        except ValueError as exc:  # StoreKeyMissing / StoreKeyInvalid: the driver says 401
+            log.error("application %s/%s: %s", app.namespace, app.name, exc)
         request = RoundRequest(
             round_id=round_id,
             namespace=app.namespace,
@@ -251,8 +235,9 @@ class SharedRounds:
             poll_interval_s=self._settings.poll_interval_seconds,
             requested_by=actor,
             driver_url=app.driver_url,
-            driver_token=app.driver_token,
+            driver_token=token,
             memory_gate=self._memory_gate,
+            max_record_length=policy.max_record_length,
             results_url=(
                 f"{self._settings.public_url.rstrip('/')}/api/v1/namespaces/{app.namespace}"
                 f"/applications/{app.name}/rounds/{round_id}"
@@ -272,13 +257,17 @@ class SharedRounds:
             try:
                 outcome = self._executor.run(request)
                 result, ref, saved = outcome.result, outcome.external_ref, outcome.saved
-                holds_gate = outcome.holds_gate
+                holds_gate, pieces = outcome.holds_gate, outcome.samples
+                del outcome  # the result (up to ~50 MB) must go with the gate, below
             except Exception:
                 log.exception(
                     "round %s of %s/%s crashed",
-                    request.round_id, request.application, request.vertex,
+                    request.round_id,
+                    request.application,
+                    request.vertex,
                 )
                 result, ref, saved = failed(ErrorCode.INTERNAL_ERROR, request.round_id), None, False
+                pieces = None
             if result.status is SampleStatus.PENDING:  # an executor must not return PENDING
                 result = failed(ErrorCode.INTERNAL_ERROR, request.round_id)
             if not saved:
@@ -292,24 +281,30 @@ class SharedRounds:
                     }
                 )
                 try:
-                    with self._sessions.begin() as session:
-                        repository.save_round(
-                            session,
-                            namespace=request.namespace,
-                            application=request.application,
-                            vertex=request.vertex,
-                            result=result,
-                            round_id=request.round_id,
-                            external_ref=ref,
+                    try:
+                        self._save(request, result, ref, pieces)
+                    except ResultRejected as exc:
+                        # Nothing of it was written (one transaction): the round fails.
+                        log.warning(
+                            "round %s of %s/%s: the driver's result was refused: %s",
+                            request.round_id,
+                            request.application,
+                            request.vertex,
+                            exc,
                         )
+                        result = failed(ErrorCode.INTERNAL_ERROR, request.round_id)
+                        self._save(request, result, ref, None)
+                    finally:
+                        pieces = None
                 except Exception:
                     log.exception("saving round %s failed", request.round_id)
                     return
+            # Only the outcome is needed from here on, not the records: they are dropped
+            # before the gate lets the next full result in.
+            result = result.model_copy(update={"samples": []})
         finally:
             if holds_gate:
                 self._memory_gate.release()
-        # Only the outcome is needed from here on, not the records.
-        result = result.model_copy(update={"samples": []})
         if result.no_data_reason is NoDataReason.NO_MICRO_BATCH:
             try:  # the next poll starts a round that waits for the next micro-batch
                 with self._sessions.begin() as session:
@@ -318,13 +313,36 @@ class SharedRounds:
                     )
                     if app is not None:
                         repository.release_claim(
-                            session, app.id, request.vertex, request.round_id,
+                            session,
+                            app.id,
+                            request.vertex,
+                            request.round_id,
                             at=repository.now_ms(),
                         )
             except Exception:
                 log.exception("releasing the claim of round %s failed", request.round_id)
         self._metrics.rounds.labels(result.status.value).inc()
         self._metrics.round_duration.observe(time.monotonic() - start)
+
+    def _save(
+        self,
+        request: RoundRequest,
+        result: DataSampleResult,
+        ref: str | None,
+        pieces: Iterator[SubtaskSamples] | None,
+    ) -> None:
+        """Store ``result`` (its records from ``pieces`` when given) in one transaction."""
+        with self._sessions.begin() as session:
+            repository.save_round(
+                session,
+                namespace=request.namespace,
+                application=request.application,
+                vertex=request.vertex,
+                result=result,
+                round_id=request.round_id,
+                external_ref=ref,
+                samples=pieces,
+            )
 
     def forget(self, application_id: int) -> None:
         """Drop cached answers of an application (it was deleted or re-registered)."""

@@ -11,7 +11,9 @@ from .audit import AuditWriter
 from .auth import Authenticator, Principal
 from .auth.cache import TTLCache
 from .catalog import KubernetesCatalog
+from .driver_trust import DriverTrust
 from .metrics import ServiceMetrics
+from .pipeline_progress import PipelineProgressReader
 from .settings import Settings
 from .shared_rounds import SharedRounds
 
@@ -31,3 +33,7 @@ class ServiceState:
     #: The route layer's one-second decision caches (see dependencies.authorized_principal).
     principal_cache: TTLCache[Principal] = field(default_factory=TTLCache)
     decision_cache: TTLCache[bool] = field(default_factory=TTLCache)
+    #: Live pipeline metrics read from the drivers (the graph's numbers).
+    progress: PipelineProgressReader = field(default_factory=PipelineProgressReader)
+    #: Local mode: the certificate pinned for each registered https:// driver.
+    driver_trust: DriverTrust = field(default_factory=DriverTrust)

@@ -56,7 +56,7 @@ def run_job_script() -> Callable[[Path], dict[str, Any]]:
             start_new_session=True,  # its own process group: the cleanup below reaches the JVMs
         )
         try:
-            out, err = proc.communicate(timeout=240)
+            out, err = proc.communicate(timeout=480)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             out, err = proc.communicate()

@@ -142,20 +142,20 @@ def test_service_and_operator_import_only_the_contract_from_the_runtime(folder: 
 
 
 def test_the_contract_needs_neither_spark_nor_the_rest_of_the_runtime() -> None:
-    shared = [
-        p
-        for p in _sources("runtime")
-        if _module_name(p).startswith(SHARED_WITH_SERVICES)
-    ]
+    shared = [p for p in _sources("runtime") if _module_name(p).startswith(SHARED_WITH_SERVICES)]
     assert shared, "no contract modules found"
     bad = {
         f"{p.relative_to(REPO)} imports {name}"
         for p in shared
         for name in _imports(p)
         if name.split(".")[0] in SPARK_STACK
-        or (name.startswith("sparkglass.") and not name.startswith(
-            ("sparkglass.runtime.contract", "sparkglass.runtime.control.client")
-        ) and name not in ("sparkglass.runtime", "sparkglass.runtime.control"))
+        or (
+            name.startswith("sparkglass.")
+            and not name.startswith(
+                ("sparkglass.runtime.contract", "sparkglass.runtime.control.client")
+            )
+            and name not in ("sparkglass.runtime", "sparkglass.runtime.control")
+        )
     }
     assert not bad, sorted(bad)
 

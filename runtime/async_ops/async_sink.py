@@ -119,8 +119,9 @@ class AsyncSinkWriter(ABC, Generic[T]):
         if not 1 <= capacity <= 100_000:
             raise AsyncConfigError(f"AsyncSinkWriter.capacity must be 1–100000, got {capacity}")
         if not 0 < timeout_s <= 86_400:
-            raise AsyncConfigError(f"AsyncSinkWriter.timeout_s must be in (0, 86400] s, "
-                                   f"got {timeout_s}")
+            raise AsyncConfigError(
+                f"AsyncSinkWriter.timeout_s must be in (0, 86400] s, got {timeout_s}"
+            )
         if not isinstance(retry, RetryStrategy):
             raise AsyncConfigError(f"AsyncSinkWriter.retry must be a RetryStrategy, got {retry!r}")
         self.context = context
@@ -224,9 +225,14 @@ class AsyncSinkWriter(ABC, Generic[T]):
         error = future.exception()
         strategy = self.retry
         if isinstance(error, _Expired):
-            self._fail(element, attempt, AsyncTimeoutError(
-                f"write timed out after {self.timeout_s} s ({attempt} attempt(s))",
-                attempts=attempt))
+            self._fail(
+                element,
+                attempt,
+                AsyncTimeoutError(
+                    f"write timed out after {self.timeout_s} s ({attempt} attempt(s))",
+                    attempts=attempt,
+                ),
+            )
             return
         if error is None:
             result = future.result()

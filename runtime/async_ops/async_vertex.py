@@ -172,8 +172,10 @@ def _resolve_schema(df: DataFrame, schema: OutputSchema) -> StructType:
     if callable(schema):
         derived = schema(df.schema)
         if not isinstance(derived, StructType):
-            raise AsyncConfigError(f"output_schema({df.schema.simpleString()}) must return a "
-                                   f"StructType, got {type(derived).__name__}")
+            raise AsyncConfigError(
+                f"output_schema({df.schema.simpleString()}) must return a "
+                f"StructType, got {type(derived).__name__}"
+            )
         return derived
     from pyspark.sql.types import _parse_datatype_string
 
@@ -328,8 +330,7 @@ class _TaskRun:
                 raise
             if options.on_timeout is None:
                 raise AsyncTimeoutError(
-                    f"request timed out after {options.timeout_s} s "
-                    f"({attempts.count} attempt(s))",
+                    f"request timed out after {options.timeout_s} s ({attempts.count} attempt(s))",
                     record=_short(record),
                     attempts=attempts.count,
                 ) from None
@@ -348,12 +349,16 @@ def _add_rows(rows: list[Record], outcome: Any) -> None:
     elif isinstance(outcome, list):
         for row in outcome:
             if not isinstance(row, Mapping):
-                raise TypeError(f"async fn returned a list holding {type(row).__name__}; "
-                                "expected dicts (one per output row)")
+                raise TypeError(
+                    f"async fn returned a list holding {type(row).__name__}; "
+                    "expected dicts (one per output row)"
+                )
             rows.append(dict(row))
     else:
-        raise TypeError(f"async fn returned {type(outcome).__name__}; expected a dict "
-                        "(one row), None (no row) or a list of dicts")
+        raise TypeError(
+            f"async fn returned {type(outcome).__name__}; expected a dict "
+            "(one row), None (no row) or a list of dicts"
+        )
 
 
 def _short(record: Record, limit: int = 200) -> str:

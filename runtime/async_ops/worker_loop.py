@@ -112,5 +112,3 @@ def opened_function(key: str, fn: AnyFunction) -> AnyFunction:
     :data:`MAX_OPENED_PER_WORKER` are kept; the oldest are closed.
     """
     return _WorkerLoop.function(key, fn)
-
-

@@ -13,6 +13,8 @@ GET      ``/healthz``                                               ``{"status":
 GET      ``/api/v1/pipeline``                                       the PipelineDescription
 GET      ``/api/v1/settings``                                       the sampling settings
 GET      ``/api/v1/vertices``                                       ``{"vertices": [...]}``
+GET      ``/api/v1/progress``                                       the PipelineMetrics
+                                                                    (``pipeline_metrics.py``)
 POST     ``/api/v1/vertices/{vertex}/rounds[?samplingWindow=3s]``    202 ``DataSampleResult``
                                                                     (``PENDING``, ``roundId``);
                                                                     429 when 5 rounds run
@@ -97,6 +99,17 @@ class SampledRecord(_Model):
         description="The row's Spark type, e.g. struct<carrier:string,n:bigint>."
     )
     truncated: bool = Field(default=False, description="True when data was cut.")
+    # The FLIP record has four fields: the labels appear only on the rounds that set them.
+    expectations: list[str] | None = Field(
+        default=None,
+        exclude_if=lambda v: v is None,
+        description="Rounds of kind violations: the expectations this row failed.",
+    )
+    error: str | None = Field(
+        default=None,
+        exclude_if=lambda v: v is None,
+        description="Rounds of kind errors: why the vertex could not process it.",
+    )
 
 
 class SubtaskSamples(_Model):

@@ -184,9 +184,7 @@ def settings_from_spec(spec: Mapping[str, Any]) -> SamplingSettings:
     for name, spec_key in SPEC_FIELDS.items():
         if spec.get(spec_key) is not None:
             raw = spec[spec_key]
-            values[name] = (
-                parse_duration_ms(raw, field=spec_key) if name in _DURATIONS else raw
-            )
+            values[name] = parse_duration_ms(raw, field=spec_key) if name in _DURATIONS else raw
         elif spec.get(to_camel(name)) is not None:  # the model's JSON: durations in ms
             values[name] = spec[to_camel(name)]
     return SamplingSettings.validated(values, key_of=lambda n: SPEC_FIELDS[n])

@@ -19,6 +19,7 @@ call                                    route, answer
 ``settings()``                          ``GET /api/v1/settings`` → the sampling settings as
                                         the driver sent them (camelCase JSON, durations in ms)
 ``vertices()``                          ``GET /api/v1/vertices`` → vertex names
+``progress()``                          ``GET /api/v1/progress`` → ``PipelineMetrics``
 ``wait_for_round``,                     (sync only) read every ``poll_interval_s`` until no
 ``wait_for_data_sample``                longer ``PENDING`` or ``timeout_s`` passed
 ======================================  =====================================================
@@ -45,6 +46,11 @@ when connecting by IP address, ``server_name``, the DNS name the certificate was
 ``http://`` URL with ``tls`` is refused with ``ValueError`` rather than sending the token in
 clear text.
 
+Answers are read up to :data:`MAX_ANSWER_BYTES` (64 MiB): the largest valid answer, a full
+result of 5000 records of 10,000 characters, is about 50 MB of JSON, and a driver is the
+application's own code, so an endless or huge answer fails the call with
+:class:`ControlUnavailable` instead of holding the reader's memory.
+
 Timeouts are per request, in seconds: ``timeout_s`` bounds each of connecting, writing,
 reading and waiting for a pooled connection; ``connect_timeout_s`` (default ``timeout_s``)
 overrides the connect phase.
@@ -52,6 +58,7 @@ overrides the connect phase.
 
 from __future__ import annotations
 
+import functools
 import ssl
 import time
 from collections.abc import Callable
@@ -66,10 +73,14 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from sparkglass.runtime.contract.description import PipelineDescription
 from sparkglass.runtime.contract.errors import SparkglassError
+from sparkglass.runtime.contract.expectations import ExpectationCounts
+from sparkglass.runtime.contract.pipeline_metrics import PipelineMetrics
+from sparkglass.runtime.contract.round_request import RoundRequest
 from sparkglass.runtime.contract.sample_result import DataSampleResult, ErrorCode, SampleStatus
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",
+    "MAX_ANSWER_BYTES",
     "AsyncControlClient",
     "ControlClient",
     "ControlError",
@@ -81,6 +92,9 @@ __all__ = [
 
 #: Default per-request timeout, seconds.
 DEFAULT_TIMEOUT_S = 10.0
+
+#: The most bytes of one answer a client reads (decoded), 64 MiB; see the module docstring.
+MAX_ANSWER_BYTES = 64 * 1024 * 1024
 
 T = TypeVar("T")
 
@@ -205,6 +219,13 @@ class _Call(Generic[T]):
     decode: Callable[[bytes], T]
 
 
+@functools.cache
+def _default_ssl_context() -> ssl.SSLContext:
+    """httpx's default verifying context (system trust via certifi), made once and shared:
+    an ``SSLContext`` is safe to share between clients and threads once configured."""
+    return httpx.create_ssl_context()
+
+
 class _VertexList(BaseModel):
     vertices: list[str]
 
@@ -226,11 +247,21 @@ def _reading(subtask_index: int | None, max_records: int | None) -> dict[str, st
     return params
 
 
-def _open_round(vertex: str, sampling_window: str | None) -> _Call[DataSampleResult]:
+def _open_round(
+    vertex: str,
+    sampling_window: str | None,
+    request: RoundRequest | None = None,
+    idempotency_key: str | None = None,
+) -> _Call[DataSampleResult]:
+    params: dict[str, str | int] = {"samplingWindow": sampling_window} if sampling_window else {}
+    if request is not None:
+        params.update(request.query_params())
+    if idempotency_key is not None:
+        params["idempotencyKey"] = idempotency_key
     return _Call(
         "POST",
         f"/api/v1/vertices/{_segment(vertex)}/rounds",
-        {"samplingWindow": sampling_window} if sampling_window else {},
+        params,
         DataSampleResult.model_validate_json,
     )
 
@@ -247,13 +278,32 @@ def _get_round(
 
 
 def _data_sample(
-    vertex: str, subtask_index: int | None, max_records: int | None
+    vertex: str,
+    subtask_index: int | None,
+    max_records: int | None,
+    request: RoundRequest | None = None,
 ) -> _Call[DataSampleResult]:
+    params = _reading(subtask_index, max_records)
+    if request is not None:
+        params.update(request.query_params())
     return _Call(
         "GET",
         f"/api/v1/vertices/{_segment(vertex)}/data-sample",
-        _reading(subtask_index, max_records),
+        params,
         DataSampleResult.model_validate_json,
+    )
+
+
+class _ExpectationList(BaseModel):
+    expectations: list[ExpectationCounts]
+
+
+def _expectations() -> _Call[list[ExpectationCounts]]:
+    return _Call(
+        "GET",
+        "/api/v1/expectations",
+        {},
+        lambda raw: _ExpectationList.model_validate_json(raw).expectations,
     )
 
 
@@ -263,6 +313,10 @@ def _pipeline() -> _Call[PipelineDescription]:
 
 def _settings() -> _Call[dict[str, Any]]:
     return _Call("GET", "/api/v1/settings", {}, _SETTINGS.validate_json)
+
+
+def _progress() -> _Call[PipelineMetrics]:
+    return _Call("GET", "/api/v1/progress", {}, PipelineMetrics.model_validate_json)
 
 
 def _vertices() -> _Call[list[str]]:
@@ -308,8 +362,10 @@ class _Protocol:
         )
 
     def verify(self) -> ssl.SSLContext | bool:
-        """``verify`` of the client's own pool: the TLS anchor, else httpx's default."""
-        return self.tls.ssl_context() if self.tls is not None else True
+        """``verify`` of the client's own pool: the TLS anchor, else httpx's default trust
+        (one context per process: building it costs ~50 ms of CPU, and the operator makes a
+        client per reconcile step)."""
+        return self.tls.ssl_context() if self.tls is not None else _default_ssl_context()
 
     def request(self, call: _Call[Any]) -> dict[str, Any]:
         """Keyword arguments of ``httpx.(Async)Client.request`` for ``call``."""
@@ -322,6 +378,22 @@ class _Protocol:
             "timeout": self.timeout,
             "extensions": self._extensions,
         }
+
+    def capped(self, response: httpx.Response, body: bytes) -> httpx.Response:
+        """The answer rebuilt around the ``body`` read so far (already decoded, so no
+        ``Content-Encoding`` is carried over)."""
+        return httpx.Response(
+            response.status_code,
+            headers={"content-type": response.headers.get("content-type", "application/json")},
+            content=body,
+            request=response.request,
+        )
+
+    def too_large(self) -> ControlUnavailable:
+        return ControlUnavailable(
+            f"driver control endpoint {self.base_url}: answer larger than "
+            f"{MAX_ANSWER_BYTES // (1024 * 1024)} MiB; not read further"
+        )
 
     def unreachable(self, exc: Exception) -> ControlUnavailable:
         """The error for a request that got no answer (httpx's text never holds headers)."""
@@ -457,16 +529,32 @@ class ControlClient:
             self._http.close()
 
     def _send(self, call: _Call[T]) -> T:
+        protocol = self._protocol
         try:
-            response = self._http.request(**self._protocol.request(call))
+            with self._http.stream(**protocol.request(call)) as response:
+                body = bytearray()
+                for chunk in response.iter_bytes():
+                    body += chunk
+                    if len(body) > MAX_ANSWER_BYTES:
+                        raise protocol.too_large()
         except (httpx.HTTPError, httpx.InvalidURL) as exc:
-            raise self._protocol.unreachable(exc) from None
-        return self._protocol.interpret(call, response)
+            raise protocol.unreachable(exc) from None
+        return protocol.interpret(call, protocol.capped(response, bytes(body)))
 
-    def open_round(self, vertex: str, sampling_window: str | None = None) -> DataSampleResult:
+    def open_round(
+        self,
+        vertex: str,
+        sampling_window: str | None = None,
+        *,
+        request: RoundRequest | None = None,
+        idempotency_key: str | None = None,
+    ) -> DataSampleResult:
         """Start a round at ``vertex``; ``sampling_window`` like ``3s`` (default: the
-        application's). ``PENDING`` with a ``roundId``, or ``DISABLED``."""
-        return self._send(_open_round(vertex, sampling_window))
+        application's); ``request``: kind, filter, columns. ``PENDING`` with a ``roundId``, or
+        ``DISABLED``; ``ControlRejected`` 400 naming the field for a bad request. With
+        ``idempotency_key`` (1–128 printable ASCII characters) a repeated request answers
+        the round the first one opened instead of opening another."""
+        return self._send(_open_round(vertex, sampling_window, request, idempotency_key))
 
     def get_round(
         self, round_id: str, *, subtask_index: int | None = None, max_records: int | None = None
@@ -477,10 +565,19 @@ class ControlClient:
         return self._send(_get_round(round_id, subtask_index, max_records))
 
     def data_sample(
-        self, vertex: str, *, subtask_index: int | None = None, max_records: int | None = None
+        self,
+        vertex: str,
+        *,
+        subtask_index: int | None = None,
+        max_records: int | None = None,
+        request: RoundRequest | None = None,
     ) -> DataSampleResult:
         """The vertex's latest sample; starts a round when none is fresh (then ``PENDING``)."""
-        return self._send(_data_sample(vertex, subtask_index, max_records))
+        return self._send(_data_sample(vertex, subtask_index, max_records, request))
+
+    def expectations(self) -> list[ExpectationCounts]:
+        """Pass and fail counts of every expectation of the pipeline the driver runs."""
+        return self._send(_expectations())
 
     def pipeline(self) -> PipelineDescription:
         """The pipeline the driver runs (``ControlRejected`` 404 when none is attached)."""
@@ -493,6 +590,11 @@ class ControlClient:
     def vertices(self) -> list[str]:
         """The names of the vertices with a tap."""
         return self._send(_vertices())
+
+    def progress(self) -> PipelineMetrics:
+        """The pipeline's live metrics (micro-batches, rows per vertex, query state);
+        ``ControlRejected`` 404 when no pipeline is attached."""
+        return self._send(_progress())
 
     def wait_for_round(
         self,
@@ -520,11 +622,14 @@ class ControlClient:
         poll_interval_s: float,
         subtask_index: int | None = None,
         max_records: int | None = None,
+        request: RoundRequest | None = None,
     ) -> DataSampleResult:
         """:meth:`data_sample` polled like :meth:`wait_for_round` (the first call may start
         the round)."""
         return _poll(
-            lambda: self.data_sample(vertex, subtask_index=subtask_index, max_records=max_records),
+            lambda: self.data_sample(
+                vertex, subtask_index=subtask_index, max_records=max_records, request=request
+            ),
             timeout_s,
             poll_interval_s,
         )
@@ -572,15 +677,28 @@ class AsyncControlClient:
             await self._http.aclose()
 
     async def _send(self, call: _Call[T]) -> T:
+        protocol = self._protocol
         try:
-            response = await self._http.request(**self._protocol.request(call))
+            async with self._http.stream(**protocol.request(call)) as response:
+                body = bytearray()
+                async for chunk in response.aiter_bytes():
+                    body += chunk
+                    if len(body) > MAX_ANSWER_BYTES:
+                        raise protocol.too_large()
         except (httpx.HTTPError, httpx.InvalidURL) as exc:
-            raise self._protocol.unreachable(exc) from None
-        return self._protocol.interpret(call, response)
+            raise protocol.unreachable(exc) from None
+        return protocol.interpret(call, protocol.capped(response, bytes(body)))
 
-    async def open_round(self, vertex: str, sampling_window: str | None = None) -> DataSampleResult:
+    async def open_round(
+        self,
+        vertex: str,
+        sampling_window: str | None = None,
+        *,
+        request: RoundRequest | None = None,
+        idempotency_key: str | None = None,
+    ) -> DataSampleResult:
         """See :meth:`ControlClient.open_round`."""
-        return await self._send(_open_round(vertex, sampling_window))
+        return await self._send(_open_round(vertex, sampling_window, request, idempotency_key))
 
     async def get_round(
         self, round_id: str, *, subtask_index: int | None = None, max_records: int | None = None
@@ -589,10 +707,19 @@ class AsyncControlClient:
         return await self._send(_get_round(round_id, subtask_index, max_records))
 
     async def data_sample(
-        self, vertex: str, *, subtask_index: int | None = None, max_records: int | None = None
+        self,
+        vertex: str,
+        *,
+        subtask_index: int | None = None,
+        max_records: int | None = None,
+        request: RoundRequest | None = None,
     ) -> DataSampleResult:
         """See :meth:`ControlClient.data_sample`."""
-        return await self._send(_data_sample(vertex, subtask_index, max_records))
+        return await self._send(_data_sample(vertex, subtask_index, max_records, request))
+
+    async def expectations(self) -> list[ExpectationCounts]:
+        """See :meth:`ControlClient.expectations`."""
+        return await self._send(_expectations())
 
     async def pipeline(self) -> PipelineDescription:
         """See :meth:`ControlClient.pipeline`."""
@@ -605,3 +732,7 @@ class AsyncControlClient:
     async def vertices(self) -> list[str]:
         """See :meth:`ControlClient.vertices`."""
         return await self._send(_vertices())
+
+    async def progress(self) -> PipelineMetrics:
+        """See :meth:`ControlClient.progress`."""
+        return await self._send(_progress())

@@ -2,10 +2,12 @@
 
 The service and the operator start sampling rounds and read their results through it; the
 routes are the contract in :mod:`sparkglass.runtime.contract.sample_result` (plus ``GET
-/api/v1/vertices``, the vertex names). Every route but ``/healthz`` needs
-``Authorization: Bearer <token>`` (compared in constant time); a missing or wrong token gets
-401. Bad parameters get 400 with ``{"error": ..., "field": ...}`` naming the field and its
-allowed range; unknown vertices and rounds 404 with the known names.
+/api/v1/vertices``, the vertex names, and ``GET /api/v1/progress``, the pipeline's
+:class:`~sparkglass.runtime.contract.pipeline_metrics.PipelineMetrics`).
+Every route but ``/healthz`` needs ``Authorization: Bearer <token>`` (compared in constant
+time); a missing or wrong token gets 401. Bad parameters get 400 with
+``{"error": ..., "field": ...}`` naming the field and its allowed range; unknown vertices
+and rounds 404 with the known names.
 
 Hardening (the endpoint listens on the Pod network in Kubernetes):
 
@@ -62,6 +64,7 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from sparkglass.runtime.contract.errors import InvalidParameterError
+from sparkglass.runtime.contract.round_request import RoundRequest, round_request
 from sparkglass.runtime.contract.sample_result import DataSampleResult, ErrorCode, SampleStatus
 from sparkglass.runtime.contract.sampling_settings import SamplingSettingsError, parse_duration_ms
 from sparkglass.runtime.sampling.rounds import (
@@ -383,6 +386,15 @@ class _BadRequest(Exception):
         self.field = field
 
 
+def _round_request(query: dict[str, list[str]]) -> RoundRequest | None:
+    """The optional ``kind``, ``filter``, ``columns`` and ``expectation`` parameters."""
+    names = ("kind", "filter", "columns", "expectation")
+    if not any(query.get(n) for n in names):
+        return None
+    values = {n: query[n][-1] for n in names if query.get(n)}
+    return round_request(**values)
+
+
 def _int_param(query: dict[str, list[str]], name: str, allowed: str) -> int | None:
     values = query.get(name)
     if not values:
@@ -528,8 +540,15 @@ class _Handler(BaseHTTPRequestHandler):
             if c.describe is None:
                 return HTTPStatus.NOT_FOUND, {"error": "no pipeline attached"}
             return HTTPStatus.OK, c.describe().to_json_dict()
+        if method == "GET" and path == "/api/v1/progress":
+            if c.progress is None:
+                return HTTPStatus.NOT_FOUND, {"error": "no pipeline attached"}
+            return HTTPStatus.OK, c.progress().to_json_dict()
         if method == "GET" and path == "/api/v1/vertices":
             return HTTPStatus.OK, {"vertices": c.vertices()}
+        if method == "GET" and path == "/api/v1/expectations":
+            counts = c.expectation_counts() if c.expectation_counts is not None else []
+            return HTTPStatus.OK, {"expectations": [e.to_json_dict() for e in counts]}
         if method == "GET" and path == "/api/v1/settings":
             return HTTPStatus.OK, c.settings().model_dump(mode="json", by_alias=True)
         if m := _ROUNDS.match(path):
@@ -537,7 +556,13 @@ class _Handler(BaseHTTPRequestHandler):
                 return HTTPStatus.METHOD_NOT_ALLOWED, {"error": "use POST to start a round"}
             window = query.get("samplingWindow")
             window_ms = parse_duration_ms(window[-1], field="samplingWindow") if window else None
-            result = c.start_round(unquote(m.group(1)), window_ms)
+            key = query.get("idempotencyKey")
+            result = c.start_round(
+                unquote(m.group(1)),
+                window_ms,
+                _round_request(query),
+                idempotency_key=key[-1] if key else None,
+            )
             if result.status is SampleStatus.PENDING:
                 return HTTPStatus.ACCEPTED, result.to_json_dict()
             if result.error_code is ErrorCode.TOO_MANY_CONCURRENT_ROUNDS:
@@ -553,6 +578,6 @@ class _Handler(BaseHTTPRequestHandler):
             ).to_json_dict()
         if m := _DATA_SAMPLE.match(path):
             return HTTPStatus.OK, c.data_sample(
-                unquote(m.group(1)), subtask, max_records
+                unquote(m.group(1)), subtask, max_records, _round_request(query)
             ).to_json_dict()
         return HTTPStatus.NOT_FOUND, {"error": f"no route {path}"}

@@ -124,6 +124,9 @@ def build_jar(out_path: str | Path) -> Path:
         fd, tmp_out = tempfile.mkstemp(prefix=".sparkglass-", suffix=".jar", dir=out.parent)
         os.close(fd)
         shutil.copyfile(staged, tmp_out)
+        # mkstemp creates 0600: a jar built as root (an image build) must stay readable by
+        # the non-root user the driver runs as. A jar holds no secret.
+        os.chmod(tmp_out, 0o644)
         os.replace(tmp_out, out)
     log.info("built sampling jar %s", out)
     return out

@@ -44,8 +44,15 @@ class JvmTransport:
         self._udfs.register(self._spark._jsparkSession, tap_key, gate, capture)
 
     def start_round(
-        self, round_id: str, tap_key: str, settings: SamplingSettings, window_ms: int
+        self,
+        round_id: str,
+        tap_key: str,
+        settings: SamplingSettings,
+        window_ms: int,
+        program: str | None = None,
     ) -> None:
+        """Fan a round out; ``program`` is its compiled row program (base64; see
+        :mod:`sparkglass.runtime.sampling.programs`), ``None`` for every column, no filter."""
         self._driver.startRound(
             round_id,
             tap_key,
@@ -53,6 +60,7 @@ class JvmTransport:
             settings.max_sample_rate,
             settings.max_record_length,
             settings.tostring_budget_ms,
+            program,
         )
 
     def round_status(self, round_id: str) -> dict[str, Any]:

@@ -43,6 +43,8 @@ class AttachedPipeline(Protocol):
 
     def describe(self) -> Any: ...
 
+    def metrics(self) -> Any: ...
+
 
 def application_key(spark: SparkSession) -> str:
     """The registry key of a session's application (``spark.app.id``)."""
@@ -86,6 +88,8 @@ class SamplingApplication:
         """
         self._pipelines[id(pipeline)] = pipeline
         self.coordinator.describe = pipeline.describe
+        self.coordinator.expectation_counts = self._expectation_counts
+        self.coordinator.progress = pipeline.metrics
         if self.endpoint is None:
             endpoint = ControlEndpoint(self.coordinator, ControlSettings.from_spark(self.spark))
             endpoint.start()
@@ -98,12 +102,24 @@ class SamplingApplication:
         except SparkglassError:
             pass  # graph still being built; the taps register their vertices themselves
 
+    def _expectation_counts(self) -> list[Any]:
+        """The expectation counts of every attached pipeline (an application may run several)."""
+        out: list[Any] = []
+        for pipeline in list(self._pipelines.values()):
+            counts = getattr(pipeline, "expectation_counts", None)
+            if counts is not None:
+                with contextlib.suppress(Exception):  # a pipeline still being built
+                    out.extend(counts())
+        return out
+
     def detach(self, pipeline: AttachedPipeline) -> bool:
         """Forget ``pipeline``; True when no pipeline is left (the caller stops the endpoint)."""
         if self._pipelines.pop(id(pipeline), None) is None:
             return False
         if self._pipelines:  # describe a pipeline that still runs
-            self.coordinator.describe = list(self._pipelines.values())[-1].describe
+            remaining = list(self._pipelines.values())[-1]
+            self.coordinator.describe = remaining.describe
+            self.coordinator.progress = remaining.metrics
             return False
         return True
 

@@ -30,7 +30,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from sparkglass.runtime.contract.errors import SparkglassError
+from sparkglass.runtime.contract.errors import InvalidParameterError, SparkglassError
+from sparkglass.runtime.contract.round_request import PLAIN, RoundKind, RoundRequest
 from sparkglass.runtime.contract.sample_result import (
     MAX_CONCURRENT_ROUNDS,
     MAX_RECORDS_PER_RESPONSE,
@@ -55,6 +56,12 @@ log = logging.getLogger(__name__)
 
 #: Finished round results kept for ``GET /api/v1/rounds/{roundId}``.
 KEPT_RESULTS = 200
+#: Idempotency keys remembered (key -> round id), oldest forgotten first. More than the kept
+#: results: a key outliving its result still answers the same round id (then unknown: 404),
+#: never a second round.
+KEPT_IDEMPOTENCY_KEYS = 1000
+#: Longest idempotency key, characters (a Kubernetes uid is 36).
+MAX_IDEMPOTENCY_KEY_LENGTH = 128
 
 
 class RoundTransport(Protocol):
@@ -67,7 +74,12 @@ class RoundTransport(Protocol):
     """
 
     def start_round(
-        self, round_id: str, tap_key: str, settings: SamplingSettings, window_ms: int
+        self,
+        round_id: str,
+        tap_key: str,
+        settings: SamplingSettings,
+        window_ms: int,
+        program: str | None = None,
     ) -> None: ...
 
     def round_status(self, round_id: str) -> dict[str, Any]: ...
@@ -77,6 +89,17 @@ class RoundTransport(Protocol):
     def cancel_round(self, round_id: str) -> None: ...
 
     def forget_round(self, round_id: str) -> None: ...
+
+
+def check_idempotency_key(key: str) -> None:
+    """Raise :class:`SamplingSettingsError` (field ``idempotencyKey``) unless ``key`` is 1–128
+    printable ASCII characters."""
+    if not 1 <= len(key) <= MAX_IDEMPOTENCY_KEY_LENGTH or not all("!" <= ch <= "~" for ch in key):
+        raise SamplingSettingsError(
+            f"idempotencyKey is out of range: allowed 1–{MAX_IDEMPOTENCY_KEY_LENGTH} printable "
+            f"ASCII characters without spaces, got {len(key)} characters",
+            field="idempotencyKey",
+        )
 
 
 class UnknownVertexError(SparkglassError):
@@ -149,6 +172,12 @@ class TapInfo:
     )
     #: Set for an end-of-input vertex whose output was materialized (rounds read it there).
     materialized: MaterializedOutput | None = field(default=None, compare=False)
+    #: Which rounds the tap serves: ``output`` (the vertex output; also ``errors`` rounds)
+    #: or ``violations`` (a tap before the vertex's expectations drop rows).
+    kind: str = "output"
+    #: Compiles a round request into the program the executors run (JVM taps); ``None``: the
+    #: tap takes plain rounds only.
+    compile: Callable[[RoundRequest], Any] | None = field(default=None, compare=False)
 
 
 #: A micro-batch counts for a round only when it started this long after the round: the
@@ -176,6 +205,13 @@ class _Round:
     terminated: bool = False
     #: The window and the micro-batch minimum are met: executors were told to stop.
     closing: bool = False
+    request: RoundRequest = PLAIN
+    #: The type of the records (the requested columns); ``None``: the tap's.
+    data_type: str | None = None
+    #: The driver plugin has the round. Until then the monitor leaves it alone: a monitor
+    #: thread still alive from an earlier round would otherwise ask the plugin about a round
+    #: it was not yet told of, and fail it as unknown (seen on a loaded machine).
+    launched: bool = False
 
 
 @dataclass
@@ -209,15 +245,24 @@ class RoundCoordinator:
         self._counter = itertools.count(1)
         self._lock = threading.RLock()
         self._taps: dict[str, TapInfo] = {}
+        #: Taps serving other round kinds, by (vertex, kind) (``violations``).
+        self._kind_taps: dict[tuple[str, str], TapInfo] = {}
         self._known: set[str] = set()
         self._running: dict[str, _Round] = {}
         self._by_vertex: dict[str, str] = {}
         self._results: OrderedDict[str, DataSampleResult] = OrderedDict()
+        #: idempotency key -> (vertex, round id) of the round it opened or joined.
+        self._by_key: OrderedDict[str, tuple[str, str]] = OrderedDict()
         self._cache: dict[str, _Cached] = {}
         self._monitor: threading.Thread | None = None
         self._closed = False
         #: Returns the PipelineDescription served at ``/api/v1/pipeline`` (set by the tap).
         self.describe: Callable[[], Any] | None = None
+        #: Returns the expectation counts served at ``/api/v1/expectations`` (a list of
+        #: ``ExpectationCounts``; set when a pipeline attaches).
+        self.expectation_counts: Callable[[], list[Any]] | None = None
+        #: Returns the PipelineMetrics served at ``/api/v1/progress`` (set with ``describe``).
+        self.progress: Callable[[], Any] | None = None
 
     @property
     def transport(self) -> RoundTransport:
@@ -228,8 +273,11 @@ class RoundCoordinator:
     def register_tap(self, tap: TapInfo) -> None:
         """Make ``tap.vertex`` sampleable (a newer tap for the same name replaces the old)."""
         with self._lock:
-            self._taps[tap.vertex] = tap
             self._known.add(tap.vertex)
+            if tap.kind != RoundKind.OUTPUT.value:
+                self._kind_taps[(tap.vertex, tap.kind)] = tap
+                return
+            self._taps[tap.vertex] = tap
             self._cache.pop(tap.vertex, None)
 
     def register_vertices(self, names: Iterable[str]) -> None:
@@ -256,14 +304,94 @@ class RoundCoordinator:
             return None
         return DataSampleResult(status=SampleStatus.DISABLED)
 
-    def start_round(self, vertex: str, sampling_window_ms: int | None = None) -> DataSampleResult:
+    def _tap_for(self, vertex: str, request: RoundRequest) -> TapInfo:
+        """The tap serving ``request`` on ``vertex`` (its output tap unless ``violations``).
+
+        Raises :class:`InvalidParameterError` when the vertex has no such tap or the request
+        does not fit it (``field`` names the parameter)."""
+        if request.kind is RoundKind.VIOLATIONS:
+            tap = self._kind_taps.get((vertex, RoundKind.VIOLATIONS.value))
+            if tap is None:
+                raise InvalidParameterError(
+                    f"kind: vertex {vertex!r} declares no expectation, so it has no "
+                    "violations to sample",
+                    field="kind",
+                )
+            names = getattr(tap.compile, "expectation_names", None)
+            if request.expectation is not None and names and request.expectation not in names:
+                raise InvalidParameterError(
+                    f"expectation: vertex {vertex!r} has no expectation "
+                    f"{request.expectation!r}; expectations: {', '.join(names)}",
+                    field="expectation",
+                )
+            return tap
+        tap = self._taps[vertex]
+        if not request.is_plain() and tap.compile is None:
+            raise InvalidParameterError(
+                f"vertex {vertex!r} takes plain rounds only (no kind, filter or columns): "
+                "its output is materialized, or it has no JVM tap",
+                field="filter" if request.filter is not None else "columns",
+            )
+        return tap
+
+    def _remember_key(self, key: str | None, vertex: str, round_id: str) -> None:
+        """Map ``key`` to ``(vertex, round_id)`` (caller holds the lock); oldest keys go
+        first."""
+        if key is None:
+            return
+        self._by_key[key] = (vertex, round_id)
+        self._by_key.move_to_end(key)
+        while len(self._by_key) > KEPT_IDEMPOTENCY_KEYS:
+            self._by_key.popitem(last=False)
+
+    def _round_of_key(self, key: str, vertex: str) -> str | None:
+        """The round ``key`` opened or joined on ``vertex``, or None (caller holds the lock).
+
+        Raises :class:`SamplingSettingsError` (field ``idempotencyKey``) when the key named a
+        round of another vertex: answering that round would hand its records out as the
+        sample of ``vertex``."""
+        known = self._by_key.get(key)
+        if known is None:
+            return None
+        if known[0] != vertex:
+            raise SamplingSettingsError(
+                f"idempotencyKey was used for a round of another vertex ({known[0]!r}); "
+                f"use a new key to sample {vertex!r}",
+                field="idempotencyKey",
+            )
+        return known[1]
+
+    def start_round(
+        self,
+        vertex: str,
+        sampling_window_ms: int | None = None,
+        request: RoundRequest | None = None,
+        *,
+        idempotency_key: str | None = None,
+    ) -> DataSampleResult:
         """Start (or join) a round on ``vertex``; answers ``PENDING`` with its ``roundId``.
 
         ``FAILED``/``TOO_MANY_CONCURRENT_ROUNDS`` when 5 rounds run; ``DISABLED`` when
         sampling is off or the vertex has no tap. ``sampling_window_ms`` must lie within
         1s and the configured ``sampling-window`` (:class:`SamplingSettingsError` if not).
-        Raises :class:`UnknownVertexError`.
+        ``request``: kind, filter and columns (:mod:`sparkglass.runtime.contract.round_request`);
+        a round joins a running one only when both ask the same. ``idempotency_key`` (1–128
+        printable ASCII characters, e.g. a DataSample's uid): a request with a key this driver
+        has seen answers ``PENDING`` with the round that key opened, running or finished, and
+        opens nothing (the last 1000 keys are kept). Raises :class:`UnknownVertexError`,
+        :class:`SamplingSettingsError` for a bad key or one that opened a round of another
+        vertex, and :class:`InvalidParameterError` (``field``
+        ``kind``/``filter``/``columns``/``expectation``) when the request does not fit the
+        vertex (an unknown column, a filter that does not parse, a redacted column).
         """
+        request = request or PLAIN
+        key = _round_key(vertex, request)
+        if idempotency_key is not None:
+            check_idempotency_key(idempotency_key)
+            with self._lock:
+                known = self._round_of_key(idempotency_key, vertex)
+            if known is not None:
+                return DataSampleResult(status=SampleStatus.PENDING, round_id=known)
         settings = self._settings()
         window = settings.sampling_window_ms if sampling_window_ms is None else sampling_window_ms
         if not 1_000 <= window <= settings.sampling_window_ms:
@@ -278,8 +406,23 @@ class RoundCoordinator:
             disabled = self._disabled(vertex, settings)
             if disabled is not None:
                 return disabled
-            running = self._by_vertex.get(vertex)
+            running = self._by_vertex.get(key)
             if running is not None:
+                self._remember_key(idempotency_key, vertex, running)
+                return DataSampleResult(status=SampleStatus.PENDING, round_id=running)
+            tap = self._tap_for(vertex, request)
+        compiled = None
+        if tap.compile is not None and tap.materialized is None:
+            # Outside the lock: compiling asks Spark's analyzer (a few ms; cached per request).
+            compiled = tap.compile(request)
+        with self._lock:
+            if idempotency_key is not None and (
+                known := self._round_of_key(idempotency_key, vertex)
+            ):
+                return DataSampleResult(status=SampleStatus.PENDING, round_id=known)
+            running = self._by_vertex.get(key)
+            if running is not None:
+                self._remember_key(idempotency_key, vertex, running)
                 return DataSampleResult(status=SampleStatus.PENDING, round_id=running)
             if len(self._running) >= MAX_CONCURRENT_ROUNDS:
                 return DataSampleResult(
@@ -288,7 +431,6 @@ class RoundCoordinator:
                     end_timestamp=_now_ms(),
                 )
             round_id = f"{self._prefix}-{next(self._counter)}"
-            tap = self._taps[vertex]
             started_ms = _now_ms()
             waits = settings.min_micro_batches > 0 and tap.micro_batches(started_ms) is not None
             rnd = _Round(
@@ -304,9 +446,12 @@ class RoundCoordinator:
                 ),
                 started_ms=started_ms,
                 min_micro_batches=settings.min_micro_batches if waits else 0,
+                request=request,
+                data_type=compiled.data_type if compiled is not None else None,
             )
             self._running[round_id] = rnd
-            self._by_vertex[vertex] = round_id
+            self._by_vertex[key] = round_id
+            self._remember_key(idempotency_key, vertex, round_id)
         if tap.materialized is not None:
             threading.Thread(
                 target=self._read_materialized,
@@ -316,11 +461,17 @@ class RoundCoordinator:
             ).start()
             return DataSampleResult(status=SampleStatus.PENDING, round_id=round_id)
         try:
-            self._transport.start_round(round_id, rnd.tap.tap_key, settings, rnd.capture_ms)
+            if compiled is not None:
+                self._transport.start_round(
+                    round_id, rnd.tap.tap_key, settings, rnd.capture_ms, program=compiled.program
+                )
+            else:
+                self._transport.start_round(round_id, rnd.tap.tap_key, settings, rnd.capture_ms)
         except Exception as exc:  # the JVM may be gone: report, do not raise
             log.warning("cannot start round %s on %s: %s", round_id, vertex, exc)
             self._finish(rnd, None, {}, ErrorCode.INTERNAL_ERROR, set())
             return self.round_result(round_id)
+        rnd.launched = True
         log.info(
             "sampling round %s started on vertex %s (window %d ms, at least %d micro-batches)",
             round_id,
@@ -376,7 +527,11 @@ class RoundCoordinator:
         return results
 
     def data_sample(
-        self, vertex: str, subtask_index: int | None = None, max_records: int | None = None
+        self,
+        vertex: str,
+        subtask_index: int | None = None,
+        max_records: int | None = None,
+        request: RoundRequest | None = None,
     ) -> DataSampleResult:
         """``GET .../data-sample``: lazy trigger + polling over the per-vertex cache.
 
@@ -391,8 +546,10 @@ class RoundCoordinator:
             disabled = self._disabled(vertex, settings)
             if disabled is not None:
                 return disabled
-            cached = self._cache.get(vertex)
-            running = self._by_vertex.get(vertex)
+            request = request or PLAIN
+            key = _round_key(vertex, request)
+            cached = self._cache.get(key)
+            running = self._by_vertex.get(key)
             fresh = (
                 cached is not None
                 and (self._clock() - cached.completed) * 1000 < settings.refresh_interval_ms
@@ -402,7 +559,7 @@ class RoundCoordinator:
                 assert cached is not None
                 return post_filter(cached.result, subtask_index, max_records)
             if running is None:
-                started = self.start_round(vertex)
+                started = self.start_round(vertex, request=request)
                 if cached is None or started.status is SampleStatus.DISABLED:
                     return started
             elif cached is None:
@@ -462,14 +619,12 @@ class RoundCoordinator:
                         "truncated": len(data) > settings.max_record_length,
                     }
                 )
-        reports = {
-            "driver": [{"subtaskIndex": p, "records": r} for p, r in by_partition.items()]
-        }
+        reports = {"driver": [{"subtaskIndex": p, "records": r} for p, r in by_partition.items()]}
         self._finish(rnd, None, reports, None, set())
 
     def _check(self, rnd: _Round) -> None:
-        if rnd.tap.materialized is not None:
-            return  # read on its own thread, not by the executors
+        if rnd.tap.materialized is not None or not rnd.launched:
+            return  # read on its own thread, or not yet handed to the driver plugin
         elapsed_ms = (self._clock() - rnd.started) * 1000
         if not rnd.terminated and rnd.tap.is_running() is False:
             rnd.terminated = True
@@ -536,7 +691,9 @@ class RoundCoordinator:
         with self._lock:
             if self._running.get(rnd.round_id) is not rnd:
                 return  # finished already: a second finish must not overwrite its result
-        result = assemble_result(rnd.round_id, rnd.tap.data_type, reports)
+        result = assemble_result(
+            rnd.round_id, rnd.data_type or rnd.tap.data_type, reports, kind=rnd.request.kind
+        )
         if rnd.tap.materialized is not None:
             result.materialized_at = rnd.tap.materialized.written_at_ms
         progress: dict[str, list[int]] = (status or {}).get("progress", {})
@@ -562,13 +719,19 @@ class RoundCoordinator:
             self._transport.forget_round(rnd.round_id)
         with self._lock:
             self._running.pop(rnd.round_id, None)
-            if self._by_vertex.get(rnd.tap.vertex) == rnd.round_id:
-                del self._by_vertex[rnd.tap.vertex]
+            key = _round_key(rnd.tap.vertex, rnd.request)
+            if self._by_vertex.get(key) == rnd.round_id:
+                del self._by_vertex[key]
             self._results[rnd.round_id] = result
             while len(self._results) > KEPT_RESULTS:
                 self._results.popitem(last=False)
-            if self._taps.get(rnd.tap.vertex) is rnd.tap:
-                self._cache[rnd.tap.vertex] = _Cached(result, self._clock())
+            current = (
+                self._taps.get(rnd.tap.vertex)
+                if rnd.tap.kind == RoundKind.OUTPUT.value
+                else self._kind_taps.get((rnd.tap.vertex, rnd.tap.kind))
+            )
+            if current is rnd.tap:
+                self._cache[key] = _Cached(result, self._clock())
         log.info(
             "sampling round %s on %s: %s, %d records",
             rnd.round_id,
@@ -584,7 +747,8 @@ class RoundCoordinator:
             if vertex is None:
                 self._cache.clear()
             else:
-                self._cache.pop(vertex, None)
+                for key in [k for k in self._cache if k.split("\0", 1)[0] == vertex]:
+                    del self._cache[key]
 
     def running_rounds(self) -> list[str]:
         """Ids of the rounds running now."""
@@ -601,13 +765,24 @@ class RoundCoordinator:
                 self._transport.cancel_round(round_id)
 
 
+def _round_key(vertex: str, request: RoundRequest) -> str:
+    """Running rounds and cached results are per vertex and request (plain: the vertex)."""
+    key = request.key()
+    return vertex if not key else f"{vertex}\0{key}"
+
+
 def assemble_result(
-    round_id: str, data_type: str, reports: dict[str, list[dict[str, Any]]]
+    round_id: str,
+    data_type: str,
+    reports: dict[str, list[dict[str, Any]]],
+    *,
+    kind: RoundKind = RoundKind.OUTPUT,
 ) -> DataSampleResult:
     """Merge executor reports into a ``COMPLETE``/``NO_DATA`` result capped at 5000 records.
 
     A partition reported by two executors (a retried task) is merged; records are ordered by
-    ``sampleTimestamp`` within a subtask, subtasks by index.
+    ``sampleTimestamp`` within a subtask, subtasks by index. A record's ``label`` becomes its
+    ``expectations`` (``violations`` rounds) or its ``error`` (``errors`` rounds).
     """
     by_partition: dict[int, list[SampledRecord]] = {}
     dropped_rate = dropped_contention = 0
@@ -616,12 +791,19 @@ def assemble_result(
             index = int(part["subtaskIndex"])
             records = by_partition.setdefault(index, [])
             for r in part.get("records", []):
+                label = r.get("label")
                 records.append(
                     SampledRecord(
                         sample_timestamp=int(r["sampleTimestamp"]),
                         data=str(r["data"]),
                         data_type=data_type,
                         truncated=bool(r.get("truncated", False)),
+                        expectations=(
+                            str(label).split(",")
+                            if label and kind is RoundKind.VIOLATIONS
+                            else None
+                        ),
+                        error=str(label) if label and kind is RoundKind.ERRORS else None,
                     )
                 )
             dropped_rate += int(part.get("droppedByRateLimit", 0))

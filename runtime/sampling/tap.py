@@ -3,12 +3,16 @@
 With ``spark.sparkglass.sampling.enabled=true``, :func:`install_tap` adds to a vertex's
 DataFrame the filter ::
 
-    CASE WHEN sg_gate_N() THEN sg_capture_N(to_json(struct(*), map('ignoreNullFields', 'false')))
-    ELSE true END
+    CASE WHEN sg_gate_N() THEN sg_capture_N(struct(<the row, redacted>)) ELSE true END
 
 whose two JVM UDFs (``runtime/jvm``, registered nondeterministic so the optimizer never
-folds or moves them) cost one volatile read per row when no round runs, render a row with
-``to_json`` only when the gate admitted it, and always keep the row (forward-first). With
+folds or moves them) cost one volatile read per row when no round runs, build the row only
+when the gate admitted it, and always keep the row (forward-first). The struct is the row
+after the application's redaction rules (:mod:`sparkglass.runtime.contract.redaction`):
+dropped columns are not in it, masked and hashed ones are replaced, so no redacted value
+leaves the executor. Each round carries a program compiled on the driver
+(:mod:`sparkglass.runtime.sampling.programs`): its filter, the columns it renders with
+Spark's ``to_json`` and, for rounds of kind ``violations`` and ``errors``, a label. With
 sampling disabled nothing is added: the physical plan is exactly the vertex's own.
 
 The taps of an application share its coordinator and control endpoint
@@ -27,7 +31,9 @@ from typing import Protocol
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from sparkglass.runtime.contract.round_request import RoundKind
 from sparkglass.runtime.contract.sampling_settings import settings_from_spark
+from sparkglass.runtime.sampling.programs import TapView, program_compiler, tap_view
 from sparkglass.runtime.sampling.registry import REGISTRY, AttachedPipeline
 from sparkglass.runtime.sampling.rounds import MaterializedOutput, MicroBatches, TapInfo
 
@@ -49,22 +55,30 @@ class TappedPipeline(AttachedPipeline, Protocol):
     def micro_batches(self, vertex: str, since_ms: int) -> MicroBatches | None: ...
 
 
-def tap_expression(gate: str, capture: str) -> str:
+def tap_expression(gate: str, capture: str, view: TapView | None = None) -> str:
     """The SQL filter condition of a tap (always true; see module docstring)."""
-    # ignoreNullFields=false: a sampled record shows every column, null ones included.
-    return (
-        f"CASE WHEN {gate}() THEN "
-        f"{capture}(to_json(struct(*), map('ignoreNullFields', 'false'))) ELSE true END"
-    )
+    row = ", ".join(view.select) if view is not None else "*"
+    return f"CASE WHEN {gate}() THEN {capture}(struct({row})) ELSE true END"
 
 
-def install_tap(pipeline: TappedPipeline, vertex: str, df: DataFrame) -> DataFrame:
+def install_tap(
+    pipeline: TappedPipeline,
+    vertex: str,
+    df: DataFrame,
+    *,
+    kind: RoundKind = RoundKind.OUTPUT,
+    label: tuple[str, str] | None = None,
+    expectation_names: tuple[str, ...] = (),
+) -> DataFrame:
     """Return ``df`` with a tap at its output when sampling is enabled, else ``df`` itself.
 
+    ``kind`` says which rounds the tap serves (``violations``: a tap before an
+    ``expect_or_drop`` with ``label`` = ``(SQL of the failed expectations' names, column)``).
     Also makes sure the application's coordinator and control endpoint run and know this
     pipeline. Raises :class:`~sparkglass.runtime.sampling.registry.SamplingUnavailableError`
     (plugin missing) and
-    :class:`~sparkglass.runtime.contract.sampling_settings.SamplingSettingsError` (bad conf).
+    :class:`~sparkglass.runtime.contract.sampling_settings.SamplingSettingsError` (bad conf,
+    redaction rules included).
     """
     spark = df.sparkSession
     settings = settings_from_spark(spark)
@@ -72,15 +86,17 @@ def install_tap(pipeline: TappedPipeline, vertex: str, df: DataFrame) -> DataFra
         if control_enabled(spark):
             REGISTRY.attach(pipeline, spark).coordinator.register_vertices([vertex])
         return df
+    view = tap_view(df, label=label, expectation_names=expectation_names)
     app = REGISTRY.application(spark)
     app.require_plugin()
     REGISTRY.attach(pipeline, spark)
     n = next(_udf_counter)
     gate, capture = f"{GATE_PREFIX}{n}", f"{CAPTURE_PREFIX}{n}"
-    tap_key = f"{pipeline.name}/{vertex}/{uuid.uuid4().hex[:12]}"
+    suffix = "" if kind is RoundKind.OUTPUT else f"{kind.value}/"
+    tap_key = f"{pipeline.name}/{vertex}/{suffix}{uuid.uuid4().hex[:12]}"
     app.transport.register_udfs(tap_key, gate, capture)
     try:
-        tapped = df.filter(F.expr(tap_expression(gate, capture)))
+        tapped = df.filter(F.expr(tap_expression(gate, capture, view)))
     except Exception as exc:  # never break the pipeline for sampling
         log.warning("cannot tap vertex %s (%s); it will not be sampleable", vertex, exc)
         return df
@@ -89,9 +105,11 @@ def install_tap(pipeline: TappedPipeline, vertex: str, df: DataFrame) -> DataFra
         TapInfo(
             vertex=vertex,
             tap_key=tap_key,
-            data_type=df.schema.simpleString(),
+            data_type=view.data_type,
             is_running=is_running,
             micro_batches=functools.partial(pipeline.micro_batches, vertex),
+            kind=kind.value,
+            compile=program_compiler(spark, vertex, view, kind),
         )
     )
     return tapped
@@ -99,14 +117,17 @@ def install_tap(pipeline: TappedPipeline, vertex: str, df: DataFrame) -> DataFra
 
 def read_rows(df: DataFrame, limit: int, max_chars: int) -> list[tuple[int, str]]:
     """Up to ``limit`` rows of bounded ``df`` as ``(partition index, to_json row)`` pairs,
-    rendered as the tap renders them (null fields included) and cut to ``max_chars + 1``
-    characters on the executors, so no wide row reaches the driver whole (one character more
-    than kept tells the caller the row was cut)."""
-    rendered = df.select(
+    rendered as the tap renders them (redacted, null fields included) and cut to
+    ``max_chars + 1`` characters on the executors, so no wide row reaches the driver whole
+    (one character more than kept tells the caller the row was cut)."""
+    view = tap_view(df)
+    redacted = df.selectExpr(*view.select)
+    rendered = redacted.select(
         F.spark_partition_id().alias("partition"),
         F.substring(
             F.to_json(
-                F.struct(*[F.col(f"`{c}`") for c in df.columns]), {"ignoreNullFields": "false"}
+                F.struct(*[F.col(f"`{c}`") for c in redacted.columns]),
+                {"ignoreNullFields": "false"},
             ),
             1,
             max_chars + 1,
@@ -136,7 +157,7 @@ def install_materialized_tap(
         TapInfo(
             vertex=vertex,
             tap_key=f"{pipeline.name}/{vertex}/materialized",
-            data_type=df.schema.simpleString(),
+            data_type=tap_view(df).data_type,
             materialized=MaterializedOutput(functools.partial(read_rows, df), written_at_ms),
         )
     )

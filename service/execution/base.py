@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
-from sparkglass.runtime.contract.sample_result import DataSampleResult, ErrorCode, SampleStatus
+from sparkglass.runtime.contract.sample_result import (
+    DataSampleResult,
+    ErrorCode,
+    SampleStatus,
+    SubtaskSamples,
+)
 from sparkglass.service.store.repository import now_ms
 
 
@@ -16,6 +22,8 @@ class RoundRequest:
 
     ``timeout_s`` bounds the whole round as the service sees it (seconds).
     ``driver_url``/``driver_token`` are set in local mode only (the token is a secret).
+    ``max_record_length`` is the application's ``max-record-length`` (characters): a
+    driver's record longer than it breaks the contract and fails the round.
     ``memory_gate`` bounds how many full results (up to ~50 MB each) the service holds at
     once: an executor that brings a full result into memory acquires it first and returns
     with ``RoundOutcome.holds_gate`` set; the caller releases it once the result is saved.
@@ -32,6 +40,7 @@ class RoundRequest:
     driver_url: str | None = None
     driver_token: str | None = None
     results_url: str | None = None
+    max_record_length: int = 10_000
     memory_gate: threading.Semaphore | None = None
 
 
@@ -49,6 +58,10 @@ class RoundOutcome:
     external_ref: str | None = None
     saved: bool = False
     holds_gate: bool = False
+    #: The records, fetched one subtask at a time while they are saved, instead of
+    #: ``result.samples`` (which is then empty); may raise
+    #: :class:`~sparkglass.runtime.contract.result_caps.ResultRejected`.
+    samples: Iterator[SubtaskSamples] | None = None
 
 
 class RoundExecutor(Protocol):

@@ -44,7 +44,8 @@ RESULTS_URL_ANNOTATION = "sparkglass.io/results-url"
 APPLICATION_LABEL = "sparkglass.io/application"
 VERTEX_LABEL = "sparkglass.io/vertex"
 
-#: Given a round id, the full result the operator saved in the store, if any.
+#: Given a round id, the outcome of the round the operator saved in the store, if it did
+#: (the records may be left out: they stay in the store).
 StoredResultLookup = Callable[[str], DataSampleResult | None]
 
 

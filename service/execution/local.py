@@ -12,12 +12,26 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterator
+from dataclasses import replace
 
 import httpx
 
-from sparkglass.runtime.contract.sample_result import ErrorCode, SampleStatus
-from sparkglass.runtime.control.client import ControlClient, ControlRejected, ControlUnavailable
+from sparkglass.runtime.contract.result_caps import ResultCaps, ResultRejected
+from sparkglass.runtime.contract.sample_result import (
+    DataSampleResult,
+    ErrorCode,
+    SampleStatus,
+    SubtaskSamples,
+)
+from sparkglass.runtime.control.client import (
+    ControlClient,
+    ControlError,
+    ControlRejected,
+    ControlUnavailable,
+)
 
+from ..driver_trust import DriverTrust
 from .base import RoundOutcome, RoundRequest, failed
 
 log = logging.getLogger(__name__)
@@ -27,11 +41,50 @@ REQUEST_TIMEOUT_S = 10.0
 CONNECT_TIMEOUT_S = 3.0
 
 
-class LocalDriverExecutor:
-    """Runs rounds through the driver control endpoint over HTTP (sync; one shared pool)."""
+def _subtasks(
+    driver: ControlClient,
+    driver_round: str,
+    indices: list[int],
+    first: DataSampleResult,
+    caps: ResultCaps,
+) -> Iterator[SubtaskSamples]:
+    """The records of ``driver_round``, one subtask (at most 1000 records) per request:
+    ``first`` is the answer for ``indices[0]``, already fetched."""
+    answer: DataSampleResult | None = first
+    for i in indices:
+        if answer is None:
+            try:
+                answer = driver.get_round(driver_round, subtask_index=i)
+            except ControlError as exc:
+                raise ResultRejected(f"fetching subtask {i}: {exc}") from None
+        for sub in answer.samples:
+            if sub.subtask_index != i:
+                raise ResultRejected(f"asked for subtask {i}, got subtask {sub.subtask_index}")
+            caps.check(sub)
+            yield sub
+        answer = None
 
-    def __init__(self, http: httpx.Client | None = None) -> None:
+
+def _closing(pieces: Iterator[SubtaskSamples], driver: ControlClient) -> Iterator[SubtaskSamples]:
+    """``pieces``, closing ``driver`` once they are consumed or abandoned."""
+    try:
+        yield from pieces
+    finally:
+        driver.close()
+
+
+class LocalDriverExecutor:
+    """Runs rounds through the driver control endpoint over HTTP(S) (sync; one shared pool).
+
+    ``trust``: the pinned certificate of each registered ``https://`` driver; a driver with
+    one gets a connection of its own that trusts only it, the others share the pool (which
+    verifies ``https://`` drivers against the system's CAs). A certificate that fails
+    verification fails the round before the token is sent.
+    """
+
+    def __init__(self, http: httpx.Client | None = None, trust: DriverTrust | None = None) -> None:
         self._http = http or httpx.Client()
+        self._trust = trust
 
     def close(self) -> None:
         """Close the HTTP connection pool."""
@@ -43,13 +96,32 @@ class LocalDriverExecutor:
             log.warning("application %s has no driver URL", request.application)
             return RoundOutcome(failed(ErrorCode.INTERNAL_ERROR, request.round_id))
         deadline = time.monotonic() + request.timeout_s
-        driver = ControlClient(
-            request.driver_url,
-            request.driver_token or "",
-            timeout_s=REQUEST_TIMEOUT_S,
-            connect_timeout_s=CONNECT_TIMEOUT_S,
-            http=self._http,
-        )
+        tls = self._trust.get(request.namespace, request.application) if self._trust else None
+        try:
+            driver = ControlClient(
+                request.driver_url,
+                request.driver_token or "",
+                timeout_s=REQUEST_TIMEOUT_S,
+                connect_timeout_s=CONNECT_TIMEOUT_S,
+                http=None if tls else self._http,
+                tls=tls,
+            )
+        except ValueError as exc:  # a pinned certificate for a URL that is not https://
+            log.warning("driver of %s: %s", request.application, exc)
+            return RoundOutcome(failed(ErrorCode.INTERNAL_ERROR, request.round_id))
+        outcome: RoundOutcome | None = None
+        try:
+            outcome = self._round(driver, request, deadline)
+        finally:
+            if outcome is None or outcome.samples is None:
+                driver.close()
+        if outcome.samples is not None:
+            # The records are fetched while they are saved: the client (a connection of its
+            # own for a pinned driver) stays open until then.
+            return replace(outcome, samples=_closing(outcome.samples, driver))
+        return outcome
+
+    def _round(self, driver: ControlClient, request: RoundRequest, deadline: float) -> RoundOutcome:
         driver_round: str | None = None
         try:
             first = driver.open_round(request.vertex, request.sampling_window)
@@ -71,16 +143,28 @@ class LocalDriverExecutor:
                 return RoundOutcome(failed(ErrorCode.TIMEOUT, request.round_id), driver_round)
             if last.record_count() == 0:  # nothing was cut: this is the whole result
                 return RoundOutcome(last, external_ref=driver_round)
+            # The maxRecords cut keeps every subtask's entry: these are all the subtasks.
+            indices = [s.subtask_index for s in last.samples]
             gate = request.memory_gate
             if gate is not None:
                 gate.acquire()
             try:
-                full = driver.get_round(driver_round)
+                first_piece = driver.get_round(driver_round, subtask_index=indices[0])
             except BaseException:
                 if gate is not None:
                     gate.release()
                 raise
-            return RoundOutcome(full, external_ref=driver_round, holds_gate=gate is not None)
+            # The head as the driver has it (the maxRecords=1 answer says "truncated" for its
+            # own cut); the records follow one subtask at a time while they are saved.
+            head = last.model_copy(
+                update={"samples": [], "total_truncated": first_piece.total_truncated}
+            )
+            pieces = _subtasks(
+                driver, driver_round, indices, first_piece, ResultCaps(request.max_record_length)
+            )
+            return RoundOutcome(
+                head, external_ref=driver_round, holds_gate=gate is not None, samples=pieces
+            )
         except ControlUnavailable as exc:
             if exc.error_code is not None:  # the driver said why (429): the round's outcome
                 return RoundOutcome(failed(exc.error_code, request.round_id), driver_round)

@@ -9,9 +9,13 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 
+from sparkglass.runtime.contract.expectations import ExpectationCounts
+from sparkglass.runtime.control.client import ControlClient, ControlError
+
 from ..auth import Permission, Principal
 from ..catalog import CatalogError, register_local_application
 from ..dependencies import AdminDep, PrincipalDep, ReaderDep, SessionDep, StateDep, check
+from ..driver_trust import driver_tls
 from ..lookups import application_or_404, refresh_catalog
 from ..schemas import (
     ApplicationDetail,
@@ -24,6 +28,7 @@ from ..schemas import (
 from ..settings import LOCAL_NAMESPACE, ExecutionMode
 from ..state import ServiceState
 from ..store import repository
+from ..store.cipher import StoreKeyMissing
 
 router = APIRouter(prefix="/api/v1", tags=["applications"])
 
@@ -99,6 +104,32 @@ def get_application(
     return application_detail(application_or_404(state, namespace, application, session))
 
 
+@router.get(
+    "/namespaces/{namespace}/applications/{application}/expectations",
+    response_model=list[ExpectationCounts],
+    responses={**_ERRORS, 502: {"model": ErrorBody}},
+)
+def get_expectations(
+    namespace: str, application: str, state: StateDep, session: SessionDep, _: ReaderDep
+) -> list[ExpectationCounts]:
+    """Pass and fail counts of each expectation of the application's streaming vertices
+    (totals and last micro-batch), as its driver counts them now. Local mode: asked of the
+    driver control endpoint; an application without a driver URL (Kubernetes mode) has none
+    to report here (an empty list). 502 when the driver cannot be asked."""
+    app = application_or_404(state, namespace, application, session)
+    if not app.driver_url:
+        return []
+    tls = state.driver_trust.get(namespace, application)
+    try:
+        token = repository.driver_token(session, app)  # stored encrypted
+        with ControlClient(app.driver_url, token or "", timeout_s=10, tls=tls) as driver:
+            return driver.expectations()
+    except (ControlError, ValueError) as exc:
+        # ValueError: the store key cannot open the token, or a certificate is pinned for a
+        # URL that is not https:// (neither message holds a secret).
+        raise HTTPException(status.HTTP_502_BAD_GATEWAY, detail=str(exc)) from None
+
+
 @router.put(
     "/namespaces/{namespace}/applications/{application}",
     response_model=ApplicationDetail,
@@ -117,7 +148,10 @@ async def register_application(
 ) -> ApplicationDetail:
     """Local mode: register (or re-register) a running driver; reads its pipeline (admin).
 
-    Body: ``{"driverUrl": ..., "driverToken": ...}``; 422 naming the bad field."""
+    Body: ``{"driverUrl": ..., "driverToken": ..., "driverCaPem": ...}`` (``driverCaPem``
+    optional: the certificate to verify an ``https://`` driver with); 422 naming the bad
+    field; 502 when the driver cannot be read (unreachable, or a certificate that fails
+    verification: then the token was not sent)."""
     # A declared body parameter would make FastAPI read (and buffer) the whole body before
     # any dependency runs, i.e. before the caller is authenticated: read it only now.
     raw = await request.body()
@@ -142,10 +176,18 @@ def _register(
             status.HTTP_409_CONFLICT,
             detail="applications are registered in local mode only, in namespace 'local'",
         )
+    tls = driver_tls("driverCaPem", body.driver_url, body.driver_ca_pem)  # validated already
     try:
         register_local_application(
-            state.sessions, application, body.driver_url, body.driver_token, namespace=namespace
+            state.sessions,
+            application,
+            body.driver_url,
+            body.driver_token,
+            namespace=namespace,
+            tls=tls,
         )
+    except StoreKeyMissing as exc:  # PostgreSQL without SPARKGLASS_STORE_KEY
+        raise HTTPException(status.HTTP_409_CONFLICT, detail=str(exc)) from None
     except CatalogError as exc:
         state.audit.note(
             principal.user,
@@ -156,7 +198,10 @@ def _register(
             detail=str(exc),
         )
         raise HTTPException(status.HTTP_502_BAD_GATEWAY, detail=str(exc)) from None
+    state.driver_trust.set(namespace, application, tls)
     where = _driver_location(body.driver_url)
+    if tls is not None:
+        where += " (its own certificate pinned)"
     state.audit.note(
         principal.user,
         "register",
@@ -191,5 +236,6 @@ def delete_application(
         detail=f"deleted with {rounds} rounds",
     )
     state.coordinator.forget(app.id)
+    state.driver_trust.forget(namespace, application)
     state.applications.invalidate(namespace, application)
     return Response(status_code=status.HTTP_204_NO_CONTENT)

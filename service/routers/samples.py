@@ -4,17 +4,21 @@ from __future__ import annotations
 
 import functools
 from collections.abc import AsyncIterator
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Query, Response, status
 from fastapi.concurrency import run_in_threadpool
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import StreamingResponse
 
+from sparkglass.runtime.contract.errors import InvalidParameterError
+from sparkglass.runtime.contract.result_caps import ResultCaps, ResultRejected
+from sparkglass.runtime.contract.round_request import RoundRequest, round_request
 from sparkglass.runtime.contract.sample_result import (
     MAX_RECORDS_PER_RESPONSE,
     DataSampleResult,
-    post_filter,
 )
+from sparkglass.runtime.control.client import ControlClient, ControlError, ControlRejected
 
 from ..auth import Permission
 from ..dependencies import (
@@ -27,6 +31,7 @@ from ..dependencies import (
     check,
 )
 from ..lookups import application_or_404, vertex_or_404
+from ..result_body import plan_body, render_body
 from ..schemas import ErrorBody, RoundSummary, round_summary
 from ..shared_rounds import PollAnswer, TriggerForbiddenError
 from ..store import repository
@@ -60,6 +65,26 @@ MaxRecords = Annotated[
         le=MAX_RECORDS_PER_RESPONSE,
         description=f"At most this many records (1-{MAX_RECORDS_PER_RESPONSE}), fairly shared.",
     ),
+]
+
+Kind = Annotated[
+    str | None,
+    Query(description="output (default), violations or errors: which rows a round returns."),
+]
+Filter = Annotated[
+    str | None,
+    Query(
+        max_length=4096,
+        description="Spark SQL predicate over the vertex's columns, evaluated on the executors "
+        "(e.g. carrier = 'UA' AND dep_delay > 60); may not name a redacted column.",
+    ),
+]
+Columns = Annotated[
+    str | None,
+    Query(max_length=20_000, description="Comma-separated columns to return, in order."),
+]
+ExpectationName = Annotated[
+    str | None, Query(description="With kind=violations: only rows failing this expectation.")
 ]
 
 #: Bodies larger than this are sent in pieces of this size: handed to the server whole, a
@@ -104,11 +129,20 @@ async def data_sample(
     credentials: BearerDep,
     subtask_index: SubtaskIndex = None,
     max_records: MaxRecords = None,
+    kind: Kind = None,
+    filter: Filter = None,
+    columns: Columns = None,
+    expectation: ExpectationName = None,
 ) -> Response:
     """Lazy trigger + polling: the first call starts a round and answers
     ``PENDING``; while a round runs, the previous result with ``stale=true`` (or ``PENDING``);
     afterwards the result, cached for the refresh interval. Starting a round needs ``create``
-    on ``datasamples`` (local: sampler role); reading needs ``get`` (viewer)."""
+    on ``datasamples`` (local: sampler role); reading needs ``get`` (viewer).
+
+    ``kind``, ``filter``, ``columns`` and ``expectation`` ask for a narrower round (local
+    mode; in Kubernetes mode use a DataSample's ``spec.kind``/``filter``/``columns``): they
+    need ``create`` too, and a filter or column that does not fit the vertex answers 422
+    naming it."""
     # The hot path (many clients polling a fresh result) runs on the event loop from memory;
     # anything that may block (store, Kubernetes reviews, filters) goes to the thread pool.
     principal = await authorized_principal(state, credentials, namespace, Permission.READ)
@@ -116,6 +150,15 @@ async def data_sample(
     if app is None:
         app = await run_in_threadpool(application_or_404, state, namespace, application)
     vertex_or_404(app, vertex)
+    if any(v is not None for v in (kind, filter, columns, expectation)):
+        try:
+            request = round_request(kind, filter, columns, expectation)
+        except InvalidParameterError as exc:
+            raise _unprocessable(exc.field, str(exc)) from None
+        if not request.is_plain():
+            return await _narrow_sample(
+                state, principal, namespace, app, vertex, request, subtask_index, max_records
+            )
     fresh = state.coordinator.fresh_answer(app, vertex)
     answer: PollAnswer
     if fresh is not None:
@@ -132,14 +175,12 @@ async def data_sample(
             answer = await run_in_threadpool(poll)
         except TriggerForbiddenError:
             raise FORBIDDEN from None
-    if subtask_index is None and max_records is None:
-        result = answer.result
-        body = state.coordinator.render(result)
-    else:
-        result = await run_in_threadpool(
-            post_filter, answer.result, subtask_index, max_records
-        )
-        body = result.model_dump_json(by_alias=True).encode()
+    # The records go from the store (or the byte-bounded cache) to the client a chunk at a
+    # time: no request holds a whole result (result_body.py).
+    result = answer.result
+    response, record_count = await state.coordinator.bodies.response(
+        result, subtask_index, max_records
+    )
     state.audit.record(
         AuditRecord(
             actor=principal.user,
@@ -148,6 +189,86 @@ async def data_sample(
             application=application,
             vertex=vertex,
             round_id=answer.started_round or result.round_id,
+            record_count=record_count,
+            status=result.status.value,
+            at=repository.now_ms(),
+        )
+    )
+    return response
+
+
+def _unprocessable(field: str | None, message: str) -> RequestValidationError:
+    """A 422 in the service's own shape (``detail`` naming the parameter, ``errors``)."""
+    name = field or "filter"
+    prefix = f"{name}: "
+    msg = message[len(prefix) :] if message.startswith(prefix) else message
+    return RequestValidationError([{"loc": ("query", name), "msg": msg, "type": "value_error"}])
+
+
+async def _narrow_sample(
+    state: Any,
+    principal: Any,
+    namespace: str,
+    app: Any,
+    vertex: str,
+    request: RoundRequest,
+    subtask_index: int | None,
+    max_records: int | None,
+) -> Response:
+    """A round with a kind, filter or columns: the driver's own lazy trigger, keyed by the
+    request (its results are not shared with plain rounds nor kept in the store)."""
+    allowed = await run_in_threadpool(check, state, principal, namespace, Permission.TRIGGER)
+    if not allowed:
+        raise FORBIDDEN
+    if not app.driver_url:
+        raise _unprocessable(
+            "filter",
+            "kind, filter and columns are served in local mode; in Kubernetes mode create a "
+            "DataSample with spec.kind, spec.filter and spec.columns",
+        )
+
+    tls = state.driver_trust.get(namespace, app.name)
+    max_record_length = state.coordinator.policy(app).max_record_length
+
+    def ask() -> tuple[DataSampleResult, bytes]:
+        with state.sessions() as session:  # the token is stored encrypted
+            token = repository.driver_token(session, app)
+        # A full result (up to 5000 records) in memory: it takes a pass of the memory gate,
+        # like the results of shared rounds, and is checked against the same caps.
+        with state.coordinator.memory_gate:
+            with ControlClient(app.driver_url, token or "", tls=tls) as driver:
+                answer = driver.data_sample(
+                    vertex, subtask_index=subtask_index, max_records=max_records, request=request
+                )
+            caps = ResultCaps(max_record_length)
+            for sub in answer.samples:
+                caps.check(sub)
+            return answer, answer.model_dump_json(by_alias=True).encode()
+
+    try:
+        result, body = await run_in_threadpool(ask)
+    except ControlRejected as exc:
+        if exc.status == 400:
+            raise _unprocessable(exc.field, str(exc)) from None
+        raise HTTPException(status.HTTP_502_BAD_GATEWAY, detail=str(exc)) from None
+    except ControlError as exc:
+        raise HTTPException(status.HTTP_502_BAD_GATEWAY, detail=str(exc)) from None
+    except ResultRejected as exc:
+        raise HTTPException(
+            status.HTTP_502_BAD_GATEWAY, detail=f"the driver's answer broke a cap: {exc}"
+        ) from None
+    except ValueError as exc:
+        # The store key cannot open the token, or a certificate is pinned for a URL that is
+        # not https:// (neither message holds a secret).
+        raise HTTPException(status.HTTP_502_BAD_GATEWAY, detail=str(exc)) from None
+    state.audit.record(
+        AuditRecord(
+            actor=principal.user,
+            action="trigger",
+            namespace=namespace,
+            application=app.name,
+            vertex=vertex,
+            round_id=result.round_id,
             record_count=result.record_count(),
             status=result.status.value,
             at=repository.now_ms(),
@@ -203,9 +324,9 @@ def round_result(
             status.HTTP_404_NOT_FOUND,
             detail=f"no round {round_id!r} in application {application!r}",
         )
-    with state.coordinator.memory_gate:  # a stored result may be ~50 MB
-        result = post_filter(repository.load_result(session, row), subtask_index, max_records)
-        body = result.model_dump_json(by_alias=True).encode()
+    # A stored result may be ~50 MB: its body is written from the store a page at a time.
+    plan = plan_body(session, repository.round_head(row), subtask_index, max_records)
+    result = plan.head
     state.audit.record(
         AuditRecord(
             actor=principal.user,
@@ -214,9 +335,9 @@ def round_result(
             application=application,
             vertex=row.vertex,
             round_id=row.id,
-            record_count=result.record_count(),
+            record_count=plan.record_count,
             status=result.status.value,
             at=repository.now_ms(),
         )
     )
-    return json_body(body)
+    return StreamingResponse(render_body(state.sessions, plan), media_type="application/json")

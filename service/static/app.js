@@ -3,14 +3,24 @@
 "use strict";
 
 const POLL_MS = 3000;
-const NODE_W = 144, NODE_H = 50, COL_W = 178, ROW_H = 70, PAD = 14;
+const NODE_W = 144, NODE_H = 62, COL_W = 178, ROW_H = 82, PAD = 14;
 const SVG_NS = "http://www.w3.org/2000/svg";
 
-// Rendering thousands of pretty-printed records at once makes the page sluggish: show a page.
-const PAGE_ROWS = 200;
+// Only one page of rows is in the DOM: thousands of rows at once make the page sluggish,
+// while sorting and searching run over all loaded records in memory.
+const PAGE_ROWS = 100;
+// At most this many columns (fields of the type first, then keys seen in the records).
+const MAX_COLUMNS = 200;
+// Nested values and long strings are shown cut to this many characters, expandable.
+const COMPACT_CHARS = 80;
 
 const state = { token: "", app: null, detail: null, vertex: null, timer: null,
-                result: null, subtask: "all", inflight: false, showAll: false };
+                result: null, resultKey: null, subtask: "all", inflight: false,
+                // the records grid: all loaded rows, the filtered+sorted view, its page
+                rows: [], columns: [], view: [], page: 0, sort: null, search: "",
+                json: false, open: new Set(),
+                // live metrics of the selected application's pipeline
+                metricsTimer: null, metricsInflight: false, metricNodes: new Map() };
 
 const $ = (id) => document.getElementById(id);
 
@@ -94,6 +104,7 @@ async function loadApplications() {
 
 async function selectApplication(key) {
   stopPolling();
+  stopMetrics();
   state.app = key;
   state.vertex = null;
   state.result = null;
@@ -106,8 +117,84 @@ async function selectApplication(key) {
       setMessage($("app-message"), "Planner: " + state.detail.planError, "warn");
     }
     drawGraph(state.detail);
+    pollMetrics();
+    state.metricsTimer = setInterval(pollMetrics, POLL_MS);
   } catch (err) {
     setMessage($("app-message"), explain(err), "error");
+  }
+}
+
+// ------------------------------------------------------------------ live metrics
+function stopMetrics() {
+  if (state.metricsTimer) clearInterval(state.metricsTimer);
+  state.metricsTimer = null;
+  $("pipeline-metrics-bar").hidden = true;
+  $("metrics-message").textContent = "";
+}
+
+function formatRate(x) {
+  if (x >= 1000) return Math.round(x).toLocaleString("en-US");
+  return x.toFixed(1);
+}
+
+// One request per refresh for the whole pipeline: state, micro-batches, rows per vertex.
+async function pollMetrics() {
+  // A hidden tab asks nothing: the driver's progress is read for pages someone looks at.
+  if (!state.app || state.metricsInflight || document.hidden) return;
+  state.metricsInflight = true;
+  const app = state.app;
+  const [ns, name] = app.split("/");
+  try {
+    const m = await api(`/api/v1/namespaces/${encodeURIComponent(ns)}/applications/` +
+      `${encodeURIComponent(name)}/progress`);
+    if (app !== state.app) return;
+    renderMetrics(m);
+    $("metrics-message").textContent = "";
+  } catch (err) {
+    if (app !== state.app) return;
+    $("pipeline-metrics-bar").hidden = true;
+    for (const t of state.metricNodes.values()) t.textContent = "";
+    $("metrics-message").textContent = "Live metrics unavailable: " + explain(err);
+  } finally {
+    state.metricsInflight = false;
+  }
+}
+
+function renderMetrics(m) {
+  $("pipeline-metrics-bar").hidden = false;
+  const st = $("query-state");
+  st.textContent = m.state;
+  st.className = "query-state " + m.state;
+  st.title = m.failed ? "failed: " + m.failed : `${m.activeQueries} active streaming queries`;
+  const dl = $("pipeline-metrics");
+  dl.textContent = "";
+  const items = [
+    ["micro-batches", String(m.microBatches), "micro-batches"],
+    ["input", formatRate(m.inputRowsPerSecond) + " rows/s", "input-rate"],
+    ["processed", formatRate(m.processedRowsPerSecond) + " rows/s", "processed-rate"],
+    ["last micro-batch", m.lastMicroBatchTimestamp
+      ? new Date(m.lastMicroBatchTimestamp).toLocaleTimeString() : "–", "last-batch"],
+  ];
+  for (const [k, v, id] of items) {
+    const div = document.createElement("div");
+    const dt = document.createElement("dt");
+    const dd = document.createElement("dd");
+    dt.textContent = k;
+    dd.textContent = v;
+    dd.dataset.testid = id;
+    div.append(dt, dd);
+    dl.appendChild(div);
+  }
+  for (const [vertex, text] of state.metricNodes) {
+    const v = m.vertices[vertex];
+    text.textContent = v
+      ? `${v.rowsLastMicroBatch.toLocaleString("en-US")} rows · ${formatRate(v.rowsPerSecond)}/s`
+      : "";
+    const title = text.parentNode.querySelector("title.metrics-title");
+    if (title) {
+      title.textContent = v ? `${vertex}: ${v.rowsLastMicroBatch} rows in the last ` +
+        `micro-batch, ${formatRate(v.rowsPerSecond)} rows/s, ${v.rowsTotal} rows in all` : "";
+    }
   }
 }
 
@@ -149,6 +236,7 @@ function svg(tag, attrs, parent) {
 function drawGraph(detail) {
   const g = $("graph");
   g.textContent = "";
+  state.metricNodes = new Map();
   const depth = layers(detail.vertices);
   const rows = new Map();
   const pos = new Map();
@@ -203,11 +291,15 @@ function drawGraph(detail) {
       const t = svg("text", { x: 8, y: 44, class: "attrs" }, node);
       t.textContent = badges.join(" ");
     }
+    const metrics = svg("text", { x: 8, y: 57, class: "metrics",
+                                  "data-testid": `vertex-metrics-${v.name}` }, node);
+    state.metricNodes.set(v.name, metrics);
     const tip = [v.name, `kind: ${v.kind}`];
     if (badges.length) tip.push(`attributes: ${badges.join(", ")}`);
     if (v.plan && v.plan.inheritedFrom) tip.push(`inherited from ${v.plan.inheritedFrom}`);
     for (const n of (v.plan && v.plan.notes) || []) tip.push(n);
     svg("title", {}, node).textContent = tip.join("\n");
+    svg("title", { class: "metrics-title" }, metrics);
     if (v.kind !== "sink") node.addEventListener("click", () => selectVertex(v.name));
   }
 }
@@ -223,7 +315,8 @@ function selectVertex(name) {
   state.vertex = name;
   state.result = null;
   state.subtask = "all";
-  state.showAll = false;
+  state.sort = null;
+  state.page = 0;
   document.querySelectorAll("#graph .node").forEach((n) =>
     n.classList.toggle("selected", n.dataset.vertex === name));
   $("vertex-name").textContent = name;
@@ -303,10 +396,6 @@ function formatTime(ms) {
   return d.toISOString().replace("T", " ").replace("Z", " UTC");
 }
 
-function prettyJson(text) {
-  try { return JSON.stringify(JSON.parse(text), null, 2); } catch (e) { return text; }
-}
-
 function renderCounters(r) {
   const dl = $("counters");
   dl.textContent = "";
@@ -355,45 +444,385 @@ function renderSubtasks(r) {
   select.value = state.subtask;
 }
 
-function renderRecords(r) {
-  const table = $("records");
-  const body = table.querySelector("tbody");
-  body.textContent = "";
-  const samples = ((r && r.samples) || []).filter(
-    (s) => state.subtask === "all" || String(s.subtaskIndex) === state.subtask);
+// ------------------------------------------------------------------ the records grid
+// Top-level field names of a Spark type string "struct<a:int,b:struct<c:string>>".
+function structFields(type) {
+  if (!type || !type.startsWith("struct<") || !type.endsWith(">")) return [];
+  const body = type.slice(7, -1);
+  const names = [];
+  let depth = 0, start = 0, quoted = false;
+  for (let i = 0; i <= body.length; i++) {
+    const c = body[i];
+    if (c === "`") quoted = !quoted;
+    else if (!quoted && (c === "<" || c === "(")) depth++;
+    else if (!quoted && (c === ">" || c === ")")) depth--;
+    if (i === body.length || (!quoted && depth === 0 && c === ",")) {
+      const part = body.slice(start, i);
+      let name = part;
+      if (part.startsWith("`")) {
+        const end = part.indexOf("`:", 1);
+        name = end > 0 ? part.slice(1, end).replaceAll("``", "`") : part;
+      } else if (part.includes(":")) {
+        name = part.slice(0, part.indexOf(":"));
+      }
+      if (name) names.push(name);
+      start = i + 1;
+    }
+  }
+  return names;
+}
+
+function isObject(v) { return v !== null && typeof v === "object"; }
+
+// The rows of a result: every record parsed once (JSON.parse), kept with its raw text.
+function loadRecords(r) {
   const rows = [];
-  for (const s of samples) for (const rec of s.records) rows.push([s.subtaskIndex, rec]);
-  rows.sort((a, b) => a[1].sampleTimestamp - b[1].sampleTimestamp);
-  table.hidden = !rows.length;
-  const more = $("more-records");
-  more.hidden = state.showAll || rows.length <= PAGE_ROWS;
-  more.textContent = `Show all ${rows.length} records`;
-  const shown = state.showAll ? rows : rows.slice(0, PAGE_ROWS);
-  for (const [sub, rec] of shown) {
+  for (const s of (r && r.samples) || []) {
+    for (const rec of s.records) {
+      let parsed, ok = true;
+      try { parsed = JSON.parse(rec.data); } catch (e) { ok = false; }
+      rows.push({ sub: s.subtaskIndex, ts: rec.sampleTimestamp, rec, raw: rec.data,
+                  parsed, ok, object: ok && isObject(parsed) && !Array.isArray(parsed),
+                  lower: null, keys: new Map() });
+    }
+  }
+  rows.sort((a, b) => a.ts - b.ts);
+  rows.forEach((row, i) => { row.id = i; });
+  const columns = [];
+  const seen = new Set();
+  const add = (name) => {
+    if (!seen.has(name) && columns.length < MAX_COLUMNS) { seen.add(name); columns.push(name); }
+  };
+  const types = new Set(rows.map((row) => row.rec.dataType));
+  for (const t of types) structFields(t).forEach(add);
+  for (const row of rows) if (row.object) Object.keys(row.parsed).forEach(add);
+  if (rows.some((row) => row.ok && !row.object)) add("value"); // scalars or arrays
+  state.rows = rows;
+  state.columns = columns;
+  state.open = new Set();
+  $("record-type").textContent = types.size ? "type: " + [...types].join(" | ") : "";
+  $("record-type").title = $("record-type").textContent;
+}
+
+function fieldValue(row, column) {
+  if (column === "@time") return row.ts;
+  if (column === "@subtask") return row.sub;
+  if (!row.ok) return undefined;
+  if (row.object) return Object.prototype.hasOwnProperty.call(row.parsed, column)
+    ? row.parsed[column] : undefined;
+  return column === "value" ? row.parsed : undefined;
+}
+
+function compactJson(v) {
+  const text = JSON.stringify(v);
+  return text.length > COMPACT_CHARS ? text.slice(0, COMPACT_CHARS - 1) + "…" : text;
+}
+
+// A sort key per (row, column), computed once: [rank, value]. Numbers before strings before
+// booleans before nested values; missing and null last in either direction.
+function sortKey(row, column) {
+  let k = row.keys.get(column);
+  if (k) return k;
+  const v = fieldValue(row, column);
+  if (v === undefined || v === null) k = [9, 0];
+  else if (typeof v === "number") k = [0, v];
+  else if (typeof v === "string") k = [1, v];
+  else if (typeof v === "boolean") k = [2, v ? 1 : 0];
+  else k = [3, JSON.stringify(v)];
+  row.keys.set(column, k);
+  return k;
+}
+
+function compareRows(a, b, column, dir) {
+  const ka = sortKey(a, column), kb = sortKey(b, column);
+  if (ka[0] !== kb[0]) return (ka[0] === 9 || kb[0] === 9) ? ka[0] - kb[0] : dir * (ka[0] - kb[0]);
+  if (ka[0] === 9) return a.id - b.id;
+  if (ka[1] < kb[1]) return -dir;
+  if (ka[1] > kb[1]) return dir;
+  return a.id - b.id; // stable: ties keep the time order
+}
+
+// The shown records: the subtask filter, the search, the sort (all in memory).
+function computeView() {
+  const q = state.search.trim().toLowerCase();
+  let view = state.rows.filter(
+    (row) => state.subtask === "all" || String(row.sub) === state.subtask);
+  if (q) {
+    view = view.filter((row) => {
+      if (row.lower === null) row.lower = row.raw.toLowerCase();
+      return row.lower.includes(q);
+    });
+  }
+  if (state.sort) {
+    const { column, dir } = state.sort;
+    view = view.slice().sort((a, b) => compareRows(a, b, column, dir));
+  }
+  state.view = view;
+  const pages = Math.max(1, Math.ceil(view.length / PAGE_ROWS));
+  state.page = Math.min(state.page, pages - 1);
+}
+
+function headerCell(label, column, sortable) {
+  const th = document.createElement("th");
+  th.textContent = label;
+  if (sortable) {
+    th.className = "sortable";
+    th.tabIndex = 0; // sortable from the keyboard too (Enter or Space)
+    th.dataset.column = column;
+    th.dataset.testid = "col-" + column;
+    th.title = "sort by " + label;
+    if (state.sort && state.sort.column === column) {
+      const arrow = document.createElement("span");
+      arrow.className = "arrow";
+      arrow.textContent = state.sort.dir > 0 ? "▲" : "▼";
+      th.appendChild(arrow);
+      th.setAttribute("aria-sort", state.sort.dir > 0 ? "ascending" : "descending");
+    }
+  }
+  return th;
+}
+
+function valueCell(v) {
+  const td = document.createElement("td");
+  if (v === undefined) {
+    td.className = "missing";
+    td.textContent = "–";
+  } else if (v === null) {
+    td.className = "null";
+    td.textContent = "null";
+  } else if (isObject(v)) {
+    // Nested: compact on one line, the whole value one click away.
+    const details = document.createElement("details");
+    const summary = document.createElement("summary");
+    summary.textContent = compactJson(v);
+    const pre = document.createElement("pre");
+    pre.textContent = JSON.stringify(v, null, 2);
+    details.append(summary, pre);
+    td.appendChild(details);
+  } else if (typeof v === "string" && v.length > COMPACT_CHARS) {
+    const details = document.createElement("details");
+    const summary = document.createElement("summary");
+    summary.textContent = v.slice(0, COMPACT_CHARS - 1) + "…";
+    const pre = document.createElement("pre");
+    pre.textContent = v;
+    details.append(summary, pre);
+    td.appendChild(details);
+  } else {
+    td.textContent = String(v);
+    if (typeof v === "number") td.className = "num";
+  }
+  return td;
+}
+
+function recordJson(row) {
+  return row.ok ? JSON.stringify(row.parsed, null, 2) : row.raw;
+}
+
+function truncatedMark() {
+  const mark = document.createElement("span");
+  mark.className = "badge truncated";
+  mark.dataset.testid = "truncated-marker";
+  mark.textContent = "✂ truncated";
+  mark.title = "cut to max-record-length: the text is not the whole record";
+  return mark;
+}
+
+function renderRecords() {
+  const started = performance.now();
+  computeView();
+  const table = $("records");
+  const head = table.querySelector("thead");
+  const body = table.querySelector("tbody");
+  head.textContent = "";
+  body.textContent = "";
+  const total = state.rows.length;
+  $("records-bar").hidden = !total;
+  table.hidden = !total;
+  $("pager").hidden = state.view.length <= PAGE_ROWS;
+  $("view-grid").classList.toggle("on", !state.json);
+  $("view-json").classList.toggle("on", state.json);
+  const n = (x) => x.toLocaleString("en-US");
+  $("match-count").textContent = !total ? "" : state.view.length === total
+    ? `${n(total)} record${total === 1 ? "" : "s"}`
+    : `${n(state.view.length)} of ${n(total)} record${total === 1 ? "" : "s"}`;
+  if (!total) return;
+
+  const hr = document.createElement("tr");
+  hr.append(headerCell("Time", "@time", true), headerCell("Subtask", "@subtask", true));
+  if (state.json) hr.appendChild(headerCell("Record", "", false));
+  else for (const c of state.columns) hr.appendChild(headerCell(c, c, true));
+  hr.appendChild(headerCell("", "", false));
+  head.appendChild(hr);
+  const span = hr.children.length;
+
+  const first = state.page * PAGE_ROWS;
+  const shown = state.view.slice(first, first + PAGE_ROWS);
+  const frag = document.createDocumentFragment();
+  for (const row of shown) {
     const tr = document.createElement("tr");
     tr.dataset.testid = "record";
+    tr.dataset.row = String(row.id);
+    if (row.rec.truncated) tr.classList.add("truncated");
     const time = document.createElement("td");
-    time.textContent = formatTime(rec.sampleTimestamp);
-    const subtask = document.createElement("td");
-    subtask.textContent = "#" + sub;
-    const data = document.createElement("td");
-    const pre = document.createElement("pre");
-    pre.dataset.testid = "record-data";
-    pre.textContent = prettyJson(rec.data);
-    data.appendChild(pre);
-    if (rec.truncated) {
-      const mark = document.createElement("span");
-      mark.className = "badge truncated";
-      mark.dataset.testid = "truncated-marker";
-      mark.textContent = "✂ truncated (max-record-length)";
-      data.appendChild(mark);
+    time.className = "time";
+    time.textContent = formatTime(row.ts);
+    if (row.rec.truncated) { time.append(" "); time.appendChild(truncatedMark()); }
+    const sub = document.createElement("td");
+    sub.textContent = "#" + row.sub;
+    tr.append(time, sub);
+    if (state.json) {
+      const td = document.createElement("td");
+      const pre = document.createElement("pre");
+      pre.dataset.testid = "record-data";
+      pre.textContent = recordJson(row);
+      td.appendChild(pre);
+      tr.appendChild(td);
+    } else if (!row.ok || (!row.object && !state.columns.includes("value"))) {
+      // Not JSON (a record cut by max-record-length): its text across the field columns.
+      const td = document.createElement("td");
+      td.className = "raw";
+      td.colSpan = Math.max(1, state.columns.length);
+      td.textContent = row.raw;
+      tr.appendChild(td);
+    } else {
+      for (const c of state.columns) tr.appendChild(valueCell(fieldValue(row, c)));
     }
-    const type = document.createElement("td");
-    type.className = "type";
-    type.textContent = rec.dataType;
-    tr.append(time, subtask, data, type);
-    body.appendChild(tr);
+    const actions = document.createElement("td");
+    actions.className = "actions";
+    if (!state.json) {
+      const toggle = document.createElement("button");
+      toggle.type = "button";
+      toggle.className = "plain";
+      toggle.textContent = "{ }";
+      toggle.title = "show this record's JSON";
+      toggle.dataset.action = "raw";
+      toggle.dataset.testid = "raw-toggle";
+      actions.appendChild(toggle);
+    }
+    const copy = document.createElement("button");
+    copy.type = "button";
+    copy.className = "plain";
+    copy.textContent = "Copy";
+    copy.title = "copy this record's JSON";
+    copy.dataset.action = "copy";
+    copy.dataset.testid = "copy-record";
+    actions.appendChild(copy);
+    tr.appendChild(actions);
+    frag.appendChild(tr);
+    if (!state.json && state.open.has(row.id)) frag.appendChild(detailRow(row, span));
   }
+  body.appendChild(frag);
+  const last = Math.min(first + PAGE_ROWS, state.view.length);
+  $("page-info").textContent = `${(first + 1).toLocaleString("en-US")}–` +
+    `${last.toLocaleString("en-US")} of ${state.view.length.toLocaleString("en-US")}`;
+  $("page-prev").disabled = state.page === 0;
+  $("page-next").disabled = last >= state.view.length;
+  table.dataset.renderMs = (performance.now() - started).toFixed(1);
+}
+
+function detailRow(row, span) {
+  const tr = document.createElement("tr");
+  tr.className = "detail";
+  tr.dataset.testid = "record-detail";
+  const td = document.createElement("td");
+  td.colSpan = span;
+  const pre = document.createElement("pre");
+  pre.dataset.testid = "record-data";
+  pre.textContent = recordJson(row);
+  td.appendChild(pre);
+  tr.appendChild(td);
+  return tr;
+}
+
+function rowById(id) { return state.rows[Number(id)]; }
+
+function onGridClick(ev) {
+  const th = ev.target.closest("th.sortable");
+  if (th) {
+    const column = th.dataset.column;
+    const dir = state.sort && state.sort.column === column ? -state.sort.dir : 1;
+    state.sort = { column, dir };
+    state.page = 0;
+    renderRecords();
+    return;
+  }
+  const button = ev.target.closest("button[data-action]");
+  if (!button) return;
+  const row = rowById(button.closest("tr").dataset.row);
+  if (!row) return;
+  if (button.dataset.action === "raw") {
+    if (state.open.has(row.id)) state.open.delete(row.id); else state.open.add(row.id);
+    renderRecords();
+  } else if (button.dataset.action === "copy") {
+    copyText(recordJson(row));
+  }
+}
+
+async function copyText(text) {
+  const note = $("copy-message");
+  try {
+    await navigator.clipboard.writeText(text);
+    note.textContent = "Record copied to the clipboard.";
+  } catch (e) {
+    // No clipboard API (a page not served over https or localhost): select it for Ctrl+C.
+    const area = document.createElement("textarea");
+    area.value = text;
+    document.body.appendChild(area);
+    area.select();
+    const ok = document.execCommand && document.execCommand("copy");
+    area.remove();
+    note.textContent = ok ? "Record copied to the clipboard."
+      : "The browser refused the clipboard: open the record's { } view and copy it from there.";
+  }
+}
+
+// ------------------------------------------------------------------ export
+// JSON Lines: one record per line as it was sampled (compact JSON); a record cut by
+// max-record-length is not JSON any more and is written as a JSON string of its text.
+function toJsonLines(rows) {
+  return rows.map((row) => (row.ok ? JSON.stringify(row.parsed) : JSON.stringify(row.raw)))
+    .join("\n") + (rows.length ? "\n" : "");
+}
+
+function csvCell(v) {
+  if (v === undefined || v === null) return "";
+  let text = isObject(v) ? JSON.stringify(v) : String(v);
+  // A cell starting with = + - @ would run as a formula in a spreadsheet (CSV injection).
+  if (typeof v === "string" && /^[=+\-@\t\r]/.test(text)) text = "'" + text;
+  return /[",\r\n]/.test(text) ? '"' + text.replaceAll('"', '""') + '"' : text;
+}
+
+// CSV (RFC 4180): time (UTC ISO), subtask, truncated, then one column per field; nested
+// values as compact JSON; a cut record's text in the column "raw".
+function toCsv(rows) {
+  const anyRaw = rows.some((row) => !row.ok);
+  const header = ["sampleTime", "subtask", "truncated", ...state.columns];
+  if (anyRaw) header.push("raw");
+  const lines = [header.map(csvCell).join(",")];
+  for (const row of rows) {
+    const cells = [new Date(row.ts).toISOString(), row.sub, row.rec.truncated ? "true" : "false",
+                   ...state.columns.map((c) => fieldValue(row, c))];
+    if (anyRaw) cells.push(row.ok ? undefined : row.raw);
+    lines.push(cells.map(csvCell).join(","));
+  }
+  return lines.join("\r\n") + "\r\n";
+}
+
+function exportName(ext) {
+  const app = (state.app || "sample").replace("/", "-");
+  const round = (state.result && state.result.roundId) || "sample";
+  return `${app}-${state.vertex}-${round}.${ext}`.replace(/[^A-Za-z0-9._-]/g, "_");
+}
+
+function download(name, text, type) {
+  const url = URL.createObjectURL(new Blob([text], { type }));
+  const a = document.createElement("a");
+  a.href = url;
+  a.download = name;
+  document.body.appendChild(a);
+  a.click();
+  a.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 60000);
 }
 
 function renderResult() {
@@ -419,7 +848,14 @@ function renderResult() {
   }
   renderCounters(r);
   renderSubtasks(r);
-  renderRecords(r);
+  // Parse and lay out the records only when the result changed (a poll answers the same
+  // result every 3 s; re-rendering would also close what the user expanded).
+  const key = r && r.samples ? `${r.roundId}|${r.endTimestamp}|${r.totalRecordCount}` : null;
+  if (key !== state.resultKey) {
+    state.resultKey = key;
+    loadRecords(r);
+    renderRecords();
+  }
 }
 
 // ------------------------------------------------------------------ start
@@ -440,12 +876,33 @@ function init() {
   $("app-select").addEventListener("change", (ev) => selectApplication(ev.target.value));
   $("subtask-select").addEventListener("change", (ev) => {
     state.subtask = ev.target.value;
-    renderRecords(state.result);
+    state.page = 0;
+    renderRecords();
   });
-  $("more-records").addEventListener("click", () => {
-    state.showAll = true;
-    renderRecords(state.result);
+  let searchTimer = null;
+  $("search").addEventListener("input", (ev) => {
+    clearTimeout(searchTimer);
+    searchTimer = setTimeout(() => {
+      state.search = ev.target.value;
+      state.page = 0;
+      renderRecords();
+    }, 120);
   });
+  $("records").addEventListener("click", onGridClick);
+  $("records").addEventListener("keydown", (ev) => {
+    if ((ev.key === "Enter" || ev.key === " ") && ev.target.matches("th.sortable")) {
+      ev.preventDefault();
+      onGridClick(ev);
+    }
+  });
+  $("view-grid").addEventListener("click", () => { state.json = false; renderRecords(); });
+  $("view-json").addEventListener("click", () => { state.json = true; renderRecords(); });
+  $("page-prev").addEventListener("click", () => { state.page -= 1; renderRecords(); });
+  $("page-next").addEventListener("click", () => { state.page += 1; renderRecords(); });
+  $("export-jsonl").addEventListener("click", () =>
+    download(exportName("jsonl"), toJsonLines(state.view), "application/x-ndjson"));
+  $("export-csv").addEventListener("click", () =>
+    download(exportName("csv"), toCsv(state.view), "text/csv"));
   if (state.token) loadApplications();
   else setMessage($("app-message"), "Enter a token to start.", "info");
 }

@@ -2,29 +2,55 @@
 
 :func:`open_store` is what the service (and the operator) call: it creates the engine,
 applies the Alembic migrations shipped in ``migrations/`` and returns a session factory.
+
+Migrations run once however many processes start together (service replicas, the operator's
+first save): on PostgreSQL :func:`migrate` holds a transaction-scoped advisory lock
+(``pg_advisory_xact_lock(MIGRATION_LOCK_KEY)``) around the Alembic upgrade, so the others
+wait, then find the schema at head and do nothing; on a SQLite file it holds an exclusive
+``flock`` on ``<file>.migrate.lock`` (processes on one host: a SQLite file is not shared
+between machines). A lock file that is a symbolic link or belongs to another user is refused,
+and nobody waits longer than :data:`MIGRATION_LOCK_TIMEOUT_SECONDS` for a holder
+(:class:`MigrationLockError` names the lock).
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import logging
 import os
 import stat
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Engine, create_engine, event, make_url
+from sqlalchemy import Connection, Engine, create_engine, event, make_url, text
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 log = logging.getLogger(__name__)
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
+#: Key of the PostgreSQL advisory lock held while migrating (any bigint all sparkglass
+#: processes agree on; "sgmigrat" in ASCII).
+MIGRATION_LOCK_KEY = int.from_bytes(b"sgmigrat", "big") & 0x7FFF_FFFF_FFFF_FFFF
 
 #: Modes of a SQLite store the service creates: it holds sampled records (possibly personal
 #: data), driver tokens and the audit trail, so only its owner may read it.
 SQLITE_FILE_MODE = 0o600
 SQLITE_DIR_MODE = 0o700
+#: Longest wait for another process's migration (both the SQLite ``flock`` and the
+#: PostgreSQL advisory lock), seconds: a hung holder makes a start fail with a message
+#: instead of waiting without end. Migrations of this project take seconds.
+MIGRATION_LOCK_TIMEOUT_SECONDS = 600.0
+
+
+class MigrationLockError(RuntimeError):
+    """The migration lock cannot be taken: a lock file that is not ours, or a holder that
+    did not finish within :data:`MIGRATION_LOCK_TIMEOUT_SECONDS`."""
 
 
 def prepare_sqlite_file(url: str) -> Path | None:
@@ -93,12 +119,109 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
 
 
 def migrate(engine: Engine, revision: str = "head") -> None:
-    """Apply the packaged Alembic migrations up to ``revision`` (idempotent)."""
+    """Apply the packaged Alembic migrations up to ``revision`` (idempotent), one process at a
+    time (see the module docstring): a process that finds another migrating waits for it."""
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS_DIR))
-    with engine.begin() as connection:
+    with _sqlite_file_lock(engine), engine.begin() as connection:
+        _lock_for_migration(connection)
         config.attributes["connection"] = connection
         command.upgrade(config, revision)
+
+
+def _lock_for_migration(connection: Connection) -> None:
+    """On PostgreSQL, wait for the migration lock; it is released when the transaction ends."""
+    if connection.dialect.name == "postgresql":
+        # lock_timeout bounds the wait for the advisory lock (any role that may connect can
+        # take it); SET LOCAL ends with the transaction.
+        timeout_ms = int(MIGRATION_LOCK_TIMEOUT_SECONDS * 1000)
+        connection.execute(text(f"SET LOCAL lock_timeout = {timeout_ms}"))
+        try:
+            connection.execute(
+                text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK_KEY}
+            )
+        except OperationalError as exc:
+            code = getattr(exc.orig, "sqlstate", None) or getattr(exc.orig, "pgcode", None)
+            if code != "55P03":  # lock_not_available
+                raise
+            raise MigrationLockError(
+                f"the PostgreSQL migration lock (advisory lock {MIGRATION_LOCK_KEY}) is still "
+                f"held by another session after {MIGRATION_LOCK_TIMEOUT_SECONDS:g} s: find it "
+                "in pg_locks (locktype 'advisory') and end it"
+            ) from None
+
+
+@contextlib.contextmanager
+def _sqlite_file_lock(engine: Engine) -> Iterator[None]:
+    """An exclusive ``flock`` on ``<database file>.migrate.lock`` (SQLite files only)."""
+    url = engine.url
+    database = url.database
+    if url.get_backend_name() != "sqlite" or not database or database == ":memory:":
+        yield
+        return
+    if database.startswith("file:") or url.query.get("mode") == "memory":
+        yield
+        return
+    lock_path = Path(database).expanduser().with_name(Path(database).name + ".migrate.lock")
+    fd = _open_lock_file(lock_path)
+    try:
+        _flock_with_deadline(fd, lock_path, MIGRATION_LOCK_TIMEOUT_SECONDS)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+def _open_lock_file(path: Path) -> int:
+    """Open (create 0600) the migration lock file, refusing one this process does not own.
+
+    The lock file sits next to the database file, in a directory other local users may
+    write to (the database may be put in ``/tmp``): a symbolic link planted there would
+    make the service create or lock a file of the link's choosing, and a file another user
+    created (mode 0666) would let that user hold the lock forever. Raises
+    :class:`MigrationLockError` naming the path for a link, a non-regular file or a file
+    owned by another user.
+    """
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, SQLITE_FILE_MODE)
+    except OSError as exc:
+        if path.is_symlink():
+            raise MigrationLockError(
+                f"migration lock {path} is a symbolic link; remove it (the lock file must be "
+                "a regular file owned by the service's user)"
+            ) from None
+        raise MigrationLockError(f"cannot open migration lock {path}: {exc.strerror}") from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid():
+        os.close(fd)
+        raise MigrationLockError(
+            f"migration lock {path} is not a regular file owned by uid {os.geteuid()} "
+            f"(owner uid {info.st_uid}); remove it"
+        )
+    if stat.S_IMODE(info.st_mode) & 0o077:
+        os.fchmod(fd, SQLITE_FILE_MODE)
+    return fd
+
+
+def _flock_with_deadline(fd: int, path: Path, timeout_s: float) -> None:
+    """Take the exclusive ``flock`` on ``fd``, waiting at most ``timeout_s`` seconds for the
+    process holding it. Raises :class:`MigrationLockError` naming ``path`` after that."""
+    deadline = time.monotonic() + timeout_s
+    waiting_logged = False
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            pass
+        if time.monotonic() >= deadline:
+            raise MigrationLockError(
+                f"migration lock {path} is still held by another process after {timeout_s:g} s "
+                "(a migration that hangs, or a stuck process): stop it and start again"
+            )
+        if not waiting_logged:
+            log.warning("waiting for migration lock %s held by another process", path)
+            waiting_logged = True
+        time.sleep(0.1)
 
 
 def open_store(url: str, *, apply_migrations: bool = True) -> sessionmaker[Session]:

@@ -29,6 +29,7 @@ from sparkglass.runtime.contract.sample_result import (
     SubtaskSamples,
 )
 
+from .cipher import StoreCipher, StoreKeyInvalid, StoreKeyMissing, cipher_of
 from .orm import ApiToken, Application, AuditEvent, Round, SampleRecord, Vertex, VertexLease
 
 #: Roles a local-mode token can hold, weakest first.
@@ -58,7 +59,10 @@ def upsert_application(
 ) -> Application:
     """Create or update the application ``namespace/name``; replaces its vertices when
     ``description`` is given (with ``edges``, ``vertex_plan`` and ``plan_error`` from
-    :func:`sparkglass.service.graph.graph_of`). Returns the (flushed) row."""
+    :func:`sparkglass.service.graph.graph_of`). Returns the (flushed) row.
+
+    ``driver_token`` is stored encrypted with the session's cipher (:mod:`.cipher`); without
+    one, :class:`~.cipher.StoreKeyMissing` (naming ``SPARKGLASS_STORE_KEY``) is raised."""
     app = get_application(session, namespace, name)
     t = now_ms()
     if app is None:
@@ -76,7 +80,11 @@ def upsert_application(
     if driver_url is not None:
         app.driver_url = driver_url
     if driver_token is not None:
-        app.driver_token = driver_token
+        # Never stored in plaintext (store/cipher.py).
+        cipher = cipher_of(session)
+        if cipher is None:
+            raise StoreKeyMissing()
+        app.driver_token = cipher.encrypt(driver_token)
     if sampling is not None:
         app.sampling = sampling
     if edges is not None:
@@ -103,6 +111,44 @@ def upsert_application(
             row.plan = (vertex_plan or {}).get(vname, {})
     session.flush()
     return app
+
+
+def driver_token(session: Session, app: Application) -> str | None:
+    """The plaintext driver token of ``app`` (``None`` when it has none), decrypted with the
+    session's cipher. Raises :class:`~.cipher.StoreKeyInvalid` when the key cannot open it,
+    :class:`~.cipher.StoreKeyMissing` when there is no key."""
+    if app.driver_token is None:
+        return None
+    if not StoreCipher.is_encrypted(app.driver_token):
+        return app.driver_token  # an older version's plaintext, until the next start
+    cipher = cipher_of(session)
+    if cipher is None:
+        raise StoreKeyMissing()
+    return cipher.decrypt(app.driver_token)
+
+
+def encrypt_driver_tokens(session: Session) -> tuple[int, int]:
+    """Encrypt every plaintext driver token (stored by an older version) and re-encrypt
+    those under an older key with the session's first key. Returns ``(rewritten, left)``:
+    ``left`` counts tokens no key opens (or plaintext when there is no key), unchanged."""
+    cipher = cipher_of(session)
+    rows = session.scalars(select(Application).where(Application.driver_token.is_not(None)))
+    rewritten = left = 0
+    for app in rows:
+        assert app.driver_token is not None
+        if cipher is None:
+            left += not StoreCipher.is_encrypted(app.driver_token)
+            continue
+        try:
+            new = cipher.rotate(app.driver_token)
+        except StoreKeyInvalid:
+            left += 1
+            continue
+        if new != app.driver_token:
+            app.driver_token = new
+            rewritten += 1
+    session.flush()
+    return rewritten, left
 
 
 def get_application(session: Session, namespace: str, name: str) -> Application | None:
@@ -249,6 +295,7 @@ def save_round(
     external_ref: str | None = None,
     triggered_by: str | None = None,
     started_at: int | None = None,
+    samples: Iterable[SubtaskSamples] | None = None,
 ) -> str:
     """Save a round's full result (all records) and return the store's round id.
 
@@ -259,6 +306,9 @@ def save_round(
     id is updated (its records replaced) only when it belongs to the same (``namespace``,
     ``application``) and ``vertex``; the application row is created when the store does not
     know it yet. ``result.end_timestamp`` defaults to now for a finished status.
+    ``samples``, when given, are the records instead of ``result.samples``; they are consumed
+    and written one subtask at a time, so a caller can fetch them piecewise (whatever the
+    iterable raises propagates, and the caller's transaction then writes nothing).
 
     Raises :class:`RoundOwnershipError` (nothing written) when the row ``round_id`` belongs to
     another application or vertex: round ids are not secret (REST bodies, ``resultsURL``), so
@@ -296,23 +346,25 @@ def save_round(
     if external_ref is not None:
         row.external_ref = external_ref
     session.execute(delete(SampleRecord).where(SampleRecord.round_id == rid))
-    rows: list[dict[str, Any]] = []
-    for sub in result.samples:
-        for seq, rec in enumerate(sub.records):
-            rows.append(
-                {
-                    "round_id": rid,
-                    "subtask_index": sub.subtask_index,
-                    "seq": seq,
-                    "sample_timestamp": rec.sample_timestamp,
-                    "data": rec.data,
-                    "data_type": rec.data_type,
-                    "truncated": rec.truncated,
-                }
-            )
-    if rows:
-        session.execute(insert(SampleRecord), rows)
-    row.total_record_count = len(rows)
+    stored = 0
+    for sub in result.samples if samples is None else samples:
+        rows = [
+            {
+                "round_id": rid,
+                "subtask_index": sub.subtask_index,
+                "seq": seq,
+                "sample_timestamp": rec.sample_timestamp,
+                "data": rec.data,
+                "data_type": rec.data_type,
+                "truncated": rec.truncated,
+            }
+            for seq, rec in enumerate(sub.records)
+        ]
+        if rows:
+            session.execute(insert(SampleRecord), rows)
+        stored += len(rows)
+        del rows
+    row.total_record_count = stored
     session.flush()
     return rid
 
@@ -382,8 +434,72 @@ def count_rounds(session: Session, application_id: int | None = None) -> int:
     return int(session.scalar(q) or 0)
 
 
+def round_head(row: Round) -> DataSampleResult:
+    """The result of a round row without its records (``samples`` empty): what every body
+    of the round starts from. ``total_record_count`` is the number of stored records."""
+    return DataSampleResult(
+        status=SampleStatus(row.status),
+        end_timestamp=row.end_timestamp,
+        round_id=row.id,
+        total_record_count=row.total_record_count,
+        total_truncated=row.total_truncated,
+        dropped_by_contention=row.dropped_by_contention,
+        dropped_by_rate_limit=row.dropped_by_rate_limit,
+        error_code=row.error_code,  # type: ignore[arg-type]  # validated to ErrorCode
+        failed_subtasks=list(row.failed_subtasks or []),
+        no_data_reason=row.no_data_reason,  # type: ignore[arg-type]  # validated to the enum
+        last_micro_batch_timestamp=row.last_micro_batch_timestamp,
+        materialized_at=row.materialized_at,
+    )
+
+
+def subtask_counts(session: Session, round_id: str) -> list[tuple[int, int]]:
+    """``(subtask index, stored records)`` of round ``round_id``, by subtask index; only
+    subtasks with records. Reads no record data."""
+    rows = session.execute(
+        select(SampleRecord.subtask_index, func.count())
+        .where(SampleRecord.round_id == round_id)
+        .group_by(SampleRecord.subtask_index)
+        .order_by(SampleRecord.subtask_index)
+    ).all()
+    return [(int(sub), int(n)) for sub, n in rows]
+
+
+def record_page(
+    session: Session, round_id: str, subtask_index: int, *, after_id: int | None, limit: int
+) -> Sequence[tuple[int, int, str, str, bool]]:
+    """At most ``limit`` records of one subtask of round ``round_id`` in stored order, after
+    the record ``after_id`` (``None``: from the first), as ``(id, sample_timestamp, data,
+    data_type, truncated)``.
+
+    Keyed by the record id, not an offset: every page is one short indexed read, so a body
+    can be sent a page at a time without a transaction held open for the whole of it.
+    Records of one subtask are inserted in their order (``seq``), so ids follow it.
+    """
+    q = (
+        select(
+            SampleRecord.id,
+            SampleRecord.sample_timestamp,
+            SampleRecord.data,
+            SampleRecord.data_type,
+            SampleRecord.truncated,
+        )
+        .where(SampleRecord.round_id == round_id, SampleRecord.subtask_index == subtask_index)
+        .order_by(SampleRecord.id)
+        .limit(limit)
+    )
+    if after_id is not None:
+        q = q.where(SampleRecord.id > after_id)
+    return [(int(i), int(ts), d, t, bool(tr)) for i, ts, d, t, tr in session.execute(q).all()]
+
+
 def load_result(session: Session, row: Round) -> DataSampleResult:
-    """The full :class:`DataSampleResult` of a round row, records grouped by subtask."""
+    """The full :class:`DataSampleResult` of a round row, records grouped by subtask.
+
+    Holds every record in memory (up to ~50 MB): the service's routes send bodies a page at
+    a time instead (:mod:`sparkglass.service.result_body`); this is for the operator, tests
+    and small results.
+    """
     records = session.execute(
         select(
             SampleRecord.subtask_index,
@@ -400,20 +516,12 @@ def load_result(session: Session, row: Round) -> DataSampleResult:
         groups.setdefault(sub, []).append(
             SampledRecord(sample_timestamp=ts, data=data, data_type=dtype, truncated=truncated)
         )
-    return DataSampleResult(
-        status=SampleStatus(row.status),
-        end_timestamp=row.end_timestamp,
-        round_id=row.id,
-        total_record_count=row.total_record_count,
-        total_truncated=row.total_truncated,
-        dropped_by_contention=row.dropped_by_contention,
-        dropped_by_rate_limit=row.dropped_by_rate_limit,
-        error_code=row.error_code,  # type: ignore[arg-type]  # validated to ErrorCode
-        failed_subtasks=list(row.failed_subtasks or []),
-        samples=[SubtaskSamples(subtask_index=k, records=v) for k, v in sorted(groups.items())],
-        no_data_reason=row.no_data_reason,  # type: ignore[arg-type]  # validated to the enum
-        last_micro_batch_timestamp=row.last_micro_batch_timestamp,
-        materialized_at=row.materialized_at,
+    return round_head(row).model_copy(
+        update={
+            "samples": [
+                SubtaskSamples(subtask_index=k, records=v) for k, v in sorted(groups.items())
+            ]
+        }
     )
 
 

@@ -31,21 +31,30 @@ def main(url: str, report_dir: str) -> None:
 
     class Writer(AsyncSinkWriter[Any]):
         async def send(self, row: Any) -> None:
-            async with aiohttp.ClientSession() as session, session.get(
-                f"{url}/echo/w{row['id']}"
-            ) as resp:
+            async with (
+                aiohttp.ClientSession() as session,
+                session.get(f"{url}/echo/w{row['id']}") as resp,
+            ):
                 resp.raise_for_status()
 
         def close(self) -> None:
             super().close()
             ctx = self.context
             name = f"{ctx.subtask_id}-{ctx.attempt_number}.json"
-            Path(report_dir, name).write_text(json.dumps({
-                "subtask": ctx.subtask_id, "of": ctx.number_of_parallel_subtasks,
-                "attempt": ctx.attempt_number, "completed": self.completed}))
+            Path(report_dir, name).write_text(
+                json.dumps(
+                    {
+                        "subtask": ctx.subtask_id,
+                        "of": ctx.number_of_parallel_subtasks,
+                        "attempt": ctx.attempt_number,
+                        "completed": self.completed,
+                    }
+                )
+            )
 
-    spark = spark_session("task-retry", master="local[1,3]",
-                          conf={"spark.sql.shuffle.partitions": "1"})
+    spark = spark_session(
+        "task-retry", master="local[1,3]", conf={"spark.sql.shuffle.partitions": "1"}
+    )
     spark.sparkContext.setLogLevel("OFF")
     df = spark.range(0, 50, numPartitions=1)
     # /echo/42 fails twice (the service is configured so): attempts 0 and 1 of its task
@@ -54,8 +63,11 @@ def main(url: str, report_dir: str) -> None:
     # /echo/w7 fails twice: the writer's task is retried the same way.
     write_partitions(df, lambda ctx: Writer(ctx, capacity=5))
     spark.stop()
-    print(json.dumps({"ids": [r.id for r in rows], "served_42": [r.served for r in rows
-                                                                 if r.id == 42]}))
+    print(
+        json.dumps(
+            {"ids": [r.id for r in rows], "served_42": [r.served for r in rows if r.id == 42]}
+        )
+    )
 
 
 if __name__ == "__main__":

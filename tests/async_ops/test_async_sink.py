@@ -32,8 +32,15 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])
 class EchoWriter(AsyncSinkWriter[Any]):
     """Writes each element (an int or a Row with ``id``) as GET /echo/{id}."""
 
-    def __init__(self, context: InitContext, url: str, *, delay_ms: int | None = None,
-                 report_dir: str | None = None, **options: Any) -> None:
+    def __init__(
+        self,
+        context: InitContext,
+        url: str,
+        *,
+        delay_ms: int | None = None,
+        report_dir: str | None = None,
+        **options: Any,
+    ) -> None:
         super().__init__(context, **options)
         self.url = url
         self.delay_ms = delay_ms
@@ -60,8 +67,12 @@ class EchoWriter(AsyncSinkWriter[Any]):
         super().close()
         if self.report_dir is not None:
             ctx = self.context
-            report = {"subtask": ctx.subtask_id, "of": ctx.number_of_parallel_subtasks,
-                      "attempt": ctx.attempt_number, "written": self.completed}
+            report = {
+                "subtask": ctx.subtask_id,
+                "of": ctx.number_of_parallel_subtasks,
+                "attempt": ctx.attempt_number,
+                "written": self.completed,
+            }
             Path(self.report_dir, f"{ctx.subtask_id}.json").write_text(json.dumps(report))
         if self.session is not None:
             asyncio.run_coroutine_threadsafe(self.session.close(), worker_loop()).result(5)
@@ -87,8 +98,12 @@ def test_capacity_bounds_in_flight_and_results_run_in_the_task_thread(weather) -
 
 def test_retries_go_through_the_mailbox(weather) -> None:
     weather.configure(fail_times=2, fail_keys=["3", "7"])
-    writer = EchoWriter(local_context(), weather.url, capacity=4,
-                        retry=ExponentialBackoffRetry(max_attempts=3, initial_delay_s=0.01))
+    writer = EchoWriter(
+        local_context(),
+        weather.url,
+        capacity=4,
+        retry=ExponentialBackoffRetry(max_attempts=3, initial_delay_s=0.01),
+    )
     for i in range(10):
         writer.write(i)
     writer.flush()
@@ -98,8 +113,9 @@ def test_retries_go_through_the_mailbox(weather) -> None:
 
 def test_final_failure_raises_from_flush(weather) -> None:
     weather.configure(fail_times=5, fail_keys=["4"])
-    writer = EchoWriter(local_context(), weather.url,
-                        retry=FixedDelayRetry(max_attempts=2, delay_s=0.01))
+    writer = EchoWriter(
+        local_context(), weather.url, retry=FixedDelayRetry(max_attempts=2, delay_s=0.01)
+    )
     for i in range(10):
         writer.write(i)
     with pytest.raises(AsyncRequestError, match="after 2 attempt"):
@@ -166,17 +182,26 @@ def test_write_partitions_in_spark(spark, weather, tmp_path) -> None:
     url, report = weather.url, str(tmp_path)
 
     def make(ctx: InitContext) -> EchoWriter:
-        return EchoWriter(ctx, url, capacity=6, report_dir=report,
-                          retry=FixedDelayRetry(max_attempts=2, delay_s=0.01))
+        return EchoWriter(
+            ctx,
+            url,
+            capacity=6,
+            report_dir=report,
+            retry=FixedDelayRetry(max_attempts=2, delay_s=0.01),
+        )
 
     write_partitions(df, make)
     stats = weather.stats()
     assert stats.ok == 300 and stats.failed == 2
     assert stats.max_in_flight <= 12  # two tasks at a time, six each
-    reports = sorted((json.loads(p.read_text()) for p in tmp_path.glob("*.json")),
-                     key=lambda r: r["subtask"])
+    reports = sorted(
+        (json.loads(p.read_text()) for p in tmp_path.glob("*.json")), key=lambda r: r["subtask"]
+    )
     assert [(r["subtask"], r["of"], r["attempt"], r["written"]) for r in reports] == [
-        (0, 3, 0, 100), (1, 3, 0, 100), (2, 3, 0, 100)]
+        (0, 3, 0, 100),
+        (1, 3, 0, 100),
+        (2, 3, 0, 100),
+    ]
 
 
 @pytest.mark.spark

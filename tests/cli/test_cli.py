@@ -77,7 +77,9 @@ def test_demo_runs_on_real_flights(tmp_path: Path) -> None:
         "150",
         "--workdir",
         str(tmp_path),
-        timeout=240,
+        # A deadline, not a wait: the demo ends itself after --duration; JVM start-up and the
+        # first micro-batches take minutes when the machine is busy.
+        timeout=480,
         # Its own store, not the user's (~/.local/share/sparkglass/service.db): that one is
         # shared with every other checkout on the machine, maybe migrated by a newer one.
         env={"XDG_DATA_HOME": str(tmp_path / "data")},

@@ -27,7 +27,12 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from sparkglass.operator.specs import DataSampleSpec, SparkApplicationSpec, parse_duration
+from sparkglass.operator.specs import (
+    MAX_START_TIMEOUT_SECONDS,
+    DataSampleSpec,
+    SparkApplicationSpec,
+    parse_duration,
+)
 from sparkglass.runtime.contract.durations import (
     DURATION_PATTERN,
     format_duration_ms,
@@ -81,6 +86,7 @@ ROWS: list[tuple[str, int | None]] = [
 #: Every duration field of the CRDs (kind, path under the schema root); found by a walk too.
 CRD_DURATION_FIELDS = {
     ("DataSample", ".spec.samplingWindow"),
+    ("DataSample", ".spec.applicationStartTimeout"),
     ("SparkApplication", ".spec.sampling.samplingWindow"),
     ("SparkApplication", ".spec.sampling.refreshInterval"),
     ("SparkApplication", ".spec.sampling.timeout"),
@@ -105,7 +111,7 @@ Outcome = int | str
 def _schemas() -> Iterator[tuple[str, dict[str, Any]]]:
     for path in CRD_FILES:
         for crd in yaml.safe_load_all(path.read_text()):
-            if not crd or crd["spec"]["group"] != "sparkglass.io":  # kopf's peering CRDs
+            if not crd or crd["spec"]["group"] != "sparkglass.io":
                 continue
             for version in crd["spec"]["versions"]:
                 yield crd["spec"]["names"]["kind"], version["schema"]["openAPIV3Schema"]
@@ -199,6 +205,21 @@ def operator_data_sample(text: str) -> Outcome:
     return round(parse_duration(spec.sampling_window) * 1000)
 
 
+def operator_start_timeout(text: str) -> Outcome:
+    try:
+        spec = DataSampleSpec.parse(
+            {"applicationRef": {"name": "app"}, "vertex": "parse", "applicationStartTimeout": text}
+        )
+    except ValidationError as exc:
+        assert exc.errors()[0]["loc"] == ("applicationStartTimeout",)
+        return _classify(_cause(exc), "applicationStartTimeout")
+    return round(parse_duration(spec.application_start_timeout) * 1000)
+
+
+#: Ranges (ms) of CRD duration fields that are the operator's own, not a driver setting's.
+OPERATOR_RANGES = {".spec.applicationStartTimeout": (0, round(MAX_START_TIMEOUT_SECONDS * 1000))}
+
+
 def operator_sampling(field: str, attribute: str) -> Callable[[str], Outcome]:
     def outcome(text: str) -> Outcome:
         body = {"image": "img:1", "mainApplicationFile": "local:///job.py"}
@@ -242,6 +263,11 @@ def _range(name: str) -> tuple[int, int]:
 
 CONSUMERS = [
     Consumer("operator DataSample.spec.samplingWindow", None, operator_data_sample),
+    Consumer(
+        "operator DataSample.spec.applicationStartTimeout",
+        OPERATOR_RANGES[".spec.applicationStartTimeout"],
+        operator_start_timeout,
+    ),
     *(
         Consumer(f"operator SparkApplication.spec.sampling.{f}", None, operator_sampling(f, a))
         for f, a in (
@@ -317,7 +343,8 @@ def test_the_table_covers_both_sides_of_every_range() -> None:
 
 def test_crd_ranges_are_the_drivers() -> None:
     for (kind, path), node in crd_duration_fields().items():
-        assert _crd_range(node) == _range(CRD_FIELD_RANGE[path]), f"{kind}{path}"
+        want = OPERATOR_RANGES.get(path) or _range(CRD_FIELD_RANGE[path])
+        assert _crd_range(node) == want, f"{kind}{path}"
 
 
 def test_crd_duration_defaults_are_in_the_grammar() -> None:

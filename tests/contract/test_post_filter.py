@@ -16,14 +16,19 @@ def skewed() -> DataSampleResult:
     samples = [
         SubtaskSamples(
             subtask_index=i,
-            records=[SampledRecord(sample_timestamp=t, data=f'{{"i":{t}}}', data_type="x")
-                     for t in range(n)],
+            records=[
+                SampledRecord(sample_timestamp=t, data=f'{{"i":{t}}}', data_type="x")
+                for t in range(n)
+            ],
         )
         for i, n in ((0, 8), (1, 2))
     ]
     return DataSampleResult(
-        status=SampleStatus.PARTIAL, round_id="r-1", total_record_count=10,
-        failed_subtasks=[2], samples=samples,
+        status=SampleStatus.PARTIAL,
+        round_id="r-1",
+        total_record_count=10,
+        failed_subtasks=[2],
+        samples=samples,
     )
 
 

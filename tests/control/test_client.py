@@ -17,6 +17,7 @@ import httpx
 import pytest
 
 from sparkglass.runtime.contract.description import PipelineDescription
+from sparkglass.runtime.contract.pipeline_metrics import PipelineMetrics, QueryState, VertexMetrics
 from sparkglass.runtime.contract.sample_result import DataSampleResult, ErrorCode, SampleStatus
 from sparkglass.runtime.contract.sampling_settings import SamplingSettings
 from sparkglass.runtime.control.client import (
@@ -140,6 +141,36 @@ async def test_pipeline_settings_and_vertices(flavour, endpoint):
     assert settings["enabled"] is True and settings["samplingWindowMs"] == 1000
     assert SamplingSettings.model_validate(settings).sampling_window_ms == 1000
     assert await call(flavour, endpoint.url, "vertices") == list(VERTICES)
+
+
+@FLAVOURS
+async def test_progress_is_the_attached_pipelines_metrics(flavour, endpoint):
+    with pytest.raises(ControlRejected) as none_yet:
+        await call(flavour, endpoint.url, "progress")
+    assert none_yet.value.status == 404 and "no pipeline attached" in str(none_yet.value)
+    batches = iter(range(1, 100))
+
+    def metrics() -> PipelineMetrics:  # a new snapshot per request, like Pipeline.metrics
+        n = next(batches)
+        return PipelineMetrics(
+            state=QueryState.ACTIVE,
+            active_queries=1,
+            micro_batches=n,
+            last_micro_batch_timestamp=1_700_000_000_000 + n,
+            vertices={"parse": VertexMetrics(rows_last_micro_batch=7, rows_per_second=3.5)},
+        )
+
+    endpoint.coordinator.progress = metrics
+    first = await call(flavour, endpoint.url, "progress")
+    second = await call(flavour, endpoint.url, "progress")
+    assert (first.micro_batches, second.micro_batches) == (1, 2)
+    assert second.state is QueryState.ACTIVE and second.last_micro_batch_timestamp == (
+        1_700_000_000_002
+    )
+    assert second.vertices["parse"] == VertexMetrics(rows_last_micro_batch=7, rows_per_second=3.5)
+    raw = httpx.get(f"{endpoint.url}/api/v1/progress", headers={"Authorization": f"Bearer {TOKEN}"})
+    assert raw.json()["vertices"]["parse"]["rowsLastMicroBatch"] == 7  # camelCase on the wire
+    assert httpx.get(f"{endpoint.url}/api/v1/progress").status_code == 401
 
 
 @FLAVOURS
@@ -355,3 +386,16 @@ def test_tls_refuses_plain_urls_and_shared_pools(tmp_path):
         ControlClient("https://d:1", TOKEN, tls=tls, http=pool)
     with pytest.raises(ValueError, match=r"base_url: expected an https:// URL"):
         AsyncControlClient("http://d:1", TOKEN, tls=tls)
+
+
+def test_default_trust_is_one_verifying_context_shared_by_every_client() -> None:
+    """Building httpx's default context costs ~50 ms of CPU; the operator makes a client per
+    reconcile step, so all clients without a TLS anchor share one that still verifies."""
+    import ssl
+
+    from sparkglass.runtime.control.client import AsyncControlClient, ControlClient
+
+    first = AsyncControlClient("https://driver.example:4045", "t")._protocol.verify()
+    second = ControlClient("https://driver.example:4045", "t")._protocol.verify()
+    assert first is second and isinstance(first, ssl.SSLContext)
+    assert first.verify_mode is ssl.CERT_REQUIRED and first.check_hostname

@@ -257,3 +257,34 @@ def test_unreadable_tls_files_fail_at_start_naming_the_conf(transport, tmp_path)
     ep = ControlEndpoint(c, settings)
     with pytest.raises(SamplingSettingsError, match=r"tls.cert-file=.*missing.pem.*cannot load"):
         ep.start()
+
+
+def test_same_idempotency_key_answers_the_same_round_running_or_finished(
+    endpoint, transport, make_partition
+):
+    """A caller that crashed between opening a round and recording its id asks again with the
+    same key (the operator: the DataSample's uid) and gets that round, never a second one."""
+    from sparkglass.runtime.control.client import ControlClient, ControlRejected
+
+    with ControlClient(endpoint.url, TOKEN, timeout_s=10) as cc:
+        first = cc.open_round("parse", idempotency_key="uid-1")
+        assert first.status.value == "PENDING" and first.round_id == "42-1"
+        assert cc.open_round("parse", idempotency_key="uid-1").round_id == "42-1"
+        transport.report("42-1", "1", [make_partition(0, 2)])
+        transport.report("42-1", "2", [])
+        deadline = time.monotonic() + 60
+        while cc.get_round("42-1").status.value == "PENDING":
+            assert time.monotonic() < deadline, "round 42-1 never ended"
+            time.sleep(0.05)
+        # Finished: the same key still answers round 42-1, which is readable; nothing new opened.
+        again = cc.open_round("parse", idempotency_key="uid-1")
+        assert (again.status.value, again.round_id) == ("PENDING", "42-1")
+        assert cc.get_round("42-1").status.value == "COMPLETE"
+        # Another key (another DataSample) opens a new round once the vertex is free.
+        assert cc.open_round("parse", idempotency_key="uid-2").round_id == "42-2"
+        assert cc.open_round("parse").round_id == "42-2"  # no key: joins the running round
+        with pytest.raises(ControlRejected) as bad:
+            cc.open_round("parse", idempotency_key="x" * 129)
+        assert bad.value.status == 400 and "idempotencyKey" in str(bad.value)
+        with pytest.raises(ControlRejected):
+            cc.open_round("parse", idempotency_key="has space")

@@ -11,6 +11,9 @@
 * applying a CustomResourceDefinition makes its resource discoverable (kubectl, kopf);
 * the garbage collector: objects whose every owner is gone are deleted (background cascade),
   also when they are created after their owner went;
+* a PATCH carrying ``metadata.resourceVersion`` applies only to that version, else 409
+  (optimistic concurrency, which Lease-based leader election relies on);
+* ``served`` counts requests by method and path (for tests of the operator's API load);
 * ``/api/v1/namespaces`` (which kmock cannot parse) lists ``default`` and the test namespace;
   its watch stays open and quiet until the client's ``timeoutSeconds``.
 
@@ -28,6 +31,7 @@ wait with ``asyncio.sleep`` (see ``eventually``).
 from __future__ import annotations
 
 import asyncio
+import collections
 import copy
 import os
 import shutil
@@ -50,6 +54,7 @@ import pytest
 import yaml
 from kmock._internal import dicts as kmock_dicts
 from kmock._internal import enums as kmock_enums
+from kmock._internal import k8s as kmock_k8s
 
 REPO = Path(__file__).resolve().parents[2]
 CRD_DIR = REPO / "crds"
@@ -150,12 +155,17 @@ class SparkglassEmulator(kmock.KubernetesEmulator):
     """kmock's emulator plus the API-server behaviour listed in the module docstring."""
 
     _rv: int = attrs.field(default=1000, init=False)
+    #: Requests served, by (method, path without query): bounded by the distinct paths.
+    served: collections.Counter[tuple[str, str]] = attrs.field(
+        factory=collections.Counter, init=False
+    )
 
     def next_rv(self) -> str:
         self._rv += 1
         return str(self._rv)
 
     async def __call__(self, raw_request: Any) -> Any:
+        self.served[raw_request.method, raw_request.path] += 1
         if raw_request.path.rstrip("/") == "/api/v1/namespaces":
             await raw_request.read()
             if raw_request.query.get("watch") == "true":
@@ -196,6 +206,7 @@ class SparkglassEmulator(kmock.KubernetesEmulator):
         if request.resource is not None and (
             isinstance(request.data, dict) or request.action == kmock_enums.action.DELETE
         ):
+            self._check_precondition(request)
             self._prepare(request)
         response = await super()._handle(request)
         if request.resource is not None:
@@ -216,6 +227,19 @@ class SparkglassEmulator(kmock.KubernetesEmulator):
             if owned if request.action == action.CREATE else not read:
                 await self._collect_garbage()
         return response
+
+    def _check_precondition(self, request: Any) -> None:
+        """A PATCH naming ``metadata.resourceVersion`` applies only to that version (409
+        otherwise), as the API server's optimistic concurrency; kmock ignores it."""
+        if request.action != kmock_enums.action.UPDATE or not request.name:
+            return
+        wanted = ((request.data or {}).get("metadata") or {}).get("resourceVersion")
+        key = (request.resource, request.namespace, request.name)
+        if wanted is None or key not in self._objects or self._objects[key].deleted:
+            return
+        current = (self._objects[key].raw.get("metadata") or {}).get("resourceVersion")
+        if str(wanted) != str(current):
+            raise kmock_k8s.KubernetesObjectConflictError()
 
     def _prepare(self, request: Any) -> None:
         data: dict[str, Any] = request.data

@@ -8,12 +8,21 @@ rejects the mistake it is there for.
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from pydantic import ValidationError
+
+from sparkglass.operator.spark_conf import DriverEnvironment, spark_properties
+from sparkglass.operator.specs import (
+    OPERATOR_OWNED_CONF_KEYS,
+    SparkApplicationSpec,
+    operator_owned,
+)
 
 celpy = pytest.importorskip("celpy")
 
@@ -87,6 +96,7 @@ def example(name: str) -> dict[str, Any]:
 
 def test_examples_pass_every_rule() -> None:
     assert violations("SparkApplication", example("flights-sparkapplication.yaml")) == []
+    assert violations("SparkApplication", example("pod-settings-sparkapplication.yaml")) == []
     assert violations("DataSample", example("flights-datasample.yaml")) == []
 
 
@@ -111,12 +121,32 @@ def _everything(node: dict[str, Any]) -> Any:
     [
         ({"sparkConf": {"spark.master": "local[2]"}}, "spark.master"),
         (
+            {"sparkConf": {"spark.sparkglass.control.tls.cert-file": "/tmp/mine.pem"}},
+            "spark.sparkglass.control.",
+        ),
+        (
             {"dynamicAllocation": {"enabled": True, "minExecutors": 5, "maxExecutors": 2}},
             "minExecutors",
         ),
         ({"restartPolicy": {"type": "Never", "onFailureRetries": 3}}, "OnFailure"),
+        ({"restartPolicy": {"type": "Always", "onFailureRetries": 3}}, "OnFailure"),
+        ({"restartPolicy": {"type": "Never", "onSubmissionFailureRetries": 1}}, "Never"),
         ({"sampling": {"samplingWindow": "45s"}}, "30s"),
         ({"sampling": {"timeout": "500ms"}}, "10m"),
+        (
+            {
+                "driver": {
+                    "env": [
+                        {
+                            "name": "X",
+                            "value": "1",
+                            "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}},
+                        }
+                    ]
+                }
+            },
+            "valueFrom",
+        ),
     ],
 )
 def test_application_rules_reject(change: dict[str, Any], fragment: str) -> None:
@@ -155,3 +185,112 @@ def test_datasample_rules() -> None:
     changed["spec"]["vertex"] = "enrich-origin"
     assert any("oldSelf" in b for b in violations("DataSample", changed, old))  # immutable
     assert violations("DataSample", old, old) == []
+
+
+def test_restart_policy_rule_agrees_with_its_field_descriptions() -> None:
+    """onSubmissionFailureRetries is documented for OnFailure and Always: both accept it."""
+    for kind in ("OnFailure", "Always"):
+        app = example("flights-sparkapplication.yaml")
+        app["spec"]["restartPolicy"] = {"type": kind, "onSubmissionFailureRetries": 2}
+        assert violations("SparkApplication", app) == [], kind
+
+
+@pytest.mark.parametrize(
+    ("name", "ok"),
+    [
+        ("flights", True),
+        ("a", True),
+        ("etl-2026", True),
+        ("a" * 56, True),
+        ("a" * 57, False),  # <name>-driver would pass 63 characters
+        ("2026-etl", False),  # a Service name must start with a letter (DNS-1035)
+        ("Flights", False),
+        ("flights-", False),
+        ("flights.v2", False),
+    ],
+)
+def test_application_name_must_make_valid_child_names(name: str, ok: bool) -> None:
+    app = example("flights-sparkapplication.yaml")
+    app["metadata"]["name"] = name
+    bad = violations("SparkApplication", app)
+    assert (bad == []) is ok, bad
+    if not ok:
+        assert len(bad) == 1 and "metadata.name" in bad[0], bad
+
+
+def _spark_conf_rules() -> list[dict[str, str]]:
+    spec = schema("SparkApplication")["properties"]["spec"]["properties"]
+    return list(spec["sparkConf"]["x-kubernetes-validations"])
+
+
+def _refused_by_cel(key: str) -> list[str]:
+    """The messages of the sparkConf rules that refuse ``{key: ...}``."""
+    return [
+        " ".join(r["message"].split())
+        for r in _spark_conf_rules()
+        if not evaluate(r["rule"], {key: "x"})
+    ]
+
+
+#: Every key the operator sets in the driver's spark-defaults.conf for the example.
+_OPERATOR_SET_KEYS = sorted(
+    spark_properties(
+        SparkApplicationSpec.parse(example("flights-sparkapplication.yaml")["spec"]),
+        app="flights",
+        namespace="spark-jobs",
+        env=DriverEnvironment(),
+    )
+)
+
+
+@pytest.mark.parametrize(
+    "key",
+    sorted(
+        {
+            *OPERATOR_OWNED_CONF_KEYS,
+            "spark.sparkglass.control.port",
+            "spark.sparkglass.control.host",
+            "spark.sparkglass.control.enabled",
+            "spark.sparkglass.control.token",
+            "spark.sparkglass.control.url",
+            "spark.sparkglass.control.tls.cert-file",
+        }
+    ),
+)
+def test_reserved_spark_conf_keys_are_refused_by_cel_and_the_operator(key: str) -> None:
+    messages = _refused_by_cel(key)
+    assert len(messages) == 1, (key, messages)
+    named = key if key in OPERATOR_OWNED_CONF_KEYS else "spark.sparkglass.control.*"
+    assert named in messages[0], messages[0]
+    with pytest.raises(
+        ValidationError, match=rf"sparkConf: {re.escape(key)} is set by the operator"
+    ):
+        SparkApplicationSpec.parse(
+            {"image": "i", "mainApplicationFile": "f", "sparkConf": {key: "x"}}
+        )
+
+
+@pytest.mark.parametrize("key", _OPERATOR_SET_KEYS)
+def test_cel_and_the_operator_agree_on_every_key_the_operator_sets(key: str) -> None:
+    assert bool(_refused_by_cel(key)) is operator_owned(key), key
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "spark.sparkglass.control.max-body-bytes",
+        "spark.sparkglass.control.connection-timeout",
+        "spark.sparkglass.control.max-connections",
+        "spark.driver.memory",
+        "spark.kubernetes.executor.label.team",
+        "spark.sparkglass.sampling.timeout",
+    ],
+)
+def test_user_tunable_keys_pass(key: str) -> None:
+    assert _refused_by_cel(key) == []
+    assert (
+        key
+        in SparkApplicationSpec.parse(
+            {"image": "i", "mainApplicationFile": "f", "sparkConf": {key: "1"}}
+        ).spark_conf
+    )

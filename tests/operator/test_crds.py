@@ -159,6 +159,16 @@ def _examples() -> list[tuple[str, dict[str, Any]]]:
     return docs
 
 
+def _flights() -> dict[str, Any]:
+    """The flights SparkApplication example (the one whose pipeline the tests know)."""
+    (app,) = [
+        d
+        for _, d in _examples()
+        if d["kind"] == "SparkApplication" and d["metadata"]["name"] == "flights"
+    ]
+    return app
+
+
 def test_there_are_examples_of_both_kinds() -> None:
     kinds = {doc["kind"] for _, doc in _examples()}
     assert {"SparkApplication", "DataSample"} <= kinds
@@ -179,7 +189,7 @@ def test_example_application_is_a_valid_pipeline() -> None:
     from sparkglass.operator.pipeline_status import resolve
     from sparkglass.operator.specs import SparkApplicationSpec
 
-    (app,) = [d for _, d in _examples() if d["kind"] == "SparkApplication"]
+    app = _flights()
     resolved = resolve(SparkApplicationSpec.parse(app["spec"]).pipeline_description("flights"))
     blocking = {
         (e["upstream"], e["downstream"]) for e in resolved["edges"] if e["kind"] == "blocking"
@@ -223,7 +233,7 @@ BAD_APPS = {
 
 @pytest.mark.parametrize("case", sorted(BAD_APPS))
 def test_bad_application_is_rejected(case: str) -> None:
-    (doc,) = [copy.deepcopy(d) for _, d in _examples() if d["kind"] == "SparkApplication"]
+    doc = copy.deepcopy(_flights())
     path, value = BAD_APPS[case]
     *parents, leaf = path.split(".")
     node = doc
@@ -235,7 +245,7 @@ def test_bad_application_is_rejected(case: str) -> None:
 
 
 def test_bad_vertex_name_is_rejected() -> None:
-    (doc,) = [copy.deepcopy(d) for _, d in _examples() if d["kind"] == "SparkApplication"]
+    doc = copy.deepcopy(_flights())
     doc["spec"]["pipeline"]["vertices"][0]["name"] = "Flights!"
     with pytest.raises(jsonschema.ValidationError):
         validate("SparkApplication", doc)

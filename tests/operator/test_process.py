@@ -1,4 +1,4 @@
-"""The operator process itself: health endpoint, Prometheus metrics, JSON logs, peering."""
+"""The operator process itself: health endpoint, Prometheus metrics, JSON logs, leader election."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from .conftest import (
 pytestmark = pytest.mark.timeout(300)  # a backstop: waits have their own deadlines
 
 APPS = "sparkglass.io/v1alpha1/sparkapplications"
+SAMPLES = "sparkglass.io/v1alpha1/datasamples"
 
 
 def free_port() -> int:
@@ -39,60 +40,56 @@ async def get(url: str) -> httpx.Response | None:
         return None
 
 
-async def eventually_one_peer(
-    kube: SparkglassEmulator, peers: str, leader: OperatorProcess
-) -> None:
-    await eventually(
-        lambda: len((kube.stored(peers, NAMESPACE, "sparkglass") or {}).get("status") or {}) == 1,
-        what="the leader's keep-alive",
-        operator=leader,
-    )
+LEASES = "coordination.k8s.io/v1/leases"
+#: Short Lease timing so that a test waits seconds, not the production 15 s.
+FAST_LEASE = [
+    "--lease-duration-seconds", "4",
+    "--lease-renew-deadline-seconds", "3",
+    "--lease-retry-period-seconds", "0.5",
+]  # fmt: skip
 
 
-async def test_two_peered_replicas_one_acts_with_health_metrics_and_json_logs(
+def lease(kube: SparkglassEmulator) -> dict:
+    return (kube.stored(LEASES, NAMESPACE, "sparkglass-operator") or {}).get("spec") or {}
+
+
+def leading(proc: OperatorProcess) -> bool:
+    return "leader election: leading" in proc.output()
+
+
+async def test_two_replicas_elect_one_leader_with_health_metrics_and_json_logs(
     kube: SparkglassEmulator, kubectl: Kubectl, kubeconfig: Path, tmp_path: Path
 ) -> None:
-    await kubectl.apply(
-        CRD_DIR / "sparkapplication.yaml",
-        CRD_DIR / "datasample.yaml",
-        CRD_DIR / "kopf-peering.yaml",
-    )
-    peering = {
-        "apiVersion": "kopf.dev/v1",
-        "kind": "KopfPeering",
-        "metadata": {"name": "sparkglass"},
-    }
-    await kubectl(
-        "apply", "--validate=false", "-n", NAMESPACE, "-f", "-", input=yaml.safe_dump(peering)
-    )
+    await kubectl.apply(CRD_DIR / "sparkapplication.yaml", CRD_DIR / "datasample.yaml")
     ports = {name: free_port() for name in ("health-a", "metrics-a", "health-b", "metrics-b")}
-    leader = OperatorProcess(
-        kubeconfig,
-        tmp_path / "leader.log",
-        ["--priority", "10", "--bind", "127.0.0.1", "--health-port", str(ports["health-a"]),
-         "--metrics-port", str(ports["metrics-a"])],
-        standalone=False,
-    )  # fmt: skip
-    standby = OperatorProcess(
-        kubeconfig,
-        tmp_path / "standby.log",
-        ["--priority", "5", "--bind", "127.0.0.1", "--health-port", str(ports["health-b"]),
-         "--metrics-port", str(ports["metrics-b"])],
-        standalone=False,
-    )  # fmt: skip
-    peers = "kopf.dev/v1/kopfpeerings"
-    standby.start()
-    try:
-        # The standby first (alone, it acts), then the leader: on the leader's keep-alive the
-        # standby finds a higher-priority peer alive and pauses. (Started the other way round,
-        # kmock's watch misses the peering object's earlier versions.)
-        await eventually_one_peer(kube, peers, standby)
-        leader.start()
-        await eventually(
-            lambda: "Pausing operations in favour of" in standby.output(),
-            what="the standby to pause",
-            operator=standby,
+    replicas = [
+        OperatorProcess(
+            kubeconfig,
+            tmp_path / f"{x}.log",
+            [
+                "--bind",
+                "127.0.0.1",
+                "--health-port",
+                str(ports[f"health-{x}"]),
+                "--metrics-port",
+                str(ports[f"metrics-{x}"]),
+                *FAST_LEASE,
+            ],
+            standalone=False,
         )
+        for x in ("a", "b")
+    ]
+    for r in replicas:
+        r.start()
+    try:
+        leader = await eventually(
+            lambda: next((r for r in replicas if leading(r)), None), what="a leader"
+        )
+        (candidate,) = [r for r in replicas if r is not leader]
+        await eventually(
+            lambda: "leader election: waiting" in candidate.output(), operator=candidate
+        )
+        assert lease(kube)["holderIdentity"] and lease(kube)["leaseDurationSeconds"] == 4
         await kubectl.apply(EXAMPLES_DIR / "flights-sparkapplication.yaml")
         await eventually(
             lambda: (
@@ -103,28 +100,61 @@ async def test_two_peered_replicas_one_acts_with_health_metrics_and_json_logs(
             ),
             operator=leader,
         )
-        health = await eventually(
-            lambda: get(f"http://127.0.0.1:{ports['health-a']}/healthz"), operator=leader
+        x, y = ("a", "b") if leader is replicas[0] else ("b", "a")
+        # Both answer the liveness probe: the leader through kopf, the candidate while waiting.
+        for name in (x, y):
+            health = await eventually(
+                lambda n=name: get(f"http://127.0.0.1:{ports['health-' + n]}/healthz"),
+                operator=leader,
+            )
+            assert health.status_code == 200
+        # A DataSample for the starting application: picked up (Pending, waiting for it).
+        sample = {
+            "apiVersion": "sparkglass.io/v1alpha1",
+            "kind": "DataSample",
+            "metadata": {"name": "early", "namespace": NAMESPACE},
+            "spec": {"applicationRef": {"name": "flights"}, "vertex": "parse"},
+        }
+        resp = await kube.post(
+            f"/apis/sparkglass.io/v1alpha1/namespaces/{NAMESPACE}/datasamples", json=sample
         )
-        assert health.status_code == 200
-        metrics = await get(f"http://127.0.0.1:{ports['metrics-a']}/metrics")
+        assert resp.status in (200, 201), await resp.text()
+        await eventually(
+            lambda: (
+                ((kube.stored(SAMPLES, NAMESPACE, "early") or {}).get("status") or {}).get("phase")
+                == "Pending"
+            ),
+            operator=leader,
+        )
+        metrics = await get(f"http://127.0.0.1:{ports['metrics-' + x]}/metrics")
         assert metrics is not None and metrics.status_code == 200
+        assert "sparkglass_operator_datasample_pickup_seconds_count 1.0" in metrics.text
         assert 'sparkglass_operator_reconciles_total{kind="SparkApplication",outcome="ok"}' in (
             metrics.text
         )
         assert "sparkglass_operator_driver_pods_created_total 1.0" in metrics.text
-        # Only the leader acted: the standby reconciled nothing.
+        assert 'sparkglass_operator_api_requests_total{resource="pods",verb="create"} 1.0' in (
+            metrics.text
+        )
+        # Only the leader acted: the candidate reconciled nothing and still waits.
         assert '"event": "application state"' in leader.output()
-        assert '"event": "application state"' not in standby.output()
-        standby_metrics = await get(f"http://127.0.0.1:{ports['metrics-b']}/metrics")
+        assert '"event": "application state"' not in candidate.output()
+        assert not leading(candidate)
+        standby_metrics = await get(f"http://127.0.0.1:{ports['metrics-' + y]}/metrics")
         assert standby_metrics is not None
         assert "sparkglass_operator_driver_pods_created_total 0.0" in standby_metrics.text
         # Structured logs: every line of the operator's output is one JSON object.
         lines = [line for line in leader.output().splitlines() if line.strip()]
         assert lines and all(isinstance(json.loads(line), dict) for line in lines)
-    finally:
+        # A clean stop releases the Lease: the candidate leads long before 4 s of silence.
+        holder = lease(kube)["holderIdentity"]
         leader.stop()
-        standby.stop()
+        await eventually(lambda: leading(candidate), timeout=30, operator=candidate)
+        assert lease(kube)["holderIdentity"] not in ("", holder)
+        assert lease(kube)["leaseTransitions"] == 1
+    finally:
+        for r in replicas:
+            r.stop()
 
 
 async def test_cluster_wide_operator_handles_any_namespace(

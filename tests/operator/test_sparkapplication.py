@@ -10,11 +10,13 @@ import asyncio
 import base64
 import copy
 import json
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import kubernetes_validate
 import pytest
 import yaml
+from cryptography import x509
 
 from .conftest import (
     EXAMPLES_DIR,
@@ -144,6 +146,37 @@ async def test_creates_exactly_the_children_and_follows_the_driver_pod(
     for blob in (json.dumps(pod), json.dumps(cm), json.dumps(app_status(kube, "flights"))):
         assert token not in blob
     assert token not in operator.output()
+
+    # Control TLS: the Secret holds a certificate for the driver Service and its key; the
+    # Pod mounts only those two, read-only, 0440 (its fsGroup reads them); the Spark conf
+    # points the endpoint at them; the key is nowhere else.
+    cert_pem = base64.b64decode(secret["data"]["tls.crt"]).decode()
+    key_pem = base64.b64decode(secret["data"]["tls.key"]).decode()
+    certificate = x509.load_pem_x509_certificate(cert_pem.encode())
+    sans = certificate.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert "flights-driver.spark-jobs.svc" in sans.get_values_for_type(x509.DNSName)
+    assert certificate.not_valid_after_utc > datetime.now(UTC) + timedelta(days=300)
+    assert "PRIVATE KEY" in key_pem
+    volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+    assert volumes["sparkglass-control-tls"]["secret"] == {
+        "secretName": "flights-control-token",
+        "items": [{"key": "tls.crt", "path": "tls.crt"}, {"key": "tls.key", "path": "tls.key"}],
+        "defaultMode": 0o440,
+    }
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    assert mounts["sparkglass-control-tls"] == {
+        "name": "sparkglass-control-tls",
+        "mountPath": "/etc/sparkglass-control-tls",
+        "readOnly": True,
+    }
+    assert pod["spec"]["securityContext"]["fsGroup"] == 10001
+    assert "spark.sparkglass.control.tls.cert-file=/etc/sparkglass-control-tls/tls.crt\n" in conf
+    assert "spark.sparkglass.control.tls.key-file=/etc/sparkglass-control-tls/tls.key\n" in conf
+    key_body = key_pem.splitlines()[1]
+    for blob in (json.dumps(pod), json.dumps(cm), json.dumps(app_status(kube, "flights"))):
+        assert key_body not in blob
+    assert key_body not in operator.output()
+    assert "control certificate issued" in operator.output()
     svc = children["services"]
     assert svc["spec"]["clusterIP"] == "None"
     assert svc["spec"]["selector"] == {
@@ -168,7 +201,7 @@ async def test_creates_exactly_the_children_and_follows_the_driver_pod(
     await set_pod_phase(kube, "flights-driver", "Running", podIP="10.1.2.3")
     await eventually(lambda: state(kube, "flights") == "RUNNING", what="RUNNING", operator=operator)
     info = app_status(kube, "flights")["driverInfo"]
-    assert info["controlEndpoint"] == "http://10.1.2.3:4045"
+    assert info["controlEndpoint"] == "https://10.1.2.3:4045"
     assert info["webUIAddress"] == "10.1.2.3:4040"
     assert ready(kube, "flights")["status"] == "True"
 
@@ -180,7 +213,11 @@ async def test_creates_exactly_the_children_and_follows_the_driver_pod(
     status = app_status(kube, "flights")
     assert "controlEndpoint" not in status["driverInfo"]
     assert status.get("terminationTime")
-    assert ready(kube, "flights")["reason"] == "Completed"
+    # A finished batch application did what its spec asked: Ready, reason Completed.
+    assert (ready(kube, "flights")["status"], ready(kube, "flights")["reason"]) == (
+        "True",
+        "Completed",
+    )
     assert kube.names("v1/pods", NAMESPACE) == {"flights-driver"}  # not re-run
 
     # Deleting the application deletes its children (owner references).
@@ -273,6 +310,57 @@ async def test_spec_change_restarts_the_driver(
     assert app_status(kube, "changing")["executionAttempts"] == 2
 
 
+async def test_fields_the_driver_does_not_use_apply_in_place(
+    kube: SparkglassEmulator, operator: OperatorProcess
+) -> None:
+    """Editing timeToLiveSeconds, restartPolicy or startTimeoutSeconds of a running
+    streaming application must not kill its driver (operator/README.md, "Spec changes")."""
+    body = example_app()
+    body["metadata"]["name"] = "steady"
+    await create_app(kube, body)
+    await eventually(lambda: state(kube, "steady") == "SUBMITTED", operator=operator)
+    await set_pod_phase(kube, "steady-driver", "Running", podIP="10.0.0.8")
+    await eventually(lambda: state(kube, "steady") == "RUNNING", operator=operator)
+    uid = kube.stored("v1/pods", NAMESPACE, "steady-driver")["metadata"]["uid"]
+    await patch(
+        kube,
+        f"/apis/sparkglass.io/v1alpha1/namespaces/{NAMESPACE}/sparkapplications/steady",
+        {
+            "spec": {
+                "timeToLiveSeconds": 7200,
+                "startTimeoutSeconds": 120,
+                "restartPolicy": {"type": "Always", "onFailureRetryInterval": 30},
+            }
+        },
+    )
+    await eventually(
+        lambda: app_status(kube, "steady").get("observedGeneration") == 2,
+        what="the edit observed",
+        operator=operator,
+    )
+    assert state(kube, "steady") == "RUNNING"
+    pod = kube.stored("v1/pods", NAMESPACE, "steady-driver")
+    assert pod is not None and pod["metadata"]["uid"] == uid
+    assert not pod["metadata"].get("deletionTimestamp")
+    assert app_status(kube, "steady")["executionAttempts"] == 1
+
+
+async def test_a_name_that_cannot_name_the_children_is_reported_not_retried(
+    kube: SparkglassEmulator, operator: OperatorProcess
+) -> None:
+    """The CRD's CEL rule refuses it at admission; the emulator has no admission, as an API
+    server without CEL would not: the operator reports it instead of failing forever on the
+    Service's 422 (the rule itself: tests/operator/test_cel.py)."""
+    body = example_app()
+    long_name = "a" * 57
+    body["metadata"]["name"] = long_name
+    await create_app(kube, body)
+    await eventually(lambda: state(kube, long_name) == "FAILED", what="FAILED", operator=operator)
+    assert ready(kube, long_name)["reason"] == "InvalidName"
+    assert "56 characters" in app_status(kube, long_name)["applicationState"]["errorMessage"]
+    assert all(not n.startswith(long_name) for n in kube.names("v1/services", NAMESPACE))
+
+
 async def test_invalid_pipeline_is_reported_not_retried(
     kube: SparkglassEmulator, operator: OperatorProcess
 ) -> None:
@@ -341,3 +429,238 @@ async def test_a_vanished_driver_pod_is_a_failed_run(
     assert "controlEndpoint" not in status["driverInfo"]
     await asyncio.sleep(1.5)  # a resync later: still no new driver (restartPolicy Never)
     assert kube.stored("v1/pods", NAMESPACE, "evicted-driver") is None
+
+
+def warning_about(kube: SparkglassEmulator, name: str, *texts: str) -> bool:
+    """Whether a Warning Event about ``name`` contains every one of ``texts``."""
+    for n in kube.names("v1/events", NAMESPACE):
+        event = kube.stored("v1/events", NAMESPACE, n) or {}
+        if (event.get("involvedObject") or {}).get("name") != name:
+            continue
+        if event.get("type") == "Warning" and all(t in event.get("message", "") for t in texts):
+            return True
+    return False
+
+
+async def test_a_driver_that_cannot_start_fails_fast_with_the_reason(
+    kube: SparkglassEmulator, operator: OperatorProcess
+) -> None:
+    """ImagePullBackOff ends the start at once (SUBMISSION_FAILED, the kubelet's reason in
+    status and a Warning Event, the Pending Pod deleted) instead of SUBMITTED forever."""
+    body = example_app()
+    body["metadata"]["name"] = "badimage"
+    body["spec"]["restartPolicy"] = {"type": "Never"}
+    await create_app(kube, body)
+    await eventually(lambda: state(kube, "badimage") == "SUBMITTED", operator=operator)
+    waiting = {"waiting": {"reason": "ImagePullBackOff", "message": 'Back-off pulling "nope:1"'}}
+    await set_pod_phase(
+        kube,
+        "badimage-driver",
+        "Pending",
+        containerStatuses=[{"name": "spark-driver", "state": waiting}],
+    )
+    await eventually(
+        lambda: state(kube, "badimage") == "SUBMISSION_FAILED", what="failed", operator=operator
+    )
+    error = app_status(kube, "badimage")["applicationState"]["errorMessage"]
+    assert "ImagePullBackOff" in error and "nope:1" in error
+    assert ready(kube, "badimage")["reason"] == "SubmissionFailed"
+    assert "ImagePullBackOff" in ready(kube, "badimage")["message"]
+    await eventually(
+        lambda: kube.stored("v1/pods", NAMESPACE, "badimage-driver") is None,
+        what="the Pending driver Pod deleted",
+        operator=operator,
+    )
+    # kopf posts Events from a queue of its own: they may land after the status.
+    await eventually(
+        lambda: warning_about(kube, "badimage", "ImagePullBackOff"),
+        what="a Warning Event naming ImagePullBackOff",
+        operator=operator,
+    )
+
+
+async def test_an_unschedulable_driver_waits_then_times_out_under_its_restart_policy(
+    kube: SparkglassEmulator, operator: OperatorProcess
+) -> None:
+    """Unschedulable is shown while the driver waits (an autoscaler may add a node); past
+    startTimeoutSeconds the start fails and OnFailure re-tries it with a new Pod."""
+    body = example_app()
+    body["metadata"]["name"] = "nonode"
+    body["spec"]["startTimeoutSeconds"] = 30
+    body["spec"]["restartPolicy"] = {
+        "type": "OnFailure",
+        "onSubmissionFailureRetries": 1,
+        "onSubmissionFailureRetryInterval": 1,
+    }
+    await create_app(kube, body)
+    await eventually(lambda: state(kube, "nonode") == "SUBMITTED", operator=operator)
+    first_uid = kube.stored("v1/pods", NAMESPACE, "nonode-driver")["metadata"]["uid"]
+    unschedulable = {
+        "type": "PodScheduled",
+        "status": "False",
+        "reason": "Unschedulable",
+        "message": "0/3 nodes are available: 3 Insufficient memory.",
+    }
+    await set_pod_phase(kube, "nonode-driver", "Pending", conditions=[unschedulable])
+    await eventually(
+        lambda: "Insufficient memory" in ready(kube, "nonode").get("message", ""),
+        what="the scheduler's reason in the Ready message",
+        operator=operator,
+    )
+    assert state(kube, "nonode") == "SUBMITTED"  # waiting, not failed
+    # Play the clock: the submission was 31 s ago (the operator reads it from its status).
+    await patch(
+        kube,
+        f"/apis/sparkglass.io/v1alpha1/namespaces/{NAMESPACE}/sparkapplications/nonode/status",
+        {"status": {"lastSubmissionAttemptTime": "2020-01-01T00:00:00Z"}},
+    )
+    await eventually(
+        lambda: (
+            (p := kube.stored("v1/pods", NAMESPACE, "nonode-driver")) is not None
+            and p["metadata"]["uid"] != first_uid
+        ),
+        what="a new driver Pod after the timed-out start",
+        operator=operator,
+    )
+    # The Pod is created before the status that counts it is written.
+    await eventually(
+        lambda: app_status(kube, "nonode").get("restarts") == 1,
+        what="restarts 1",
+        operator=operator,
+    )
+    # Why the first start ended stays in the Warning Event (the re-run cleared errorMessage).
+    await eventually(
+        lambda: warning_about(kube, "nonode", "did not start within 30 s", "Insufficient memory"),
+        what="a Warning Event naming the timeout and the scheduler's reason",
+        operator=operator,
+    )
+
+
+async def test_suspend_deletes_the_driver_and_resuming_starts_a_new_one(
+    kube: SparkglassEmulator, operator: OperatorProcess
+) -> None:
+    body = example_app()
+    body["metadata"]["name"] = "pausing"
+    await create_app(kube, body)
+    await eventually(lambda: state(kube, "pausing") == "SUBMITTED", operator=operator)
+    await set_pod_phase(kube, "pausing-driver", "Running", podIP="10.0.0.9")
+    await eventually(lambda: state(kube, "pausing") == "RUNNING", operator=operator)
+    old_uid = kube.stored("v1/pods", NAMESPACE, "pausing-driver")["metadata"]["uid"]
+    path = f"/apis/sparkglass.io/v1alpha1/namespaces/{NAMESPACE}/sparkapplications/pausing"
+
+    await patch(kube, path, {"spec": {"suspend": True}})
+    await eventually(
+        lambda: (
+            state(kube, "pausing") == "SUSPENDED"
+            and kube.stored("v1/pods", NAMESPACE, "pausing-driver") is None
+        ),
+        what="SUSPENDED without a driver Pod",
+        operator=operator,
+    )
+    assert (ready(kube, "pausing")["status"], ready(kube, "pausing")["reason"]) == (
+        "True",
+        "Suspended",
+    )
+    # The children stay (a resumed driver keeps its token and certificate).
+    assert kube.stored("v1/secrets", NAMESPACE, "pausing-control-token") is not None
+
+    await patch(kube, path, {"spec": {"suspend": False}})
+    await eventually(
+        lambda: (
+            (p := kube.stored("v1/pods", NAMESPACE, "pausing-driver")) is not None
+            and p["metadata"]["uid"] != old_uid
+        ),
+        what="a new driver Pod after resuming",
+        operator=operator,
+    )
+    await eventually(lambda: state(kube, "pausing") == "SUBMITTED", operator=operator)
+    assert app_status(kube, "pausing")["executionAttempts"] == 2
+
+
+async def test_an_application_created_suspended_gets_no_driver(
+    kube: SparkglassEmulator, operator: OperatorProcess
+) -> None:
+    body = example_app()
+    body["metadata"]["name"] = "dormant"
+    body["spec"]["suspend"] = True
+    await create_app(kube, body)
+    await eventually(lambda: state(kube, "dormant") == "SUSPENDED", operator=operator)
+    assert kube.stored("v1/pods", NAMESPACE, "dormant-driver") is None
+    assert not app_status(kube, "dormant").get("executionAttempts")
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        ({"sparkConf": {"spark.driver.host": "evil.example"}}, "spark.driver.host"),
+        ({"sparkConf": {"spark.sparkglass.control.token": "t"}}, "spark.sparkglass.control.token"),
+        (
+            {
+                "volumes": [{"name": "mine", "emptyDir": {}}],
+                "driver": {"volumeMounts": [{"name": "mine", "mountPath": "/etc/sparkglass"}]},
+            },
+            "volumeMounts[0].mountPath",
+        ),
+    ],
+)
+async def test_operator_owned_settings_are_refused_without_cel(
+    kube: SparkglassEmulator, operator: OperatorProcess, change: dict[str, Any], named: str
+) -> None:
+    """The loopback API server applies no CEL rules, as an old API server would not: the
+    operator refuses the spec itself (InvalidSpec naming the field) and starts no driver."""
+    body = example_app()
+    body["metadata"]["name"] = "owned"
+    body["spec"].update(change)
+    await create_app(kube, body)
+    await eventually(lambda: state(kube, "owned") == "FAILED", operator=operator)
+    condition = ready(kube, "owned")
+    assert condition["reason"] == "InvalidSpec" and named in condition["message"], condition
+    assert kube.stored("v1/pods", NAMESPACE, "owned-driver") is None
+
+
+async def test_pod_settings_reach_the_driver_pod_the_executor_template_and_the_service(
+    kube: SparkglassEmulator, kubectl: Kubectl, operator: OperatorProcess
+) -> None:
+    await kubectl.apply(EXAMPLES_DIR / "pod-settings-sparkapplication.yaml")
+    await eventually(lambda: state(kube, "flights-s3") == "SUBMITTED", operator=operator)
+    pod = kube.stored("v1/pods", NAMESPACE, "flights-s3-driver")
+    main = pod["spec"]["containers"][0]
+    assert main["envFrom"] == [{"secretRef": {"name": "s3-credentials"}}]
+    assert {"name": "scratch", "mountPath": "/scratch"} in main["volumeMounts"]
+    assert pod["spec"]["tolerations"][0]["key"] == "dedicated"
+    assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
+    assert pod["spec"]["securityContext"]["runAsUser"] == 10001
+    assert main["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    cm = kube.stored("v1/configmaps", NAMESPACE, "flights-s3-sparkglass")
+    template = yaml.safe_load(cm["data"]["executor-pod-template.yaml"])
+    assert [c["name"] for c in template["spec"]["containers"]] == [
+        "spark-kubernetes-executor",
+        "log-tail",
+    ]
+    assert template["spec"]["affinity"]["nodeAffinity"]
+    assert "spark.hadoop.fs.s3a.path.style.access=true\n" in cm["data"]["spark-defaults.conf"]
+    for manifest in (pod, template):
+        kubernetes_validate.validate(
+            {k: v for k, v in manifest.items() if k != "status"}, "1.32", strict=True
+        )
+    svc = kube.stored("v1/services", NAMESPACE, "flights-s3-driver")
+    assert svc["metadata"]["labels"]["team"] == "data-platform"
+
+    await patch(
+        kube,
+        f"/apis/sparkglass.io/v1alpha1/namespaces/{NAMESPACE}/sparkapplications/flights-s3",
+        {"spec": {"sparkUIOptions": {"serviceAnnotations": {"example.com/owner": "data"}}}},
+    )
+    await eventually(
+        lambda: (
+            (
+                kube.stored("v1/services", NAMESPACE, "flights-s3-driver")["metadata"].get(
+                    "annotations"
+                )
+                or {}
+            ).get("example.com/owner")
+            == "data"
+        ),
+        what="the Service annotated",
+        operator=operator,
+    )

@@ -357,3 +357,92 @@ def test_spark_conf_hands_only_the_set_attributes_to_the_driver() -> None:
         app_spec(), app="x", namespace="ns", env=spark_conf.DriverEnvironment()
     )
     assert OVERRIDES_CONF not in plain
+
+
+def _pending(**status: Any) -> dict[str, Any]:
+    return {"status": {"phase": "Pending", **status}}
+
+
+def _waiting(reason: str, message: str = "", name: str = "spark-driver") -> dict[str, Any]:
+    return {"name": name, "state": {"waiting": {"reason": reason, "message": message}}}
+
+
+@pytest.mark.parametrize("reason", sorted(driver_state.FATAL_WAITING_REASONS))
+def test_a_container_that_cannot_start_fails_the_start_at_once(reason: str) -> None:
+    pod = _pending(containerStatuses=[_waiting(reason, "pull access denied for nope/spark")])
+    failure = driver_state.start_failure(pod)
+    assert failure is not None
+    assert reason in failure and "pull access denied" in failure and "spark-driver" in failure
+
+
+def test_init_containers_count_and_ordinary_waits_do_not() -> None:
+    init = _pending(initContainerStatuses=[_waiting("CreateContainerConfigError", name="fetch")])
+    assert "'fetch'" in (driver_state.start_failure(init) or "")
+    for ordinary in ("ContainerCreating", "PodInitializing"):
+        assert driver_state.start_failure(_pending(containerStatuses=[_waiting(ordinary)])) is None
+        assert driver_state.start_waiting(_pending(containerStatuses=[_waiting(ordinary)])) is None
+    # Only a Pending Pod is judged: a running driver with a restarting sidecar is not a start.
+    running = {"status": {"phase": "Running", "containerStatuses": [_waiting("ErrImagePull")]}}
+    assert driver_state.start_failure(running) is None
+
+
+def test_unschedulable_is_a_reason_to_wait_not_to_fail() -> None:
+    """A cluster autoscaler may be adding a node: Unschedulable waits for the start timeout."""
+    pod = _pending(
+        conditions=[
+            {
+                "type": "PodScheduled",
+                "status": "False",
+                "reason": "Unschedulable",
+                "message": "0/3 nodes are available: 3 Insufficient memory.",
+            }
+        ]
+    )
+    assert driver_state.start_failure(pod) is None
+    assert driver_state.start_waiting(pod) == (
+        "Unschedulable: 0/3 nodes are available: 3 Insufficient memory."
+    )
+
+
+def test_start_timeout_counts_from_the_submission() -> None:
+    assert not driver_state.start_timed_out(1000.0, 1000.0 + 600, 600)
+    assert driver_state.start_timed_out(1000.0, 1000.0 + 600.5, 600)
+    assert not driver_state.start_timed_out(0.0, 10**9, 600)  # never submitted: nothing to time
+
+
+def test_spec_hash_ignores_in_place_fields_and_accepts_the_old_whole_spec_hash() -> None:
+    spec = {"image": "spark:4", "arguments": ["--days", "3"], "restartPolicy": {"type": "Never"}}
+    edited = {**spec, "restartPolicy": {"type": "Always"}, "timeToLiveSeconds": 60}
+    assert children.spec_hash(spec) == children.spec_hash(edited)
+    assert children.spec_hash(spec) != children.spec_hash({**spec, "image": "spark:5"})
+    # What an operator before in-place fields stored: the hash of the whole spec.
+    import hashlib
+    import json
+
+    whole = hashlib.sha256(
+        json.dumps(spec, sort_keys=True, separators=(",", ":")).encode()
+    ).hexdigest()[:16]
+    assert children.runs_spec(whole, spec)
+    assert children.runs_spec(children.spec_hash(spec), edited)
+    assert not children.runs_spec(children.spec_hash(spec), {**spec, "image": "spark:5"})
+    assert not children.runs_spec(None, spec) and not children.runs_spec("", spec)
+
+
+#: Fields the operator's models have where the CRD has none, with why that is right.
+_MODEL_ONLY_FIELDS = {
+    ("SparkApplication", ".spec.driver.instances"): "PodSettings is shared; executors only",
+}
+
+
+@pytest.mark.parametrize("kind", sorted(_CRDS))
+def test_every_field_the_operator_reads_is_in_the_crd(kind: str) -> None:
+    """A field missing from the CRD would be pruned by the API server: the operator would
+    silently never see what the user wrote (the Pod settings, suspend, sparkUIOptions)."""
+    nodes = dict(_crd_nodes(_crd_spec_schema(kind)))
+    missing = [
+        path
+        for path, _ in _model_fields(_CRDS[kind])
+        if path not in nodes and (kind, path) not in _MODEL_ONLY_FIELDS
+    ]
+    assert missing == [], f"{kind}: fields the CRD lacks: {missing}"
+    assert ".spec.driver.podSecurityContext" in nodes or kind != "SparkApplication"

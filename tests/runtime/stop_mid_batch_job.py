@@ -16,7 +16,9 @@ def main() -> None:
     p = Pipeline("stopping", spark)
     p.source(
         "ticks",
-        spark.readStream.format("rate").option("rowsPerSecond", 10).option("numPartitions", 1)
+        spark.readStream.format("rate")
+        .option("rowsPerSecond", 10)
+        .option("numPartitions", 1)
         .load(),
     )
     # 100 ms per row: a micro-batch of ~20 rows runs about 2 s, so the stop lands inside one.

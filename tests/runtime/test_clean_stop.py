@@ -24,7 +24,7 @@ def test_stop_during_a_micro_batch_logs_no_error() -> None:
         start_new_session=True,
     )
     try:
-        out, err = proc.communicate(timeout=240)
+        out, err = proc.communicate(timeout=480)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         out, err = proc.communicate()

@@ -37,7 +37,9 @@ def main() -> None:
     p = Pipeline("sparse", spark)
     p.source(
         "ticks",
-        spark.readStream.format("rate").option("rowsPerSecond", 20).option("numPartitions", 2)
+        spark.readStream.format("rate")
+        .option("rowsPerSecond", 20)
+        .option("numPartitions", 2)
         .load(),
     )
     p.vertex("parse", "ticks", lambda df: df.selectExpr("value", "value % 7 AS bucket"))

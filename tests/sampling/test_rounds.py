@@ -465,3 +465,36 @@ def test_rows_seen_in_the_window_close_a_streaming_round_at_its_end(transport, m
     transport.report(rid, "2", [])
     assert c.wait(rid, 5).status is SampleStatus.COMPLETE
     assert batches.ended == []  # no micro-batch was needed
+
+
+def test_a_round_is_not_checked_before_the_driver_plugin_has_it(transport, make_partition):
+    """A monitor thread still alive from the previous round must not ask the plugin about a
+    round whose start is still on its way there (it would fail it as unknown). On a loaded
+    machine the Py4J call that starts a round can take longer than a check interval."""
+    import threading
+
+    c = make(transport, settings(sampling_window_ms=1000))
+    first = c.start_round("agg")  # keeps the monitor thread alive across the next start
+    slow_start = threading.Event()
+    real_start = transport.start_round
+
+    def start_after_some_checks(round_id, tap_key, settings, window_ms):
+        slow_start.wait(1.0)  # about 100 check intervals of this coordinator
+        real_start(round_id, tap_key, settings, window_ms)
+
+    transport.start_round = start_after_some_checks
+    starting = threading.Thread(target=c.start_round, args=("parse",))
+    starting.start()
+    deadline = time.monotonic() + 5
+    while not c.running_rounds()[1:] and time.monotonic() < deadline:
+        time.sleep(0.005)
+    time.sleep(0.2)  # the monitor checks ~20 times meanwhile
+    slow_start.set()
+    starting.join(5)
+    second = [r for r in c.running_rounds() if r != first.round_id]
+    assert second, "the round being started was finished before the plugin had it"
+    transport.report(second[0], "1", [make_partition(0, 1)])
+    transport.report(second[0], "2", [])
+    result = c.wait(second[0], 5)
+    assert result.status is SampleStatus.COMPLETE, result
+    c.close()

@@ -153,7 +153,13 @@ def _config_from(values: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> Any
     container = one(manifests(values), "Deployment", "sparkglass-operator")["spec"]["template"][
         "spec"
     ]["containers"][0]
-    result = CliRunner().invoke(cli.app, container["args"], catch_exceptions=False)
+    # The Downward API fills POD_NAMESPACE (the leader election Lease's namespace) in a Pod.
+    downward = {
+        e["name"]: "sparkglass-system"
+        for e in container.get("env", [])
+        if (e.get("valueFrom") or {}).get("fieldRef", {}).get("fieldPath") == "metadata.namespace"
+    }
+    result = CliRunner().invoke(cli.app, container["args"], env=downward, catch_exceptions=False)
     assert result.exit_code == 0, result.output
     (config,) = seen
     return config

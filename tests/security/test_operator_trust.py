@@ -27,6 +27,7 @@ from typing import Any
 
 import httpx
 import pytest
+from cryptography.fernet import Fernet
 
 from sparkglass.runtime.contract.sample_result import DataSampleResult
 from sparkglass.service.app import create_app
@@ -204,7 +205,7 @@ async def test_a_patched_status_never_sends_a_token_to_the_attackers_listener(
     assert final == "Complete", status(kube, "spoofed")
     assert driver.calls["open:parse"] == 1 and driver.auth_failures == 0
     # Status is output: the next passes write the operator's own facts back over the spoof.
-    own = f"http://127.0.0.1:{driver.port}"
+    own = f"https://127.0.0.1:{driver.port}"
     await eventually(
         lambda: (
             driver_info(kube, "flights").get("controlEndpoint") == own
@@ -391,7 +392,8 @@ def test_rest_refuses_a_round_read_through_another_application(
 ) -> None:
     tokens = tmp_path / "tokens.csv"
     tokens.write_text("viewer-token-0123456789,viewer,viewer\n")
-    app = create_app(Settings(database_url=store_url, tokens_file=tokens))
+    key = Fernet.generate_key().decode()  # driver tokens are stored encrypted
+    app = create_app(Settings(database_url=store_url, tokens_file=tokens, store_key=key))
     sessions = app.state.sparkglass.sessions
     for name in ("flights", "evil"):
         register_local_application(

@@ -29,12 +29,15 @@ LIST = "/api/v1/namespaces/local/applications"
 @pytest.fixture
 def service(tmp_path: Path) -> Iterator[ServiceProcess]:
     driver = FakeDriver()
-    with ServerThread(driver.app()) as server, ServiceProcess(
-        tmp_path,
-        server.url,
-        SPARKGLASS_AUTH_FAILURE_LIMIT="10",
-        SPARKGLASS_AUTH_FAILURE_WINDOW_SECONDS="5",
-    ) as svc:
+    with (
+        ServerThread(driver.app()) as server,
+        ServiceProcess(
+            tmp_path,
+            server.url,
+            SPARKGLASS_AUTH_FAILURE_LIMIT="10",
+            SPARKGLASS_AUTH_FAILURE_WINDOW_SECONDS="5",
+        ) as svc,
+    ):
         yield svc
 
 
@@ -64,9 +67,7 @@ def test_garbage_tokens_get_429_with_retry_after(service: ServiceProcess) -> Non
 
 def _reviews(k: kmock.KubernetesEmulator) -> int:
     return sum(
-        1
-        for r in k._requests
-        if r.method == "POST" and str(r.url.path).endswith("tokenreviews")
+        1 for r in k._requests if r.method == "POST" and str(r.url.path).endswith("tokenreviews")
     )
 
 
@@ -97,8 +98,9 @@ async def test_garbage_tokens_stop_costing_token_reviews(
     def attack() -> list[int]:
         with ServerThread(app) as server, httpx.Client(base_url=server.url, timeout=10) as http:
             return [
-                http.get(url, headers={"Authorization": f"Bearer {secrets.token_hex(16)}"})
-                .status_code
+                http.get(
+                    url, headers={"Authorization": f"Bearer {secrets.token_hex(16)}"}
+                ).status_code
                 for _ in range(100)
             ]
 

@@ -42,7 +42,11 @@ def test_serve_process_refuses_to_start(tmp_path: Path) -> None:
     }
     done = subprocess.run(
         [sys.executable, "-m", "sparkglass", "serve", "--port", "0"],
-        env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
     )
     out = done.stdout + done.stderr
     assert done.returncode != 0, out
@@ -75,8 +79,13 @@ def test_chart_schema_refuses_the_combination() -> None:
             )
         )
     for ok in (
-        {"service": {"authMode": "local", "executionMode": "local",
-                     "localAuth": {"existingSecret": "tokens"}}},
+        {
+            "service": {
+                "authMode": "local",
+                "executionMode": "local",
+                "localAuth": {"existingSecret": "tokens"},
+            }
+        },
         {"service": {"authMode": "kubernetes", "executionMode": "local"}},
         {},
     ):

@@ -44,11 +44,7 @@ def test_made_up_methods_and_paths_add_no_series(service: ServiceProcess) -> Non
         before = http_series(url)
         for i in range(200):
             method = f"X{secrets.token_hex(4).upper()}{i}"
-            path = (
-                "/api/v1/applications"
-                if i % 2
-                else f"/no/such/{secrets.token_hex(6)}"
-            )
+            path = "/api/v1/applications" if i % 2 else f"/no/such/{secrets.token_hex(6)}"
             r = http.request(method, path)
             assert r.status_code in (404, 405), (method, path, r.status_code)
         after = http_series(url)

@@ -130,14 +130,19 @@ def test_authenticated_chunked_body_is_cut_at_the_limit(service: ServiceProcess)
 
 def test_small_bodies_still_work_and_bad_length_is_refused(service: ServiceProcess) -> None:
     with httpx.Client(base_url=service.url, timeout=30) as http:
-        r = http.put(PUT_PATH, json={"driverUrl": "http://127.0.0.1:9", "driverToken": "t"},
-                     headers=bearer("admin"))
+        r = http.put(
+            PUT_PATH,
+            json={"driverUrl": "http://127.0.0.1:9", "driverToken": "t"},
+            headers=bearer("admin"),
+        )
         assert r.status_code == 502  # read and parsed: the driver is unreachable
         r = http.put(PUT_PATH, json={"driverUrl": 1}, headers=bearer("admin"))
         assert r.status_code == 422 and "driverToken" in r.text
-        r = http.put(PUT_PATH, json={"driverUrl": "x", "driverToken": "t"},
-                     headers=bearer("viewer"))
+        r = http.put(
+            PUT_PATH, json={"driverUrl": "x", "driverToken": "t"}, headers=bearer("viewer")
+        )
         assert r.status_code == 403
-        r = http.put(PUT_PATH, content=b"{" + b" " * (2 * 1024 * 1024) + b"}",
-                     headers=bearer("admin"))
+        r = http.put(
+            PUT_PATH, content=b"{" + b" " * (2 * 1024 * 1024) + b"}", headers=bearer("admin")
+        )
         assert r.status_code == 413 and "1048576" in r.text

@@ -22,9 +22,10 @@ SAMPLE = "/api/v1/namespaces/local/applications/flights/vertices/parse/data-samp
 @pytest.fixture
 def service(tmp_path: Path) -> Iterator[ServiceProcess]:
     driver = FakeDriver(pending_seconds=0.1)
-    with ServerThread(driver.app()) as server, ServiceProcess(
-        tmp_path, server.url, SPARKGLASS_POLL_INTERVAL_SECONDS="0.05"
-    ) as svc:
+    with (
+        ServerThread(driver.app()) as server,
+        ServiceProcess(tmp_path, server.url, SPARKGLASS_POLL_INTERVAL_SECONDS="0.05") as svc,
+    ):
         yield svc
 
 
@@ -116,10 +117,24 @@ def test_page_works_under_the_csp(service: ServiceProcess) -> None:
             timeout=20000,
         )
         assert page.locator("[data-testid=record]").count() == 9
+        # The grid, its sort, search, raw JSON, a download (a blob: URL) and the live
+        # metrics all work under the CSP.
+        page.click("[data-testid=col-flight]")
+        page.fill("[data-testid=search]", "1001")
+        page.wait_for_function(
+            "() => document.querySelectorAll('[data-testid=record]').length === 1"
+        )
+        page.click("[data-testid=raw-toggle]")
+        page.wait_for_selector("[data-testid=record-detail]")
+        with page.expect_download() as info:
+            page.click("[data-testid=export-jsonl]")
+        assert info.value.path() is not None
+        page.wait_for_selector("[data-testid=vertex-metrics-parse]:not(:empty)", timeout=15000)
+        assert page.text_content("[data-testid=query-state]") == "ACTIVE"
         # The graph got its width through the CSSOM (allowed), and its stylesheet applied.
-        assert page.evaluate(
-            "() => getComputedStyle(document.querySelector('header')).display"
-        ) != ""
+        assert (
+            page.evaluate("() => getComputedStyle(document.querySelector('header')).display") != ""
+        )
         violations = page.evaluate("() => window.__cspViolations")
         page_errors = list(console_errors)
     assert violations == [], violations

@@ -27,6 +27,7 @@ from typing import Any
 
 import httpx
 import pytest
+from cryptography.fernet import Fernet
 from sqlalchemy import create_engine, inspect, text
 
 from sparkglass.service.app import create_app
@@ -39,6 +40,7 @@ from tests.service.fake_driver import TOKEN as DRIVER_TOKEN
 from tests.service.fake_driver import FakeDriver, ServerThread
 
 #: The tokens file: the bootstrap admin, a sampler and a viewer (these never expire).
+STORE_KEY = Fernet.generate_key().decode()
 ADMIN = "admin-bootstrap-token-0123456789"
 SAMPLER = "sampler-bootstrap-token-0123456789"
 VIEWER = "viewer-bootstrap-token-0123456789"
@@ -105,6 +107,7 @@ def start_service(tmp_path: Path, driver: FakeDriver) -> Iterator[ServiceFactory
     def factory(database_url: str | None, **overrides: Any) -> Service:
         values: dict[str, Any] = {
             "tokens_file": tokens_file,
+            "store_key": STORE_KEY,  # driver tokens are stored encrypted
             "poll_interval_seconds": 0.05,
             "round_timeout_seconds": 5.0,
             "round_grace_seconds": 0.0,

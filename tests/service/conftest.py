@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cryptography.fernet import Fernet
 from fastapi.testclient import TestClient
 
 from sparkglass.service.app import create_app
@@ -17,6 +18,8 @@ from sparkglass.service.settings import Settings
 
 from .fake_driver import TOKEN, FakeDriver, ServerThread
 
+#: The store key of the test services (driver tokens are stored encrypted with it).
+STORE_KEY = Fernet.generate_key().decode()
 TOKENS = {
     "viewer": "viewer-token-0123456789",
     "sampler": "sampler-token-0123456789",
@@ -76,6 +79,8 @@ def make_service(
         values: dict[str, Any] = {
             "database_url": db_url,
             "tokens_file": tokens_file,
+            # Driver tokens are stored encrypted; PostgreSQL has no generated key.
+            "store_key": STORE_KEY,
             "refresh_interval_seconds": 60.0,
             "round_timeout_seconds": 60.0,  # generous: tests that time out set their own
             "round_grace_seconds": 0.0,

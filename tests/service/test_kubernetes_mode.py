@@ -304,3 +304,46 @@ async def test_rounds_run_as_datasample_resources(
     assert ds["spec"]["vertex"] == "parse" and ds["spec"]["maxRecords"] == 5000
     assert ds["metadata"]["annotations"]["sparkglass.io/requested-by"] == "alice"
     _validate_against_crd(ds)
+
+
+async def test_live_metrics_come_from_the_status_the_operator_publishes(
+    kmock: kmock.KubernetesEmulator, k8s_settings: dict[str, Any]
+) -> None:
+    """Kubernetes mode: the service holds no driver token; GET .../progress answers what the
+    operator copied into the SparkApplication's status.progress (read permission, as for
+    every application route), 502 saying why while there is none."""
+    import copy
+
+    published = {
+        "state": "ACTIVE",
+        "activeQueries": 1,
+        "microBatches": 42,
+        "inputRowsPerSecond": 120.5,
+        "processedRowsPerSecond": 118.0,
+        "lastMicroBatchTimestamp": 1_790_000_000_000,
+        "observedAt": 1_790_000_000_500,
+        "publishedAt": "2026-09-21T00:00:00Z",
+        "vertices": {"parse": {"rowsLastMicroBatch": 60, "rowsPerSecond": 120.5, "rowsTotal": 9}},
+    }
+    with_progress = copy.deepcopy(SPARKAPP)
+    with_progress["status"] = {**with_progress.get("status", {}), "progress": published}
+    quiet = copy.deepcopy(SPARKAPP)
+    quiet["metadata"]["name"] = "quiet"
+    async with httpx.AsyncClient(base_url=str(kmock.url)) as kube:
+        for body in (with_progress, quiet):
+            r = await kube.post(
+                "/apis/sparkglass.io/v1alpha1/namespaces/team-a/sparkapplications", json=body
+            )
+            assert r.status_code < 300, r.text
+    app = create_app(Settings(**k8s_settings, execution_mode="kubernetes"))
+    with TestClient(app) as client:
+        r = await call(client, "GET", f"{TEAM_A}/progress", headers=bearer("bob-token"))
+        assert r.status_code == 200, r.text
+        body = r.json()
+        assert (body["state"], body["microBatches"]) == ("ACTIVE", 42)
+        assert body["vertices"]["parse"]["rowsLastMicroBatch"] == 60
+        quiet_url = TEAM_A.replace("/flights", "/quiet") + "/progress"
+        r = await call(client, "GET", quiet_url, headers=bearer("bob-token"))
+        assert r.status_code == 502 and "status.progress" in r.json()["detail"]
+        r = await call(client, "GET", f"{TEAM_A}/progress", headers=bearer("eve-token"))
+        assert (r.status_code, r.json()) == (403, {"detail": "forbidden"})

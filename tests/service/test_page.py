@@ -49,10 +49,12 @@ def test_page_shows_graph_statuses_and_records(service: LocalService) -> None:
         )
         rows = page.locator("[data-testid=record]")
         assert rows.count() == 9
+        page.click("[data-testid=view-json]")  # the raw JSON view
         first = page.text_content("[data-testid=record-data]")
         assert '"carrier": "UA"' in first  # pretty-printed JSON
+        page.click("[data-testid=view-grid]")
         assert page.locator("[data-testid=truncated-marker]").count() == 1
-        assert "struct<carrier:string" in page.text_content("[data-testid=records]")
+        assert "struct<carrier:string" in page.text_content("[data-testid=record-type]")
         assert page.is_hidden("[data-testid=stale]")
         page.select_option("[data-testid=subtask-select]", "1")
         assert rows.count() == 3

@@ -10,6 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
+from cryptography.fernet import Fernet
 
 from sparkglass.service.app import create_app
 from sparkglass.service.catalog import register_local_application
@@ -20,6 +21,7 @@ from .conftest import TOKENS
 from .fake_driver import TOKEN, FakeDriver, ServerThread
 
 URL = "/api/v1/namespaces/local/applications/flights/vertices/{v}/data-sample"
+STORE_KEY = Fernet.generate_key().decode()
 
 
 def _replicas(db_url: str, tokens_file: Path, driver: FakeDriver, refresh: float) -> list:
@@ -33,6 +35,7 @@ def _replicas(db_url: str, tokens_file: Path, driver: FakeDriver, refresh: float
                 round_timeout_seconds=60,  # generous: no test here times a round out
                 round_grace_seconds=0,
                 poll_interval_seconds=0.05,
+                store_key=STORE_KEY,  # replicas sharing a store share its key
             )
         )
         apps.append(app)

@@ -115,6 +115,15 @@ Rendered as a JSON list so callers can `fromJsonArray` it.
 {{- if .Values.store.existingSecret }}{{ .Values.store.existingSecretKey }}{{ else }}url{{ end }}
 {{- end }}
 
+{{/* The Secret and key holding SPARKGLASS_STORE_KEY (the chart's own unless one is named). */}}
+{{- define "sparkglass.storeKey.secretName" -}}
+{{- default (printf "%s-store-key" (include "sparkglass.fullname" .)) .Values.service.storeKey.existingSecret }}
+{{- end }}
+
+{{- define "sparkglass.storeKey.secretKey" -}}
+{{- if .Values.service.storeKey.existingSecret }}{{ .Values.service.storeKey.existingSecretKey }}{{ else }}key{{ end }}
+{{- end }}
+
 {{/* In-cluster URL of the service (what the operator links DataSample results to). */}}
 {{- define "sparkglass.service.internalUrl" -}}
 {{- printf "http://%s.%s.svc:%v" (include "sparkglass.service.fullname" .) .Release.Namespace .Values.service.kubernetesService.port }}

@@ -85,7 +85,13 @@ def demo(
 ) -> None:
     run_demo(
         DemoOptions(
-            duration, days, files_per_trigger, feed_interval, workdir, master, service,
+            duration,
+            days,
+            files_per_trigger,
+            feed_interval,
+            workdir,
+            master,
+            service,
             service_port,
         )
     )

@@ -33,8 +33,10 @@ def register(app: typer.Typer) -> None:
     "run",
     help=(
         "Run the operator against the cluster of the current kubeconfig (or in-cluster "
-        "credentials). Watches the given namespaces, or all with --all-namespaces. Two "
-        "replicas peer so only one acts, unless --standalone.\n\n"
+        "credentials). Watches the given namespaces, or all with --all-namespaces. "
+        "Replicas elect a leader on a coordination.k8s.io Lease (--lease-name in "
+        "--lease-namespace): only the leader acts, another takes over within the lease "
+        "duration when it dies. --standalone: no election (one replica).\n\n"
         "Example: `sparkglass operator run --namespace spark-jobs --metrics-port 9090`"
     ),
 )
@@ -46,10 +48,34 @@ def run(
         False, "--all-namespaces", "-A", help="Watch every namespace (cluster-wide)."
     ),
     standalone: bool = typer.Option(
-        False, "--standalone", help="No peering: this is the only replica."
+        False, "--standalone", help="No leader election: this is the only replica."
     ),
-    peering: str = typer.Option("sparkglass", "--peering", help="Peering object name."),
-    priority: int = typer.Option(0, "--priority", help="Peering priority (highest acts)."),
+    lease_name: str = typer.Option(
+        "sparkglass-operator", "--lease-name", help="The Lease the replicas compete for."
+    ),
+    lease_namespace: str = typer.Option(
+        "",
+        "--lease-namespace",
+        envvar="POD_NAMESPACE",
+        help="Namespace of the Lease (default: the only --namespace given).",
+    ),
+    lease_duration: float = typer.Option(
+        15.0, "--lease-duration-seconds", min=1, max=300, help="How long a Lease holds unrenewed."
+    ),
+    renew_deadline: float = typer.Option(
+        10.0,
+        "--lease-renew-deadline-seconds",
+        min=0.5,
+        max=300,
+        help="A leader unable to renew this long stops (less than the duration).",
+    ),
+    retry_period: float = typer.Option(
+        2.0,
+        "--lease-retry-period-seconds",
+        min=0.1,
+        max=60,
+        help="Seconds between renewals and between a candidate's looks.",
+    ),
     health_port: int = typer.Option(
         8080, "--health-port", min=0, max=65535, help="Liveness port (/healthz); 0: off."
     ),
@@ -59,6 +85,16 @@ def run(
     bind: str = typer.Option("0.0.0.0", "--bind", help="Address of the health and metrics ports."),
     resync: float = typer.Option(
         10.0, "--resync-seconds", min=0.2, max=3600, help="SparkApplication resync interval."
+    ),
+    progress: float = typer.Option(
+        10.0,
+        "--progress-seconds",
+        min=0,
+        max=3600,
+        help=(
+            "How often a running driver's live metrics are copied into its SparkApplication's "
+            "status.progress (the page's graph in Kubernetes mode); 0: never."
+        ),
     ),
     poll: float = typer.Option(
         1.0, "--poll-seconds", min=0.1, max=60, help="DataSample step interval."
@@ -86,6 +122,14 @@ def run(
         help="Seconds a finished DataSample is kept when its spec sets no "
         "ttlSecondsAfterFinished (0-31536000).",
     ),
+    allow_cleartext_control: bool = typer.Option(
+        False,
+        "--allow-cleartext-control/--no-allow-cleartext-control",
+        help=(
+            "Send the control token over plain HTTP to drivers started without TLS (by an "
+            "older operator). Off: their DataSamples fail until the application restarts."
+        ),
+    ),
     service_url: str = typer.Option(
         "",
         "--service-url",
@@ -112,6 +156,7 @@ def run(
     log_format: str = typer.Option("json", "--log-format", help="json or console."),
 ) -> None:
     from sparkglass.operator.app import run as run_operator
+    from sparkglass.operator.leader_election import ElectionConfig
     from sparkglass.operator.logs import configure_logging
     from sparkglass.operator.settings import OperatorConfig
     from sparkglass.operator.spark_conf import DriverEnvironment
@@ -125,19 +170,38 @@ def run(
     if log_format not in ("json", "console"):
         raise fail(f"--log-format must be json or console, not {log_format!r}")
     configure_logging(log_level, json_format=log_format == "json")
+    election = None
+    if not standalone:
+        lease_ns = lease_namespace or (namespace[0] if len(namespace) == 1 else "")
+        if not lease_ns or any(set("*?[!") & set(lease_ns)):
+            raise fail(
+                "give --lease-namespace (or POD_NAMESPACE) for the leader election Lease, "
+                "or --standalone for a single replica"
+            )
+        try:
+            election = ElectionConfig(
+                namespace=lease_ns,
+                name=lease_name,
+                lease_duration=lease_duration,
+                renew_deadline=renew_deadline,
+                retry_period=retry_period,
+            )
+        except ValueError as exc:
+            raise fail(str(exc)) from None
     config = OperatorConfig(
         namespaces=tuple(namespace),
         standalone=standalone,
-        peering_name=peering,
-        priority=priority,
+        election=election,
         liveness_endpoint=f"http://{bind}:{health_port}/healthz" if health_port else None,
         metrics_port=metrics_port or None,
         metrics_address=bind,
         resync_seconds=resync,
+        progress_seconds=progress,
         poll_seconds=poll,
         max_status_bytes=max_status_bytes,
         records_in_status=records_in_status,
         default_ttl_seconds_after_finished=default_ttl,
+        allow_cleartext_control=allow_cleartext_control,
         service_url=service_url or None,
         store_url=store_url or None,
         driver=DriverEnvironment(kubernetes_master=kubernetes_master, runtime_jar=runtime_jar),
@@ -148,7 +212,7 @@ def run(
 @operator_app.command(
     "crds",
     help=(
-        "Print the CustomResourceDefinitions (SparkApplication, DataSample, kopf peering) as "
+        "Print the CustomResourceDefinitions (SparkApplication, DataSample) as "
         "one YAML stream.\n\nExample: `sparkglass operator crds | kubectl apply -f -`"
     ),
 )

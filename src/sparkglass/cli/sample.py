@@ -56,19 +56,49 @@ def sample(
         None, "--max-records", min=1, max=5000, help="At most this many records (1–5000)."
     ),
     wait: float = typer.Option(30.0, "--wait", min=0, help="Seconds to wait for a round."),
+    kind: str | None = typer.Option(
+        None, "--kind", help="output (default), violations or errors: which rows to sample."
+    ),
+    filter_sql: str | None = typer.Option(
+        None,
+        "--filter",
+        help="Spark SQL predicate over the vertex's columns, e.g. \"carrier = 'UA'\".",
+    ),
+    columns: str | None = typer.Option(
+        None, "--columns", help="Comma-separated columns to return, in order."
+    ),
+    expectation: str | None = typer.Option(
+        None, "--expectation", help="With --kind violations: only this expectation's rows."
+    ),
 ) -> None:
     import httpx
 
     from sparkglass.cli import fail
+    from sparkglass.runtime.contract.errors import InvalidParameterError
+    from sparkglass.runtime.contract.round_request import round_request
 
+    try:
+        request = round_request(kind, filter_sql, columns, expectation)
+    except InvalidParameterError as exc:
+        raise fail(f"--{exc.field}: {exc}") from None
+    if service and not request.is_plain():
+        raise fail(
+            "--kind, --filter, --columns and --expectation ask the driver: give --endpoint "
+            "(or, in Kubernetes mode, create a DataSample with spec.kind/filter/columns)"
+        )
     if service:
         from sparkglass.service.client import ServiceClient, ServiceError
 
         try:
             with ServiceClient(service, token) as client:
                 result = client.sample(
-                    application, vertex, namespace=namespace, subtask_index=subtask,
-                    max_records=max_records, wait_seconds=wait, poll_seconds=0.5,
+                    application,
+                    vertex,
+                    namespace=namespace,
+                    subtask_index=subtask,
+                    max_records=max_records,
+                    wait_seconds=wait,
+                    poll_seconds=0.5,
                 )
         except ServiceError as exc:
             raise fail(str(exc)) from None
@@ -94,6 +124,7 @@ def sample(
                 max_records=max_records,
                 timeout_s=wait,
                 poll_interval_s=0.5,
+                request=None if request.is_plain() else request,
             )
     except ControlError as exc:
         raise fail(_control_error_text(endpoint, exc)) from None
@@ -188,6 +219,10 @@ def render_sample(vertex: str, body: dict, limit: int | None = None) -> Renderab
         ms = record["sampleTimestamp"]
         stamp = time.strftime("%H:%M:%S", time.gmtime(ms / 1000)) + f".{ms % 1000:03d}"
         data = record["data"] + (" …" if record.get("truncated") else "")
+        if record.get("expectations"):
+            data += f"  [red]failed: {', '.join(record['expectations'])}[/]"
+        if record.get("error"):
+            data += f"  [red]{record['error']}[/]"
         row = [str(subtask), stamp, data] + ([] if one_type else [record["dataType"]])
         table.add_row(*row)
     parts.append(table)

@@ -28,9 +28,7 @@ def register(app: typer.Typer) -> None:
 
 def serve(
     host: str | None = typer.Option(None, "--host", help="Address to bind [127.0.0.1]."),
-    port: int | None = typer.Option(
-        None, "--port", min=0, max=65535, help="Port to bind [8080]."
-    ),
+    port: int | None = typer.Option(None, "--port", min=0, max=65535, help="Port to bind [8080]."),
     database_url: str | None = typer.Option(
         None, "--database-url", help="SQLAlchemy URL (default: SQLite in the user data dir)."
     ),
@@ -41,14 +39,19 @@ def serve(
         None, "--execution-mode", help="local (driver endpoint) or kubernetes (DataSample)."
     ),
     tokens_file: Path | None = typer.Option(
-        None, "--tokens-file", exists=True, dir_okay=False,
+        None,
+        "--tokens-file",
+        exists=True,
+        dir_okay=False,
         help="Local mode: `token,user,role` lines (viewer|sampler|admin).",
     ),
     drivers: list[str] = typer.Option(
         [], "--driver", help="Local mode: NAME=URL of a driver control endpoint (repeatable)."
     ),
     driver_token: str | None = typer.Option(
-        None, "--driver-token", envvar="SPARKGLASS_CONTROL_TOKEN",
+        None,
+        "--driver-token",
+        envvar="SPARKGLASS_CONTROL_TOKEN",
         help="Bearer token of the --driver endpoints.",
     ),
 ) -> None:
@@ -58,6 +61,7 @@ def serve(
     from sparkglass.service.app import create_app
     from sparkglass.service.auth.local import LocalAuthenticator
     from sparkglass.service.catalog import CatalogError, register_local_application
+    from sparkglass.service.malloc_tuning import tune_malloc
     from sparkglass.service.settings import Settings
 
     overrides: dict[str, object] = {}
@@ -71,6 +75,7 @@ def serve(
     ):
         if value is not None:
             overrides[key] = value
+    tune_malloc()  # before the service allocates: see service/malloc_tuning.py
     try:
         settings = Settings(**overrides)  # type: ignore[arg-type]
     except ValueError as exc:

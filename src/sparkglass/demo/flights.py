@@ -193,15 +193,22 @@ def build_pipeline(
     )
     if weather_url is not None:
         p.async_vertex(
-            "weather", "parse", WeatherLookup(weather_url), capacity=100, timeout=10.0,
-            retry=RETRY_TRANSIENT, output_schema=WeatherLookup.schema_for,
+            "weather",
+            "parse",
+            WeatherLookup(weather_url),
+            capacity=100,
+            timeout=10.0,
+            retry=RETRY_TRANSIENT,
+            output_schema=WeatherLookup.schema_for,
         )
         p.sink(
             "weather-flights",
             "weather",
-            lambda df: df.writeStream.format("parquet")
-            .option("path", str(paths.weather))
-            .outputMode("append")
-            .trigger(processingTime=trigger),
+            lambda df: (
+                df.writeStream.format("parquet")
+                .option("path", str(paths.weather))
+                .outputMode("append")
+                .trigger(processingTime=trigger)
+            ),
         )
     return p

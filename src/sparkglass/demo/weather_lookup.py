@@ -38,7 +38,10 @@ def is_transient(error: BaseException) -> bool:
 
 #: Retry transient errors up to 4 attempts, 50 ms → 100 ms → 200 ms apart.
 RETRY_TRANSIENT = ExponentialBackoffRetry(
-    max_attempts=4, initial_delay_s=0.05, max_delay_s=1.0, multiplier=2.0,
+    max_attempts=4,
+    initial_delay_s=0.05,
+    max_delay_s=1.0,
+    multiplier=2.0,
     retry_on_exception=is_transient,
 )
 

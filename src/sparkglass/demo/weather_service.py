@@ -199,8 +199,9 @@ class WeatherApp:
     async def _weather_local(self, request: web.Request) -> web.Response:
         m = request.match_info
         try:
-            key = local_key(m["origin"].upper(), int(m["year"]), int(m["month"]), int(m["day"]),
-                            int(m["hour"]))
+            key = local_key(
+                m["origin"].upper(), int(m["year"]), int(m["month"]), int(m["day"]), int(m["hour"])
+            )
         except ValueError:
             return web.json_response({"error": "year/month/day/hour must be integers"}, status=400)
         return await self._serve(request, self._render(self.weather_local.get(key)))

@@ -19,12 +19,20 @@ final class ActiveRound {
   final int maxRate;
   final int maxRecordLength;
   final long budgetNanos;
+  /** The round's compiled {@link RowProgram}, or null (render every column, no filter). */
+  final byte[] program;
   volatile boolean closed;
   boolean reported;
   private volatile PartitionSampler[] samplers = new PartitionSampler[0];
 
   ActiveRound(String roundId, VertexTap tap, long deadlineNanos, int maxRate,
       int maxRecordLength, int budgetMs) {
+    this(roundId, tap, deadlineNanos, maxRate, maxRecordLength, budgetMs, null);
+  }
+
+  ActiveRound(String roundId, VertexTap tap, long deadlineNanos, int maxRate,
+      int maxRecordLength, int budgetMs, byte[] program) {
+    this.program = program;
     this.roundId = roundId;
     this.tap = tap;
     this.deadlineNanos = deadlineNanos;
@@ -66,11 +74,11 @@ final class ActiveRound {
     return sampler(tc).admit(CoarseClock.now());
   }
 
-  /** Capture: keeps one rendered row of the current task's partition. */
-  void capture(String json) {
+  /** Capture: filters, renders and keeps one row of the current task's partition. */
+  void capture(org.apache.spark.sql.Row row) {
     TaskContext tc = TaskContext.get();
     if (tc != null) {
-      sampler(tc).capture(json);
+      sampler(tc).capture(row);
     }
   }
 

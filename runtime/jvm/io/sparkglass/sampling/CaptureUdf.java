@@ -1,12 +1,14 @@
 package io.sparkglass.sampling;
 
+import org.apache.spark.sql.Row;
 import org.apache.spark.sql.api.java.UDF1;
 
 /**
- * {@code sg_capture_N(to_json(struct(*)))}: keeps a row the gate admitted. Always returns
- * true so the row continues downstream (forward-first); never throws.
+ * {@code sg_capture_N(struct(...))}: keeps a row the gate admitted, after the round's filter,
+ * rendered as its program says (the tap's struct is already redacted). Always returns true so
+ * the row continues downstream (forward-first); never throws.
  */
-public final class CaptureUdf implements UDF1<String, Boolean> {
+public final class CaptureUdf implements UDF1<Row, Boolean> {
   private static final long serialVersionUID = 1L;
   private final String tapKey;
 
@@ -15,11 +17,11 @@ public final class CaptureUdf implements UDF1<String, Boolean> {
   }
 
   @Override
-  public Boolean call(String json) {
+  public Boolean call(Row row) {
     try {
       ActiveRound r = VertexTap.forKey(tapKey).round;
       if (r != null) {
-        r.capture(json);
+        r.capture(row);
       }
     } catch (Throwable e) {
       // Forward-first: sampling never fails a task.

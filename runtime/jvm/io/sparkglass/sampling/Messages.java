@@ -26,6 +26,8 @@ final class Messages {
   static final String MAX_RECORD_LENGTH = "maxRecordLength";
   static final String BUDGET_MS = "tostringBudgetMs";
   static final String CANCELLED = "cancelled";
+  /** A round's compiled {@link RowProgram}, base64 (absent: every column, no filter). */
+  static final String PROGRAM = "program";
 
   /** In a report: a list of per-partition maps. */
   static final String PARTITIONS = "partitions";
@@ -36,4 +38,6 @@ final class Messages {
   static final String TIMESTAMP = "sampleTimestamp";
   static final String DATA = "data";
   static final String TRUNCATED = "truncated";
+  /** A record's label: the expectations it failed, or its error (absent: none). */
+  static final String LABEL = "label";
 }

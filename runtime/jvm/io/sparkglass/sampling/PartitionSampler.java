@@ -21,7 +21,9 @@ import java.util.Map;
  * count as {@code droppedByContention}.
  *
  * <p>Threads: the partition's task thread writes the bucket and counters (counters with release
- * stores so the poller's drain sees them); the buffer is guarded by {@code this}.
+ * stores so the poller's drain sees them); the buffer is guarded by {@code this}. When two
+ * tasks share a partition index (two queries reading one vertex) the bucket is shared and
+ * only approximate, while the program, which is not thread-safe, is evaluated under its lock.
  */
 final class PartitionSampler {
   static final int MAX_RECORDS = 1000;
@@ -53,10 +55,16 @@ final class PartitionSampler {
   private long droppedContention;
   private final List<Object[]> records = new ArrayList<>();
   private boolean drained;
+  /** This partition's copy of the round's program (expressions are not thread-safe). */
+  private final RowProgram program;
+  /** With a filter the gate only peeks at the bucket: matching rows spend the tokens. */
+  private final boolean filtered;
 
   PartitionSampler(int partition, ActiveRound round) {
     this.partition = partition;
     this.round = round;
+    this.program = round.program == null ? null : RowProgram.decode(round.program);
+    this.filtered = program != null && program.filtered();
     this.capacity = Math.max(1.0, round.maxRate);
     this.tokensPerNano = round.maxRate / (double) SECOND;
     this.tokens = capacity;
@@ -80,11 +88,15 @@ final class PartitionSampler {
         lastRefill = now;
       }
       if (tokens < 1.0) {
-        dropRate();
+        if (!filtered) {
+          dropRate(); // with a filter, whether the row matched is unknown: not counted
+        }
         return false;
       }
     }
-    tokens -= 1.0;
+    if (!filtered) {
+      tokens -= 1.0;
+    }
     if (reserved >= MAX_RECORDS) {
       dropContention();
       return false;
@@ -102,12 +114,44 @@ final class PartitionSampler {
     return true;
   }
 
-  void capture(String json) {
-    if (admittedAt != 0) {
-      budgetUsed += System.nanoTime() - admittedAt;
-      admittedAt = 0;
+  /**
+   * Keeps one admitted row: the program's filter decides (a row that does not match costs
+   * only its share of the budget), then a token is spent and the row rendered.
+   */
+  void capture(org.apache.spark.sql.Row row) {
+    String json;
+    String label = null;
+    try {
+      if (program == null) {
+        json = row == null ? "null" : row.json();
+      } else {
+        // One partition index can run in two tasks at once (two queries reading this vertex,
+        // speculation), and the program's converter and JSON writer keep per-call state: the
+        // lock is taken only for admitted rows, so the per-record gate stays lock-free.
+        synchronized (program) {
+          org.apache.spark.sql.catalyst.InternalRow internal = program.internal(row);
+          if (filtered) {
+            if (!program.matches(internal)) {
+              reserved--;
+              chargeBudget();
+              return;
+            }
+            if (tokens < 1.0) {
+              reserved--;
+              dropRate();
+              chargeBudget();
+              return;
+            }
+            tokens -= 1.0;
+          }
+          json = program.render(internal);
+          label = program.label(internal);
+        }
+      }
+    } finally {
+      chargeBudget();
     }
-    String data = json == null ? "null" : json;
+    String data = json;
     boolean truncated = false;
     int max = round.maxRecordLength;
     if (data.length() > max) {
@@ -119,13 +163,20 @@ final class PartitionSampler {
       data = data.substring(0, cut);
       truncated = true;
     }
-    Object[] record = {System.currentTimeMillis(), data, truncated};
+    Object[] record = {System.currentTimeMillis(), data, truncated, label};
     synchronized (this) {
       if (drained) {
         dropContention();
         return;
       }
       records.add(record);
+    }
+  }
+
+  private void chargeBudget() {
+    if (admittedAt != 0) {
+      budgetUsed += System.nanoTime() - admittedAt;
+      admittedAt = 0;
     }
   }
 
@@ -144,6 +195,9 @@ final class PartitionSampler {
       m.put(Messages.TIMESTAMP, r[0]);
       m.put(Messages.DATA, r[1]);
       m.put(Messages.TRUNCATED, r[2]);
+      if (r[3] != null) {
+        m.put(Messages.LABEL, r[3]);
+      }
       out.add(m);
     }
     records.clear();

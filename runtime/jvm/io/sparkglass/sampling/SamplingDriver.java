@@ -37,13 +37,15 @@ public final class SamplingDriver {
     final int maxRate;
     final int maxRecordLength;
     final int budgetMs;
+    final String program;
     volatile boolean cancelled;
     final Set<String> participants = ConcurrentHashMap.newKeySet();
     final Map<String, Object> reports = new ConcurrentHashMap<>();
     final Map<String, Set<Integer>> progress = new ConcurrentHashMap<>();
 
     DriverRound(String roundId, String tapKey, long windowEndMs, int maxRate, int maxRecordLength,
-        int budgetMs) {
+        int budgetMs, String program) {
+      this.program = program;
       this.roundId = roundId;
       this.tapKey = tapKey;
       this.windowEndMs = windowEndMs;
@@ -97,9 +99,18 @@ public final class SamplingDriver {
    */
   public static String startRound(String roundId, String tapKey, long windowMs, int maxRate,
       int maxRecordLength, int budgetMs) throws Exception {
+    return startRound(roundId, tapKey, windowMs, maxRate, maxRecordLength, budgetMs, null);
+  }
+
+  /**
+   * As {@link #startRound(String, String, long, int, int, int)}, with the round's compiled
+   * {@link RowProgram} (base64; null: every column of the tap, no filter).
+   */
+  public static String startRound(String roundId, String tapKey, long windowMs, int maxRate,
+      int maxRecordLength, int budgetMs, String program) throws Exception {
     long now = System.currentTimeMillis();
     DriverRound round = new DriverRound(roundId, tapKey, now + windowMs, maxRate,
-        maxRecordLength, budgetMs);
+        maxRecordLength, budgetMs, program);
     round.participants.addAll(aliveExecutors(now));
     ROUNDS.put(roundId, round);
     Map<String, Object> out = new LinkedHashMap<>();
@@ -211,6 +222,9 @@ public final class SamplingDriver {
       spec.put(Messages.MAX_RECORD_LENGTH, round.maxRecordLength);
       spec.put(Messages.BUDGET_MS, round.budgetMs);
       spec.put(Messages.CANCELLED, round.cancelled);
+      if (round.program != null) {
+        spec.put(Messages.PROGRAM, round.program);
+      }
       rounds.add(spec);
     }
     HashMap<String, Object> reply = new HashMap<>();

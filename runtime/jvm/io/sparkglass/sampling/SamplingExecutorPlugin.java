@@ -124,7 +124,8 @@ public final class SamplingExecutorPlugin implements ExecutorPlugin {
           System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(remainingMs),
           ((Number) spec.get(Messages.MAX_RATE)).intValue(),
           ((Number) spec.get(Messages.MAX_RECORD_LENGTH)).intValue(),
-          ((Number) spec.get(Messages.BUDGET_MS)).intValue());
+          ((Number) spec.get(Messages.BUDGET_MS)).intValue(),
+          RowProgram.bytesOf((String) spec.get(Messages.PROGRAM)));
       rounds.put(roundId, r);
       CoarseClock.acquire();
       tap.begin(r);

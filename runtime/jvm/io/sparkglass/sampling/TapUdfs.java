@@ -10,7 +10,7 @@ public final class TapUdfs {
   private TapUdfs() {}
 
   /**
-   * Registers {@code gateName()} and {@code captureName(string)} for tap {@code tapKey}, both
+   * Registers {@code gateName()} and {@code captureName(struct)} for tap {@code tapKey}, both
    * nondeterministic so the optimizer never folds, reorders or deduplicates them.
    */
   public static void register(SparkSession spark, String tapKey, String gateName,

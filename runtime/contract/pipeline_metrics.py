@@ -1,0 +1,74 @@
+"""Live metrics of a running pipeline: the body of the driver's ``GET /api/v1/progress`` and
+of the service's ``GET /api/v1/namespaces/{ns}/applications/{app}/progress``.
+
+One model for both, so the page, the service and the driver agree. JSON keys are camelCase;
+rates are rows per second, timestamps ms since the epoch. The numbers come from Spark's
+``StreamingQueryProgress`` and the pipeline's observed metrics (one ``count`` per vertex
+output, see ``sparkglass.runtime.Pipeline``).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+
+class QueryState(StrEnum):
+    """Where the pipeline's streaming queries are, as one word.
+
+    ``NOT_STARTED``: ``start()`` has not started a streaming query (or the pipeline is
+    bounded and ran no query). ``ACTIVE``: at least one query runs. ``STOPPED``: every query
+    ended without an error. ``FAILED``: a query ended with an exception (``failed`` says
+    which and why).
+    """
+
+    NOT_STARTED = "NOT_STARTED"
+    ACTIVE = "ACTIVE"
+    STOPPED = "STOPPED"
+    FAILED = "FAILED"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True)
+
+    def to_json_dict(self) -> dict[str, object]:
+        """The camelCase JSON-ready dict (the wire form)."""
+        return self.model_dump(mode="json", by_alias=True)
+
+
+class VertexMetrics(_Model):
+    """Rows at one vertex's output.
+
+    ``rows_last_micro_batch``: rows in the latest micro-batch that ran the vertex.
+    ``rows_per_second``: those rows divided by the time since the previous micro-batch of the
+    same query started (Spark's definition of ``inputRowsPerSecond``; the batch's duration
+    for a query's first micro-batch). ``rows_total``: rows since the pipeline started.
+    Several queries reading the same vertex each count it; the largest count is kept.
+    """
+
+    rows_last_micro_batch: int = Field(default=0, ge=0)
+    rows_per_second: float = Field(default=0.0, ge=0)
+    rows_total: int = Field(default=0, ge=0)
+
+
+class PipelineMetrics(_Model):
+    """A snapshot of the pipeline's streaming progress.
+
+    ``micro_batches``: completed micro-batches over all its queries. ``input_rows_per_second``
+    and ``processed_rows_per_second``: the largest of the queries' last reported rates.
+    ``last_micro_batch_timestamp``: when the latest micro-batch ended (ms), ``None`` before the
+    first. ``observed_at``: when the driver took the snapshot (ms). ``vertices``: per vertex
+    name, for the vertices a micro-batch counted rows at (bounded vertices are absent).
+    """
+
+    state: QueryState = QueryState.NOT_STARTED
+    active_queries: int = Field(default=0, ge=0)
+    failed: str | None = None
+    micro_batches: int = Field(default=0, ge=0)
+    input_rows_per_second: float = Field(default=0.0, ge=0)
+    processed_rows_per_second: float = Field(default=0.0, ge=0)
+    last_micro_batch_timestamp: int | None = None
+    observed_at: int = 0
+    vertices: dict[str, VertexMetrics] = Field(default_factory=dict)

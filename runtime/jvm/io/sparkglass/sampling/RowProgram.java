@@ -1,0 +1,259 @@
+package io.sparkglass.sampling;
+
+import com.fasterxml.jackson.databind.ObjectMapper;
+import java.io.ByteArrayInputStream;
+import java.io.ByteArrayOutputStream;
+import java.io.IOException;
+import java.io.InputStream;
+import java.io.ObjectInputStream;
+import java.io.ObjectOutputStream;
+import java.io.ObjectStreamClass;
+import java.io.Serializable;
+import java.util.ArrayList;
+import java.util.Base64;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import org.apache.spark.sql.Column;
+import org.apache.spark.sql.Row;
+import org.apache.spark.sql.SparkSession;
+import org.apache.spark.sql.catalyst.CatalystTypeConverters;
+import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.catalyst.expressions.Alias;
+import org.apache.spark.sql.catalyst.expressions.Attribute;
+import org.apache.spark.sql.catalyst.expressions.BindReferences;
+import org.apache.spark.sql.catalyst.expressions.Expression;
+import org.apache.spark.sql.catalyst.expressions.NamedExpression;
+import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
+import org.apache.spark.sql.catalyst.plans.logical.Project;
+import org.apache.spark.sql.functions;
+import org.apache.spark.sql.types.DataType;
+import org.apache.spark.sql.types.StructType;
+
+/**
+ * What one round does with a row its gate admitted, compiled on the driver and run on the
+ * executors: an optional predicate (the round's filter), the rendering of the chosen columns
+ * as Spark's {@code to_json} renders them, and an optional label (the failed expectations or
+ * the error of a row, for rounds of kind {@code violations} and {@code errors}).
+ *
+ * <p>The expressions are Catalyst expressions bound to the tap's row (the vertex output after
+ * redaction), serialized with Java serialization and sent to executors inside the round. An
+ * executor keeps one copy per partition, because some expressions ({@code to_json}) keep a
+ * writer and are not thread-safe. Evaluation never throws to a task: a failing predicate
+ * counts as not matching.
+ */
+public final class RowProgram implements Serializable {
+  private static final long serialVersionUID = 1L;
+  private static final ObjectMapper JSON = new ObjectMapper();
+
+  private final StructType schema;
+  private final Expression filter;
+  private final Expression render;
+  private final Expression label;
+  private transient scala.Function1<Object, Object> toCatalyst;
+
+  private RowProgram(StructType schema, Expression filter, Expression render, Expression label) {
+    this.schema = schema;
+    this.filter = filter;
+    this.render = render;
+    this.label = label;
+  }
+
+  boolean filtered() {
+    return filter != null;
+  }
+
+  /** The tap's row (an external {@code Row} given to the capture UDF) as Catalyst sees it. */
+  InternalRow internal(Row row) {
+    if (toCatalyst == null) {
+      toCatalyst = CatalystTypeConverters.createToCatalystConverter(schema);
+    }
+    return (InternalRow) toCatalyst.apply(row);
+  }
+
+  /** True when the row matches the filter (always, without one); false when it fails. */
+  boolean matches(InternalRow row) {
+    if (filter == null) {
+      return true;
+    }
+    try {
+      return Boolean.TRUE.equals(filter.eval(row));
+    } catch (Throwable e) {
+      return false;
+    }
+  }
+
+  /** The chosen columns as JSON (null fields included). */
+  String render(InternalRow row) {
+    Object out = render.eval(row);
+    return out == null ? "null" : out.toString();
+  }
+
+  /** The row's label, or null (no label expression, or it gave null). */
+  String label(InternalRow row) {
+    if (label == null) {
+      return null;
+    }
+    try {
+      Object out = label.eval(row);
+      return out == null ? null : out.toString();
+    } catch (Throwable e) {
+      return null;
+    }
+  }
+
+  /**
+   * Compiles a round's program against the tap's row type (called from Python on the driver).
+   *
+   * @param schemaJson the tap's row type, Spark's JSON schema form
+   * @param filterSql a Spark SQL predicate over its columns, or null
+   * @param columns the columns to render, in order, or null for all
+   * @param labelSql a string expression labelling each row, or null
+   * @return JSON {@code {"program": base64, "dataType": "struct<...>", "references": [...],
+   *     "deterministic": bool, "expressions": [class names...]}}
+   * @throws Exception Spark's ParseException or AnalysisException for a bad filter or column
+   */
+  public static String compile(SparkSession spark, String schemaJson, String filterSql,
+      String[] columns, String labelSql) throws Exception {
+    StructType schema = (StructType) DataType.fromJson(schemaJson);
+    org.apache.spark.sql.Dataset<Row> empty =
+        spark.createDataFrame(new ArrayList<Row>(), schema);
+    List<Column> chosen = new ArrayList<>();
+    if (columns == null) {
+      for (String name : schema.fieldNames()) {
+        chosen.add(functions.col(quote(name)));
+      }
+    } else {
+      for (String name : columns) {
+        chosen.add(functions.col(quote(name)));
+      }
+    }
+    Map<String, String> options = new LinkedHashMap<>();
+    options.put("ignoreNullFields", "false");
+    Column struct = functions.struct(chosen.toArray(new Column[0]));
+    List<Column> outputs = new ArrayList<>();
+    outputs.add(functions.to_json(struct, options).as("render"));
+    outputs.add(struct.as("chosen"));
+    if (filterSql != null) {
+      outputs.add(functions.expr(filterSql).cast("boolean").as("filter"));
+    }
+    if (labelSql != null) {
+      outputs.add(functions.expr(labelSql).cast("string").as("label"));
+    }
+    org.apache.spark.sql.Dataset<Row> query = empty.select(outputs.toArray(new Column[0]));
+    LogicalPlan analyzed =
+        ((org.apache.spark.sql.classic.Dataset<Row>) query).queryExecution().analyzed();
+    // Some built-ins (to_json among them) are RuntimeReplaceable: they run only once the
+    // optimizer's ReplaceExpressions put their replacement in; the rest of the optimizer
+    // would fold a query over an empty relation away, so only that rule is applied.
+    analyzed = org.apache.spark.sql.catalyst.optimizer.ReplaceExpressions$.MODULE$.apply(analyzed);
+    if (!(analyzed instanceof Project)) {
+      throw new IllegalStateException("unexpected plan for a round program: " + analyzed);
+    }
+    Project project = (Project) analyzed;
+    Object input = attributeSeq(project.child().output());
+    scala.collection.Seq<NamedExpression> list = project.projectList();
+    Expression render = bind((Expression) list.apply(0), input);
+    Expression chosenStruct = ((Alias) list.apply(1)).child();
+    Expression filter = null;
+    Expression label = null;
+    int next = 2;
+    List<String> references = new ArrayList<>();
+    List<String> classes = new ArrayList<>();
+    boolean deterministic = true;
+    if (filterSql != null) {
+      Expression raw = ((Alias) list.apply(next++)).child();
+      scala.collection.Iterator<Attribute> refs = raw.references().iterator();
+      while (refs.hasNext()) {
+        references.add(refs.next().name());
+      }
+      collectClasses(raw, classes);
+      deterministic = raw.deterministic();
+      filter = bind(raw, input);
+    }
+    if (labelSql != null) {
+      label = bind(((Alias) list.apply(next)).child(), input);
+    }
+    RowProgram program = new RowProgram(schema, filter, render, label);
+    ByteArrayOutputStream bytes = new ByteArrayOutputStream();
+    try (ObjectOutputStream out = new ObjectOutputStream(bytes)) {
+      out.writeObject(program);
+    }
+    Map<String, Object> answer = new LinkedHashMap<>();
+    answer.put("program", Base64.getEncoder().encodeToString(bytes.toByteArray()));
+    answer.put("dataType", chosenStruct.dataType().simpleString());
+    answer.put("references", references);
+    answer.put("deterministic", deterministic);
+    answer.put("expressions", classes);
+    return JSON.writeValueAsString(answer);
+  }
+
+  // Catalyst's AttributeSeq lives in the Scala package object `expressions.package`, a name
+  // Java source cannot spell: reached by reflection.
+  private static final String ATTRIBUTE_SEQ =
+      "org.apache.spark.sql.catalyst.expressions.package$AttributeSeq";
+
+  private static Object attributeSeq(scala.collection.immutable.Seq<Attribute> attrs)
+      throws ReflectiveOperationException {
+    Class<?> cls = Class.forName(ATTRIBUTE_SEQ, true, Expression.class.getClassLoader());
+    return cls.getConstructor(scala.collection.immutable.Seq.class).newInstance(attrs);
+  }
+
+  private static Expression bind(Expression e, Object input) throws ReflectiveOperationException {
+    Expression inner = e instanceof Alias ? ((Alias) e).child() : e;
+    Class<?> cls = Class.forName(ATTRIBUTE_SEQ, true, Expression.class.getClassLoader());
+    java.lang.reflect.Method m =
+        BindReferences.class.getMethod("bindReference", Expression.class, cls, boolean.class);
+    return (Expression) m.invoke(null, inner, input, false);
+  }
+
+  private static void collectClasses(Expression e, List<String> out) {
+    out.add(e.getClass().getName());
+    scala.collection.Iterator<Expression> it = e.children().iterator();
+    while (it.hasNext()) {
+      collectClasses(it.next(), out);
+    }
+  }
+
+  private static String quote(String name) {
+    return "`" + name.replace("`", "``") + "`";
+  }
+
+  /** A program sent by the driver (see {@link #compile}); one copy per partition. */
+  static RowProgram decode(byte[] bytes) {
+    try (ObjectInputStream in = new LoaderInputStream(new ByteArrayInputStream(bytes))) {
+      return (RowProgram) in.readObject();
+    } catch (IOException | ClassNotFoundException e) {
+      throw new IllegalArgumentException("cannot read a round program", e);
+    }
+  }
+
+  static byte[] bytesOf(String base64) {
+    return base64 == null || base64.isEmpty() ? null : Base64.getDecoder().decode(base64);
+  }
+
+  /** Resolves classes with the task's loader first, then the one that loaded this jar. */
+  private static final class LoaderInputStream extends ObjectInputStream {
+    LoaderInputStream(InputStream in) throws IOException {
+      super(in);
+    }
+
+    @Override
+    protected Class<?> resolveClass(ObjectStreamClass desc)
+        throws IOException, ClassNotFoundException {
+      ClassLoader context = Thread.currentThread().getContextClassLoader();
+      if (context != null) {
+        try {
+          return Class.forName(desc.getName(), false, context);
+        } catch (ClassNotFoundException e) {
+          // fall through
+        }
+      }
+      try {
+        return Class.forName(desc.getName(), false, RowProgram.class.getClassLoader());
+      } catch (ClassNotFoundException e) {
+        return super.resolveClass(desc);
+      }
+    }
+  }
+}

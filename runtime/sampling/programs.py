@@ -1,0 +1,277 @@
+"""Round programs: what the executors do with a row a tap admitted, compiled on the driver.
+
+A tap hands its capture UDF the vertex's row after the application's redaction
+(:class:`TapView`). A round's :class:`~sparkglass.runtime.contract.round_request.RoundRequest`
+becomes a program (``io.sparkglass.sampling.RowProgram``): Catalyst expressions bound to that
+row, serialized and sent to the executors with the round:
+
+- the filter (the request's, and for ``violations``/``errors`` rounds the runtime's own),
+- the rendering of the requested columns with ``to_json`` (null fields included),
+- the label (the failed expectations, or the error of a corrupt record).
+
+The request is checked here against the tap's row: an unknown column or a predicate that
+does not parse or resolve raises :class:`RoundProgramError` (``field`` ``filter`` or
+``columns``) with Spark's message; so does a filter naming a redacted column (it would reveal
+the value one row at a time), a nondeterministic filter, or one calling a user-defined
+function, ``reflect``/``java_method`` or a subquery.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+
+from sparkglass.runtime.contract.errors import InvalidParameterError
+from sparkglass.runtime.contract.redaction import (
+    REDACT_CONF,
+    RedactionAction,
+    parse_redaction,
+    quote,
+    redacted_columns,
+    redacted_select,
+)
+from sparkglass.runtime.contract.round_request import RoundKind, RoundRequest
+
+#: The Java class that compiles and runs programs.
+PROGRAM_CLASS = "io.sparkglass.sampling.RowProgram"
+#: Expression classes a filter may not use (by simple-name suffix): user code, reflection,
+#: subqueries.
+_DENIED = (
+    "UDF",
+    "UDAF",
+    "Reflection",
+    "Reflect",
+    "Subquery",
+    "Exists",
+    "ListQuery",
+    "ExternalFunction",
+)
+_ALLOWED_PACKAGE = "org.apache.spark.sql.catalyst.expressions."
+#: Label given to corrupt records in ``errors`` rounds.
+CORRUPT_RECORD_ERROR = "corrupt record: the source could not parse this input"
+
+
+class RoundProgramError(InvalidParameterError):
+    """A round's filter or columns do not fit the vertex (``field`` names which)."""
+
+
+@dataclass(frozen=True)
+class TapView:
+    """The row a tap captures: the vertex's columns after redaction.
+
+    ``select``: the SQL expressions building it (each keeps its column's name); ``columns``:
+    the names in it (``label_column`` last when set); ``redacted``: the vertex's columns a
+    rule names, with the action; ``schema_json``: its Spark type as JSON; ``data_type``: as
+    ``struct<...>`` without the label column; ``corrupt_column``: the corrupt-record column
+    when the vertex has one.
+    """
+
+    select: tuple[str, ...]
+    columns: tuple[str, ...]
+    redacted: dict[str, RedactionAction]
+    schema_json: str
+    data_type: str
+    corrupt_column: str | None = None
+    label_column: str | None = None
+    expectation_names: tuple[str, ...] = field(default=())
+
+
+def _corrupt_record_column(spark: SparkSession) -> str:
+    return str(spark.conf.get("spark.sql.columnNameOfCorruptRecord", "_corrupt_record"))
+
+
+def tap_view(
+    df: DataFrame,
+    *,
+    label: tuple[str, str] | None = None,
+    expectation_names: tuple[str, ...] = (),
+) -> TapView:
+    """The redacted row of ``df`` (rules from ``spark.sparkglass.sampling.redact``).
+
+    ``label``: ``(SQL expression, column name)`` added last (the violations tap's failed
+    expectation names). Raises :class:`~sparkglass.runtime.contract.errors.SamplingSettingsError`
+    for bad rules.
+    """
+    spark = df.sparkSession
+    rules = parse_redaction(spark.conf.get(REDACT_CONF, None))
+    corrupt = _corrupt_record_column(spark)
+    redacted = redacted_columns(rules, df.columns, corrupt)
+    select = redacted_select(df.columns, redacted)
+    plain = df.selectExpr(*select)
+    data_type = plain.schema.simpleString()
+    if label is not None:
+        select = [*select, f"{label[0]} AS {quote(label[1])}"]
+    row = df.selectExpr(*select)
+    corrupt_present = next((c for c in plain.columns if c.lower() == corrupt.lower()), None)
+    return TapView(
+        select=tuple(select),
+        columns=tuple(row.columns),
+        redacted=redacted,
+        schema_json=row.schema.json(),
+        data_type=data_type,
+        corrupt_column=corrupt_present,
+        label_column=label[1] if label is not None else None,
+        expectation_names=expectation_names,
+    )
+
+
+@dataclass(frozen=True)
+class CompiledProgram:
+    """A program for one round: ``program`` (base64, for the JVM) and the ``data_type`` of
+    the records it renders (``struct<...>``)."""
+
+    program: str
+    data_type: str
+
+
+def _java_message(exc: Exception) -> str:
+    java = getattr(exc, "java_exception", None)
+    if java is not None:
+        try:
+            return str(java.getMessage())
+        except Exception:  # the message is only decoration
+            pass
+    return str(exc)
+
+
+def _mentions(text: str, column: str) -> bool:
+    return re.search(rf"(?<![\w.]){re.escape(column)}(?!\w)", text, re.IGNORECASE) is not None
+
+
+def compile_program(
+    spark: SparkSession,
+    view: TapView,
+    filter_sql: str | None,
+    columns: tuple[str, ...] | None,
+    label_sql: str | None,
+    *,
+    user_filter: str | None,
+) -> CompiledProgram:
+    """Compile a program over ``view`` (see module docstring).
+
+    ``filter_sql`` is the whole filter (the request's ``user_filter`` and the runtime's own);
+    ``user_filter`` alone is checked against the redaction. Raises :class:`RoundProgramError`.
+    """
+    visible = [c for c in view.columns if c != view.label_column]
+    by_lower = {c.lower(): c for c in visible}
+    chosen: list[str] = visible
+    if columns is not None:
+        chosen = []
+        for name in columns:
+            found = by_lower.get(name.lower())
+            if found is None:
+                if view.redacted.get(_original(view, name)) is RedactionAction.DROP:
+                    raise RoundProgramError(
+                        f"columns: column {name!r} is redacted (dropped) for this application",
+                        field="columns",
+                    )
+                raise RoundProgramError(
+                    f"columns: no column {name!r} at this vertex; columns: {', '.join(visible)}",
+                    field="columns",
+                )
+            chosen.append(found)
+    if user_filter is not None:
+        for column, action in view.redacted.items():
+            if action is RedactionAction.DROP and _mentions(user_filter, column):
+                raise RoundProgramError(
+                    f"filter: column {column!r} is redacted for this application; a filter "
+                    "may not name a redacted column",
+                    field="filter",
+                )
+    jvm: Any = spark._jvm
+    gateway: Any = spark.sparkContext._gateway
+    array = None
+    if columns is not None:
+        array = gateway.new_array(jvm.java.lang.String, len(chosen))
+        for i, name in enumerate(chosen):
+            array[i] = name
+    try:
+        raw = getattr(jvm, PROGRAM_CLASS).compile(
+            spark._jsparkSession, view.schema_json, filter_sql, array, label_sql
+        )
+    except Exception as exc:  # Spark's ParseException / AnalysisException through Py4J
+        message = _java_message(exc)
+        where = "filter" if filter_sql is not None else "columns"
+        raise RoundProgramError(f"{where}: {message}", field=where) from None
+    answer = json.loads(str(raw))
+    if user_filter is not None:
+        refs = {r.lower() for r in answer["references"]}
+        for column, action in view.redacted.items():
+            if column.lower() in refs:
+                raise RoundProgramError(
+                    f"filter: column {column!r} is redacted ({action.value}) for this "
+                    "application; a filter may not name a redacted column",
+                    field="filter",
+                )
+        for name in answer["expressions"]:
+            simple = name.rsplit(".", 1)[-1].split("$")[0]
+            if not name.startswith(_ALLOWED_PACKAGE) or any(d in simple for d in _DENIED):
+                raise RoundProgramError(
+                    f"filter: {simple} is not allowed in a filter (only Spark's built-in "
+                    "functions over the vertex's columns; no user-defined functions, "
+                    "reflection or subqueries)",
+                    field="filter",
+                )
+        if not answer["deterministic"]:
+            raise RoundProgramError(
+                "filter: must be deterministic (no rand(), uuid() or other nondeterministic "
+                "function)",
+                field="filter",
+            )
+    return CompiledProgram(program=str(answer["program"]), data_type=str(answer["dataType"]))
+
+
+def _original(view: TapView, name: str) -> str:
+    for column in view.redacted:
+        if column.lower() == name.lower():
+            return column
+    return name
+
+
+def program_compiler(
+    spark: SparkSession, vertex: str, view: TapView, kind: RoundKind
+) -> Callable[[RoundRequest], CompiledProgram]:
+    """The function a tap's rounds compile their request with (cached per request)."""
+
+    @functools.lru_cache(maxsize=64)
+    def compile_request(request: RoundRequest) -> CompiledProgram:
+        filters: list[str] = []
+        label: str | None = None
+        if request.kind is RoundKind.VIOLATIONS:
+            assert view.label_column is not None, "violations need the violations tap"
+            col = quote(view.label_column)
+            if request.expectation is not None:
+                filters.append(f"array_contains({col}, '{request.expectation}')")
+            else:
+                filters.append(f"size({col}) > 0")
+            label = f"array_join({col}, ',')"
+        elif request.kind is RoundKind.ERRORS:
+            if view.corrupt_column is None:
+                raise RoundProgramError(
+                    f"kind: vertex {vertex!r} has no error rows to sample (no corrupt-record "
+                    "column; read CSV/JSON with mode PERMISSIVE and the column in the schema)",
+                    field="kind",
+                )
+            filters.append(f"{quote(view.corrupt_column)} IS NOT NULL")
+            label = f"'{CORRUPT_RECORD_ERROR}'"
+        if request.filter is not None:
+            # Checked alone first: it must be one whole predicate (``a) OR (true`` does not
+            # parse), over visible columns, before it is combined with the runtime's own.
+            checked = compile_program(
+                spark, view, request.filter, request.columns, None, user_filter=request.filter
+            )
+            if not filters:
+                return checked
+            filters.append(f"({request.filter})")
+        whole = " AND ".join(filters) if filters else None
+        return compile_program(spark, view, whole, request.columns, label, user_filter=None)
+
+    # Read by the coordinator to name the expectations a violations round may ask for.
+    compile_request.expectation_names = view.expectation_names  # type: ignore[attr-defined]
+    return compile_request

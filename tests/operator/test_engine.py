@@ -1,0 +1,217 @@
+"""Unit tests of the DataSample engine's parts: the object cache, the work queue, the API
+request labels, and when a DataSample needs its next step (no API server, no process).
+
+The process-level behaviour (steps driven by watch events, no API request for finished
+DataSamples, pickup latency) is in ``test_datasample.py`` and ``bench/operator_bench.py``;
+the ordering by ``resourceVersion`` is covered here because the emulator's versions are
+always delivered in order, so a late watch event never happens there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import pytest
+
+from sparkglass.operator import datasample
+from sparkglass.operator.cluster import request_labels
+from sparkglass.operator.context import OperatorContext
+from sparkglass.operator.object_cache import ObjectCache, newer
+from sparkglass.operator.settings import OperatorConfig
+from sparkglass.operator.work_queue import WorkQueue
+
+
+def obj(name: str, rv: str | None, **status: Any) -> dict[str, Any]:
+    meta: dict[str, Any] = {"namespace": "ns", "name": name}
+    if rv is not None:
+        meta["resourceVersion"] = rv
+    return {"metadata": meta, "status": status}
+
+
+def test_cache_never_replaces_a_newer_version_by_a_late_event() -> None:
+    cache = ObjectCache()
+    assert cache.observe(obj("a", "10", phase="Pending"))
+    # The operator's own write answered version 12 (status.roundId written)...
+    assert cache.observe(obj("a", "12", phase="InProgress", roundId="r1"))
+    # ...and the watch delivers version 11 (an older change) afterwards: kept out.
+    assert not cache.observe(obj("a", "11", phase="Pending"))
+    assert not cache.observe(obj("a", "12", phase="InProgress", roundId="r1"))  # no news
+    assert cache.get("ns", "a")["status"]["roundId"] == "r1"
+    assert cache.observe(obj("a", "13", phase="Complete"))
+    cache.remove("ns", "a")
+    assert cache.get("ns", "a") is None and len(cache) == 0
+
+
+def test_non_integer_versions_follow_the_last_delivery() -> None:
+    assert newer(obj("a", "x2"), obj("a", "x1")) and newer(obj("a", "1"), obj("a", None))
+    assert newer(obj("a", "5"), None) and not newer(obj("a", "5"), obj("a", "9"))
+
+
+def test_cache_hands_out_copies_of_what_it_was_given() -> None:
+    cache = ObjectCache()
+    given = obj("a", "1", phase="Pending")
+    cache.observe(given)
+    given["status"]["phase"] = "Complete"  # the caller's dict changes later
+    assert cache.get("ns", "a")["status"]["phase"] == "Pending"
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "query", "want"),
+    [
+        (
+            "GET",
+            "/apis/sparkglass.io/v1alpha1/namespaces/n/datasamples/x",
+            None,
+            ("get", "datasamples"),
+        ),
+        ("GET", "/api/v1/namespaces/n/pods", None, ("list", "pods")),
+        ("GET", "/api/v1/namespaces/n/pods", [("watch", "true")], ("watch", "pods")),
+        (
+            "PATCH",
+            "/apis/sparkglass.io/v1alpha1/namespaces/n/datasamples/x/status",
+            None,
+            ("patch", "datasamples/status"),
+        ),
+        ("POST", "/api/v1/namespaces/n/events", None, ("create", "events")),
+        ("DELETE", "/api/v1/namespaces/n/secrets/s", None, ("delete", "secrets")),
+        ("PUT", "/apis/coordination.k8s.io/v1/namespaces/n/leases/l", None, ("update", "leases")),
+    ],
+)
+def test_request_labels_name_verb_and_resource(
+    method: str, path: str, query: Any, want: tuple[str, str]
+) -> None:
+    assert request_labels(method, path, query) == want
+
+
+async def test_work_queue_delays_deduplicates_and_never_runs_a_key_twice_at_once() -> None:
+    runs: list[tuple[str, float]] = []
+    active: set[str] = set()
+    overlaps = 0
+    t0 = time.monotonic()
+
+    async def handle(key: Any) -> float | None:
+        nonlocal overlaps
+        overlaps += key in active
+        active.add(key)
+        runs.append((key, time.monotonic() - t0))
+        await asyncio.sleep(0.05)
+        active.discard(key)
+        if key == "poll" and sum(k == "poll" for k, _ in runs) < 3:
+            return 0.1  # in flight: come back
+        if key == "boom":
+            raise RuntimeError("one object's trouble")
+        return None
+
+    queue = WorkQueue(handle, workers=4, error_delay=0.2)
+    task = asyncio.create_task(queue.run())
+    try:
+        queue.add("poll")
+        queue.add("later", 0.3)
+        queue.add("later", 5.0)  # a later due time does not postpone the earlier one
+        queue.add("boom")
+        for _ in range(5):  # many events of one object while it is processed: one more pass
+            queue.add("poll")
+            await asyncio.sleep(0.01)
+        deadline = time.monotonic() + 10
+        while not (
+            sum(k == "poll" for k, _ in runs) >= 3
+            and any(k == "later" for k, _ in runs)
+            and sum(k == "boom" for k, _ in runs) >= 2
+        ):
+            assert time.monotonic() < deadline, runs
+            await asyncio.sleep(0.02)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    assert overlaps == 0
+    later = [t for k, t in runs if k == "later"]
+    assert len(later) == 1 and 0.25 <= later[0] < 2.0, runs
+    boom = [t for k, t in runs if k == "boom"]
+    assert boom[1] - boom[0] >= 0.15  # the failed key came back after error_delay
+    assert queue.pending() >= 0
+
+
+async def test_forgotten_key_is_not_processed() -> None:
+    seen: list[Any] = []
+
+    async def handle(key: Any) -> None:
+        seen.append(key)
+
+    queue = WorkQueue(handle, workers=1)
+    queue.add("gone", 0.1)
+    queue.forget("gone")
+    queue.add("kept", 0.15)
+    task = asyncio.create_task(queue.run())
+    try:
+        deadline = time.monotonic() + 10
+        while not seen:
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.02)
+        await asyncio.sleep(0.1)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    assert seen == ["kept"]
+    with pytest.raises(ValueError, match="workers=0"):
+        WorkQueue(handle, workers=0)
+
+
+def step_with(status: dict[str, Any], spec: dict[str, Any] | None = None) -> Any:
+    ctx = OperatorContext(
+        config=OperatorConfig(poll_seconds=0.5, default_ttl_seconds_after_finished=600),
+        cluster=None,  # type: ignore[arg-type]  # next_step_in makes no call
+    )
+    step = datasample._Step(ctx, "ns", "x")
+    step.body = {
+        "metadata": {"name": "x"},
+        "spec": spec or {"applicationRef": {"name": "a"}, "vertex": "v"},
+        "status": status,
+    }
+    step.status = status
+    return step
+
+
+def rfc(epoch: float) -> str:
+    return datasample._rfc3339(epoch)
+
+
+def test_next_step_only_polls_rounds_in_flight_and_expires_finished_ones() -> None:
+    now = time.time()
+    assert step_with({"phase": "InProgress", "roundId": "r"}).next_step_in() == 0.5
+    retry = step_with({"phase": "Pending", "nextAttemptTime": rfc(now + 4)}).next_step_in()
+    assert 3.0 < retry <= 4.0
+    done = step_with({"phase": "Complete", "completionTime": rfc(now - 100)}).next_step_in()
+    assert 490 < done <= 500  # the default TTL (600 s) after completion: its deletion
+    own_ttl = step_with(
+        {"phase": "NoData", "completionTime": rfc(now)},
+        {"applicationRef": {"name": "a"}, "vertex": "v", "ttlSecondsAfterFinished": 5},
+    ).next_step_in()
+    assert 4.0 < own_ttl <= 5.0
+    assert step_with({"phase": "Failed"}).next_step_in() is None  # no completion time known
+    waiting = step_with({"phase": "Pending"})
+    waiting.wait_for = 3.0
+    assert waiting.next_step_in() == 3.0
+    gone = step_with({"phase": "InProgress"})
+    gone.gone = True
+    assert gone.next_step_in() is None
+
+
+def test_driver_pod_watch_selects_the_operators_driver_pods_server_side() -> None:
+    from sparkglass.operator.app import build_settings
+
+    settings = build_settings(OperatorConfig(namespaces=("spark-jobs",), standalone=True))
+    selectors = dict(settings.watching.label_selectors.items())
+    assert list(selectors.values()) == [
+        "app.kubernetes.io/managed-by=sparkglass-operator,sparkglass.io/role=driver"
+    ]
+
+
+def test_cache_drops_the_records_of_a_datasample_status() -> None:
+    cache = ObjectCache(drop=(("status", "samples"),))
+    big = obj("a", "3", phase="Complete", samples=[{"records": ["x" * 1000] * 60}])
+    assert cache.observe(big)
+    kept = cache.get("ns", "a")
+    assert kept["status"] == {"phase": "Complete"} and big["status"]["samples"]  # caller's intact
+    assert OperatorContext(config=OperatorConfig(), cluster=None).samples.observe(big)  # type: ignore[arg-type]

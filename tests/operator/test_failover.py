@@ -1,0 +1,89 @@
+"""Failover: two operator processes against the emulator, the leader killed mid-round.
+
+The emulator stands in for the API server's side of leader election: it enforces the
+``resourceVersion`` precondition of a PATCH (``conftest.SparkglassEmulator``), which is all
+the Lease protocol needs from it; Lease expiry is the candidates' own clock, not the server's.
+``test_leader_election.py`` covers the protocol's decisions without a server.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from .conftest import NAMESPACE, OperatorProcess, SparkglassEmulator, eventually
+from .test_datasample import (  # noqa: F401  (fixtures: driver, store_url)
+    SERVICE_URL,
+    ScriptedDriver,
+    driver,
+    phase,
+    post,
+    running_app,
+    sample_body,
+    status,
+    store_url,
+    wait_final,
+)
+
+pytestmark = pytest.mark.timeout(300)
+
+LEASES = "coordination.k8s.io/v1/leases"
+FAST_LEASE = [
+    "--lease-duration-seconds", "4",
+    "--lease-renew-deadline-seconds", "3",
+    "--lease-retry-period-seconds", "0.5",
+]  # fmt: skip
+
+
+def leading(proc: OperatorProcess) -> bool:
+    return "leader election: leading" in proc.output()
+
+
+async def test_the_other_replica_takes_over_a_round_when_the_leader_is_killed(
+    kube: SparkglassEmulator,
+    kubeconfig: Path,
+    crds_applied: None,
+    tmp_path: Path,
+    driver: ScriptedDriver,  # noqa: F811
+    store_url: str,  # noqa: F811
+) -> None:
+    args = ["--store-url", store_url, "--service-url", SERVICE_URL, *FAST_LEASE]
+    first = OperatorProcess(kubeconfig, tmp_path / "first.log", args, standalone=False)
+    second = OperatorProcess(kubeconfig, tmp_path / "second.log", args, standalone=False)
+    first.start()
+    try:
+        await eventually(lambda: leading(first), what="the first replica to lead", operator=first)
+        second.start()
+        await eventually(
+            lambda: "leader election: waiting" in second.output(),
+            what="the second replica waiting",
+            operator=second,
+        )
+        await running_app(kube, first, driver)
+        driver.behaviour["parse"] = "hold"
+        await post(kube, "datasamples", sample_body("failover", "parse"))
+        await eventually(
+            lambda: phase(kube, "failover") == "InProgress", what="round open", operator=first
+        )
+        assert not leading(second)
+        first.kill()  # the leader dies in the middle of the round
+        killed = time.monotonic()
+        await eventually(
+            lambda: leading(second), timeout=15, what="the takeover within 15 s", operator=second
+        )
+        took = time.monotonic() - killed
+        driver.release()
+        assert await wait_final(kube, "failover", second) == "Complete", status(kube, "failover")
+        assert driver.calls["open:parse"] == 1 and list(driver.rounds) == ["r1-parse"]
+        assert status(kube, "failover")["roundId"] == "r1-parse"
+        spec = (kube.stored(LEASES, NAMESPACE, "sparkglass-operator") or {})["spec"]
+        assert spec["leaseTransitions"] == 1 and took < 15
+        from sparkglass.service.store import count_rounds, open_store
+
+        with open_store(store_url).begin() as session:
+            assert count_rounds(session) == 1
+    finally:
+        first.stop()
+        second.stop()

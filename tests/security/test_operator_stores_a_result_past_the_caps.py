@@ -1,0 +1,72 @@
+"""Attack on the shared store through the operator: a driver's result past the caps.
+
+The contract caps a result at 5000 records, 1000 per subtask. The service checks a driver's
+answer against the caps before it stores anything (``service/execution/local.py``,
+``ResultCaps``), but the operator saves whatever the driver answers into the store the
+service reads (``operator/results.py`` → ``save_round``), and the driver is the
+application's own code: whoever may create a SparkApplication can have the operator write
+any number of records into the one database every namespace shares (and hold them all in
+the operator's memory first). Here a driver answers 2 subtasks of 3000 records each.
+
+Expected: the operator applies the same caps (the round fails, or is cut to them) and the
+store holds at most 1000 records per subtask and 5000 in all. Fixed: the operator checks
+``runtime/contract/result_caps.py`` before it saves and fails the DataSample
+(``ResultPastCaps``). The real operator process against the kmock API server, the
+scripted driver over HTTPS on 127.0.0.1, a SQLite store file.
+"""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import text
+
+from sparkglass.service.store import open_store
+from tests.operator import conftest as operator_tests
+from tests.operator import test_datasample as datasample_tests
+from tests.operator.conftest import OperatorProcess, SparkglassEmulator
+from tests.operator.test_datasample import (
+    SERVICE_URL,
+    ScriptedDriver,
+    post,
+    running_app,
+    sample_body,
+    status,
+    wait_final,
+)
+
+pytestmark = pytest.mark.timeout(180)
+
+kubectl_binary = operator_tests.kubectl_binary
+kube = operator_tests.kube
+kubeconfig = operator_tests.kubeconfig
+kubectl = operator_tests.kubectl
+crds_applied = operator_tests.crds_applied
+operator = operator_tests.operator
+driver = datasample_tests.driver
+store_url = datasample_tests.store_url
+
+
+@pytest.fixture()
+def operator_args(store_url: str) -> list[str]:
+    return ["--service-url", SERVICE_URL, "--store-url", store_url]
+
+
+async def test_the_operator_keeps_a_drivers_result_within_the_caps(
+    kube: SparkglassEmulator,
+    operator: OperatorProcess,
+    driver: ScriptedDriver,
+    store_url: str,
+) -> None:
+    driver.records = 3000  # per subtask, 2 subtasks
+    await running_app(kube, operator, driver)
+    await post(kube, "datasamples", sample_body("flood", "parse", backoffLimit=0))
+    assert await wait_final(kube, "flood", operator) == "Failed"
+    assert "broke the contract" in status(kube, "flood")["message"]
+    with open_store(store_url).begin() as session:
+        per_subtask = dict(
+            session.execute(
+                text("SELECT subtask_index, COUNT(*) FROM sample_records GROUP BY subtask_index")
+            ).all()
+        )
+    assert sum(per_subtask.values()) <= 5000, per_subtask
+    assert all(n <= 1000 for n in per_subtask.values()), per_subtask
