@@ -11,7 +11,11 @@ rebalance) → ``work`` (two nested SHA-512s, about 1 µs of CPU per record) →
 
 Each measured round runs A, B and C once, in a rotating order so that drift from other
 load on the machine spreads evenly; the first ``--warmup-rounds`` rounds are discarded (JIT
-warm-up) and the rest averaged, as in the seed (which discarded 1 of 6). Throughput is
+warm-up). After ``--rounds`` measured rounds, rounds are added until the 95% bootstrap
+interval of each overhead (per-round paired overheads, ``bench/spread.py``) is within
+``--ci-pp`` percentage points (0.5) of its median, or ``--max-minutes`` (20) have passed;
+``idle_overhead_pct_ci``/``active_overhead_pct_ci`` hold the median and interval and
+``ci_target_met`` says whether the width was reached. Throughput is
 records per second of task CPU time per core (``rows / (CPU s / 2)``, Spark's
 ``executorCpuTime`` of the job's tasks, read from the UI's REST API): the machine's two
 cores are shared with other work, which moves wall-clock throughput by tens of percent
@@ -30,6 +34,7 @@ import json
 import logging
 import os
 import statistics
+import sys
 import threading
 import time
 from pathlib import Path
@@ -43,6 +48,9 @@ from sparkglass.runtime.pipeline import Pipeline
 from sparkglass.runtime.sampling import registry
 from sparkglass.runtime.sampling.rounds import RoundCoordinator
 from sparkglass.runtime.session import spark_session
+
+sys.path.insert(0, str(Path(__file__).parent))
+from spread import median_ci
 
 log = logging.getLogger("sampling_bench")
 
@@ -137,11 +145,30 @@ def gate_cost(
                 _, cpu_rps = run_once(spark, df, rows, 1)
             ns[scenario].append(1e9 / cpu_rps)
     med = {k: statistics.median(v[1:] if len(v) > 2 else v) for k, v in ns.items()}
+    taps = 3
     return {
         "plain_ns_per_record": round(med["plain"], 1),
         "idle_3_taps_ns_per_record": round(med["idle"] - med["plain"], 1),
         "active_3_taps_ns_per_record": round(med["active"] - med["plain"], 1),
+        "idle_ns_per_record_per_tap": round((med["idle"] - med["plain"]) / taps, 2),
+        "active_ns_per_record_per_tap": round((med["active"] - med["plain"]) / taps, 2),
     }
+
+
+def overhead_spread(samples: dict[str, list[float]]) -> dict[str, dict[str, Any]]:
+    """Per-round paired overheads of idle and active against the baseline, in percent
+    (``100 * (1 - scenario / baseline)`` of the same round): median and 95% bootstrap
+    interval (``bench/spread.py``)."""
+    return {
+        k: median_ci(
+            [100 * (1 - x / a) for x, a in zip(samples[k], samples["baseline"], strict=True)]
+        )
+        for k in ("idle", "active")
+    }
+
+
+def _half_width(ci: dict[str, Any]) -> float:
+    return float(max(ci["median"] - ci["ci_low"], ci["ci_high"] - ci["median"]))
 
 
 class ActiveSampling:
@@ -186,7 +213,18 @@ class ActiveSampling:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rows", type=int, default=2_000_000, help="records per job")
-    parser.add_argument("--rounds", type=int, default=7, help="rounds of A, B, C")
+    parser.add_argument(
+        "--rounds", type=int, default=10, help="measured rounds of A, B, C at least [10]"
+    )
+    parser.add_argument(
+        "--ci-pp",
+        type=float,
+        default=0.5,
+        help="go on until each overhead's 95%% interval is within +- this many points [0.5]",
+    )
+    parser.add_argument(
+        "--max-minutes", type=float, default=20.0, help="stop adding rounds after this [20]"
+    )
     parser.add_argument("--warmup-rounds", type=int, default=1, help="rounds discarded")
     parser.add_argument("--gate-rows", type=int, default=20_000_000, help="gate cost jobs")
     parser.add_argument("--gate-rounds", type=int, default=5, help="gate cost rounds")
@@ -215,7 +253,19 @@ def main() -> None:
         wall: dict[str, list[float]] = {"baseline": [], "idle": [], "active": []}
         rounds_seen: list[dict[str, Any]] = []
         order = ["baseline", "idle", "active"]
-        for r in range(args.rounds):
+        budget_end = time.monotonic() + args.max_minutes * 60
+        spread: dict[str, dict[str, Any]] = {}
+        r = -1
+        while True:
+            r += 1
+            measured = r - args.warmup_rounds
+            if measured >= args.rounds:
+                spread = overhead_spread(samples)
+                if all(_half_width(v) <= args.ci_pp for v in spread.values()):
+                    break
+                if time.monotonic() > budget_end:
+                    print(f"time budget spent with intervals {spread}")
+                    break
             for scenario in order[r % 3 :] + order[: r % 3]:
                 if scenario == "active":
                     with ActiveSampling(coordinator, "work") as active:
@@ -227,7 +277,7 @@ def main() -> None:
                     samples[scenario].append(cpu_rps)
                     wall[scenario].append(wall_rps)
                 print(
-                    f"round {r + 1}/{args.rounds} {scenario:8s} {cpu_rps:>12,.0f} records/s "
+                    f"round {r + 1} {scenario:8s} {cpu_rps:>12,.0f} records/s "
                     f"(task CPU)  {wall_rps:>12,.0f} records/s (wall clock)"
                 )
         gate = gate_cost(spark, coordinator, args.gate_rows, args.gate_rounds)
@@ -249,6 +299,11 @@ def main() -> None:
         "active_overhead_pct": round(100 * (1 - mean["active"] / mean["baseline"]), 2),
         "median_idle_overhead_pct": round(100 * (1 - paired["idle"]), 2),
         "median_active_overhead_pct": round(100 * (1 - paired["active"]), 2),
+        # Median and 95% bootstrap interval of the per-round paired overheads (percent).
+        "idle_overhead_pct_ci": spread["idle"],
+        "active_overhead_pct_ci": spread["active"],
+        "ci_target_pp": args.ci_pp,
+        "ci_target_met": all(_half_width(v) <= args.ci_pp for v in spread.values()),
         "per_round_rps": {k: [round(x) for x in v] for k, v in samples.items()},
         "wall_clock_rps": {k: round(statistics.fmean(v)) for k, v in wall.items()},
         "wall_clock_idle_overhead_pct": round(
@@ -267,7 +322,7 @@ def main() -> None:
             100 * gate["active_3_taps_ns_per_record"] / (1e9 * 2 / mean["baseline"]), 2
         ),
         "rows_per_job": args.rows,
-        "measured_rounds": args.rounds - args.warmup_rounds,
+        "measured_rounds": len(samples["baseline"]),
         "sampling_rounds_during_active": len(rounds_seen),
         "records_sampled_during_active": sum(x["records"] for x in rounds_seen),
         "topology": "range(2 partitions) -> repartition(2) -> 2x sha512 (~1 us) -> noop",

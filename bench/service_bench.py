@@ -1,19 +1,34 @@
-"""Service benchmark: N clients polling one vertex's data sample for a while.
+"""Service benchmark: open pages polling a vertex, against the service as deployed.
 
-Default run (``make bench-service``): starts the flights demo pipeline on a local Spark with
-sampling on, the service in local mode in front of its driver (SQLite store), then 200
-clients poll ``parse`` for 60 s from a separate process (so the load generator does not share
-the service's interpreter). Writes ``bench/results/service.json``::
+``make bench-service`` starts the flights demo pipeline on a local Spark with sampling on
+(its driver control endpoint is what the service talks to), then for each store (SQLite file,
+PostgreSQL) a real ``sparkglass serve`` process in local mode in front of that driver, and next
+to it the **anchor**: a bare FastAPI endpoint in its own uvicorn process that returns the same
+bytes (the service's last data-sample body, with the same gzip middleware and the same ETag
+answer) and does nothing else. The load generator is a third process. Loads:
 
-    {"p50_ms": ..., "p99_ms": ..., "requests_per_s": ..., "rounds_started": ...,
-     "clients": 200, "duration_s": 60, "errors": 0, ...}
+- **open loop**: ``--clients`` (200) clients each polling once per ``--interval`` (1 s), as
+  that many open pages do. Requests leave on schedule whether or not the previous answer
+  came back; latency runs from the scheduled send, so a slow answer cannot hide the requests
+  it delayed (no coordinated omission). Clients send ``If-None-Match`` with the tag they hold,
+  as the page does. Reports p50/p99 and the share of 304s.
+- **closed loop**: ``--closed-clients`` (50) clients, each sending its next request as soon as
+  the last answer arrives, for the service and the anchor alternately over ``--rounds``
+  rounds of ``--round-seconds`` each, once with full bodies and once with ``If-None-Match``
+  (304s). Reports requests/s per round and the ratio service/anchor: median and 95%
+  bootstrap interval over rounds (``bench/spread.py``).
+- **two workers**: ``sparkglass serve --workers 2`` on the PostgreSQL store under the open
+  loop: rounds started against the refresh interval (one per interval, not one per worker).
 
-``rounds_started`` is the service's ``sparkglass_rounds_started_total`` over the run: with
-the default 60 s refresh interval, all clients share one or two rounds. ``app_cpu_ms_per_poll``
-is the service's own CPU cost per poll (see :func:`app_cpu_ms_per_poll`): on a loaded machine
-the HTTP stack and the load generator, not the service, bound ``requests_per_s``.
+``cpu_ms_per_poll`` is the service processes' CPU (``/proc/<pid>/stat``, workers included)
+during a closed loop divided by its requests. ``rounds_started`` counts the store's rounds
+of the vertex while the store's runs lasted; ``rounds_expected_at_most`` is that time divided
+by the refresh interval (``--refresh-interval``, 10 s), plus one: a poll starts a round only
+when the result it would get is older than the interval. Writes ``bench/results/service.json``.
+The load generator, Spark and the service share the machine's cores: ``load_generator_lag_ms``
+(p99 of how late the open loop's requests left) says when the generator itself fell behind.
 
-Against a running service instead (e.g. the one ``sparkglass demo`` starts)::
+Against a running service instead, the open loop only::
 
     python bench/service_bench.py --url http://127.0.0.1:8080 --token ... --vertex parse
 """
@@ -24,17 +39,40 @@ import argparse
 import asyncio
 import json
 import multiprocessing
+import os
+import platform
 import re
-import statistics
+import socket
+import subprocess
+import sys
 import tempfile
 import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import httpx
+from cryptography.fernet import Fernet
+
+sys.path.insert(0, str(Path(__file__).parent))
+from spread import median_ci
 
 RESULTS = Path(__file__).parent / "results" / "service.json"
-_STATUS = re.compile(r'"status":"([A-Z_]+)"')
+APP = "flights"
+ADMIN_TOKEN = "bench-admin-token-0123456789abcdef"
+PG_ADMIN_URL = os.environ.get("SPARKGLASS_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
+#: The service's gzip settings (``service/app.py``: ``gzip_min_bytes`` default, level 5).
+GZIP_MIN_BYTES = 1024
+GZIP_LEVEL = 5
+_ROUND_ID = re.compile(rb'"roundId":"([^"]+)"')
+_CLK_TCK = os.sysconf("SC_CLK_TCK")
+STORE_KEY = Fernet.generate_key().decode()
+
+
+def sample_path(vertex: str) -> str:
+    return f"/api/v1/namespaces/local/applications/{APP}/vertices/{vertex}/data-sample"
 
 
 def _percentile(sorted_values: list[float], q: float) -> float:
@@ -44,143 +82,484 @@ def _percentile(sorted_values: list[float], q: float) -> float:
     return sorted_values[k]
 
 
-def _rounds_started(url: str) -> float:
-    text = httpx.get(f"{url}/metrics", timeout=10).text
-    m = re.search(r"^sparkglass_rounds_started_total (\S+)$", text, re.M)
-    return float(m.group(1)) if m else 0.0
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
-async def _load(
-    url: str, token: str, app: str, vertex: str, clients: int, duration: float, interval: float
+# --- load generator (runs in its own process) -------------------------------------------
+
+
+async def _open_loop(
+    url: str, path: str, token: str, clients: int, interval: float, duration: float
 ) -> dict[str, Any]:
-    """``clients`` concurrent pollers for ``duration`` s; each waits ``interval`` s between
-    polls (0: closed loop). Returns latencies (ms), status counts and errors."""
-    path = f"/api/v1/namespaces/local/applications/{app}/vertices/{vertex}/data-sample"
+    limits = httpx.Limits(max_connections=clients * 2, max_keepalive_connections=clients * 2)
     latencies: list[float] = []
-    statuses: dict[str, int] = {}
-    sizes: list[int] = []
-    error_kinds: dict[str, int] = {}
-    errors = 0
-    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    lags: list[float] = []
+    codes: dict[str, int] = {}
+    round_ids: set[bytes] = set()
     async with httpx.AsyncClient(
-        base_url=url, headers={"Authorization": f"Bearer {token}"}, limits=limits, timeout=60
+        base_url=url, headers={"Authorization": f"Bearer {token}"}, limits=limits, timeout=30
+    ) as http:
+        loop = asyncio.get_running_loop()
+        start = loop.time() + 0.5
+        held: list[str | None] = [None] * clients
+
+        async def one(client: int, scheduled: float) -> None:
+            lags.append((loop.time() - scheduled) * 1000)
+            headers = {"If-None-Match": held[client]} if held[client] else {}
+            try:
+                r = await http.get(path, headers=headers)
+                code = str(r.status_code)
+                if r.status_code == 200:
+                    held[client] = r.headers.get("etag")
+                    m = _ROUND_ID.search(r.content[:2000])
+                    if m:
+                        round_ids.add(m.group(1))
+            except httpx.HTTPError as exc:
+                code = type(exc).__name__
+            latencies.append((loop.time() - scheduled) * 1000)
+            codes[code] = codes.get(code, 0) + 1
+
+        tasks: list[asyncio.Task[None]] = []
+        ticks = int(duration / interval)
+        for k in range(ticks):
+            for c in range(clients):
+                # Arrivals spread evenly over the interval, as independent pages are.
+                scheduled = start + k * interval + c * interval / clients
+                delay = scheduled - loop.time()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                tasks.append(asyncio.create_task(one(c, scheduled)))
+        await asyncio.gather(*tasks)
+    lat = sorted(latencies)
+    return {
+        "p50_ms": round(_percentile(lat, 0.50), 2),
+        "p99_ms": round(_percentile(lat, 0.99), 2),
+        "max_ms": round(lat[-1], 2) if lat else None,
+        "requests": len(lat),
+        "codes": codes,
+        "not_modified_share": round(codes.get("304", 0) / max(1, len(lat)), 3),
+        "load_generator_lag_p99_ms": round(_percentile(sorted(lags), 0.99), 2),
+        "rounds_seen": len(round_ids),
+    }
+
+
+async def _closed_loop(
+    url: str, path: str, token: str, clients: int, duration: float, conditional: bool
+) -> dict[str, Any]:
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    count = 0
+    bytes_in = 0
+    errors = 0
+    async with httpx.AsyncClient(
+        base_url=url, headers={"Authorization": f"Bearer {token}"}, limits=limits, timeout=30
     ) as http:
         stop = time.monotonic() + duration
 
         async def client() -> None:
-            nonlocal errors
+            nonlocal count, bytes_in, errors
+            etag: str | None = None  # the tag of the body this client holds, as a page's
             while time.monotonic() < stop:
-                t0 = time.perf_counter()
-                status, head, size = 0, "", 0
+                headers = {"If-None-Match": etag} if conditional and etag else {}
                 try:
-                    r = await http.get(path)
-                    status, size = r.status_code, len(r.content)
-                    head = r.content[:400].decode(errors="replace")
-                except httpx.HTTPError as exc:
-                    kind = type(exc).__name__
-                    error_kinds[kind] = error_kinds.get(kind, 0) + 1
-                latencies.append((time.perf_counter() - t0) * 1000)
-                if status == 200:
-                    # The status fields lead the body; parsing up to 5000 records per answer
-                    # would make this load generator, not the service, the bottleneck.
-                    m = _STATUS.search(head)
-                    key = (m.group(1) if m else "?") + (" stale" if '"stale":true' in head else "")
-                    statuses[key] = statuses.get(key, 0) + 1
-                    sizes.append(size)
-                else:
+                    r = await http.get(path, headers=headers)
+                    if r.status_code in (200, 304):
+                        count += 1
+                        bytes_in += len(r.content)
+                        if r.status_code == 200:
+                            etag = r.headers.get("etag")
+                    else:
+                        errors += 1
+                except httpx.HTTPError:
                     errors += 1
-                    if status:
-                        error_kinds[f"HTTP {status}"] = error_kinds.get(f"HTTP {status}", 0) + 1
-                if interval:
-                    await asyncio.sleep(interval)
 
         started = time.monotonic()
         await asyncio.gather(*(client() for _ in range(clients)))
         elapsed = time.monotonic() - started
     return {
-        "latencies": latencies,
-        "statuses": statuses,
+        "requests_per_s": count / elapsed,
+        "requests": count,
         "errors": errors,
-        "elapsed": elapsed,
-        "max_body_bytes": max(sizes, default=0),
-        "error_kinds": error_kinds,
+        "mean_body_bytes": bytes_in // max(1, count),
     }
 
 
-def _load_in_process(args: tuple[Any, ...], queue: Any) -> None:
-    queue.put(asyncio.run(_load(*args)))
+def _generator(conn: Any) -> None:
+    while True:
+        job = conn.recv()
+        if job is None:
+            return
+        kind, kwargs = job
+        fn = _open_loop if kind == "open" else _closed_loop
+        conn.send(asyncio.run(fn(**kwargs)))
 
 
-def run_load(
-    url: str,
-    token: str,
-    *,
-    app: str = "flights",
-    vertex: str = "parse",
-    clients: int = 200,
-    duration: float = 60.0,
-    interval: float = 0.0,
+class LoadGenerator:
+    """A child process that runs loads on request (so it shares no interpreter with Spark
+    or the service)."""
+
+    def __init__(self) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        self._conn, child = ctx.Pipe()
+        self._proc = ctx.Process(target=_generator, args=(child,), daemon=True)
+        self._proc.start()
+
+    def run(self, kind: str, timeout: float, **kwargs: Any) -> dict[str, Any]:
+        self._conn.send((kind, kwargs))
+        if not self._conn.poll(timeout):
+            raise TimeoutError(f"the {kind} load did not finish within {timeout} s")
+        result: dict[str, Any] = self._conn.recv()
+        return result
+
+    def close(self) -> None:
+        self._conn.send(None)
+        self._proc.join(timeout=10)
+
+
+# --- processes under test ----------------------------------------------------------------
+
+
+def _cpu_seconds(pids: list[int]) -> float:
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except FileNotFoundError:
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime + stime
+    return total / _CLK_TCK
+
+
+def _process_tree(pid: int) -> list[int]:
+    """``pid`` and its descendants (uvicorn's worker processes), from ``/proc``."""
+    parents: dict[int, int] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        parents[int(stat.parent.name)] = int(fields[1])
+    tree = [pid]
+    for candidate in tree:
+        tree.extend(child for child, parent in parents.items() if parent == candidate)
+    return tree
+
+
+def _wait_healthy(url: str, proc: subprocess.Popen[bytes], log: Path, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"process exited: {log.read_text()[-2000:]}")
+        try:
+            if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline:
+            proc.kill()
+            raise RuntimeError(f"not healthy within {timeout} s: {log.read_text()[-2000:]}")
+        time.sleep(0.1)
+
+
+@contextmanager
+def serve(
+    driver_url: str, driver_token: str, database_url: str, work: Path, refresh: float, workers: int
+) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """A real ``sparkglass serve`` (local mode) in front of the demo driver."""
+    port = _free_port()
+    tokens = work / "tokens.csv"
+    tokens.write_text(f"{ADMIN_TOKEN},bench,admin\n")
+    env = {
+        **os.environ,
+        "SPARKGLASS_DATABASE_URL": database_url,
+        "SPARKGLASS_PORT": str(port),
+        "SPARKGLASS_CONTROL_TOKEN": driver_token,
+        "SPARKGLASS_REFRESH_INTERVAL_SECONDS": str(refresh),
+        # A PostgreSQL store keeps the driver token encrypted under a key it is given.
+        "SPARKGLASS_STORE_KEY": STORE_KEY,
+    }
+    log = work / f"serve-{port}.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "sparkglass",
+                "serve",
+                "--driver",
+                f"{APP}={driver_url}",
+                "--tokens-file",
+                str(tokens),
+                "--workers",
+                str(workers),
+            ],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        _wait_healthy(url, proc, log, 90)
+        yield url, proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def bare_app(body: bytes, etag: str, path: str) -> Any:
+    """The anchor: a FastAPI endpoint answering ``path`` with ``body`` (and 304 to its
+    ``etag``) behind the same gzip middleware as the service, and nothing else."""
+    from fastapi import FastAPI, Header
+    from fastapi.middleware.gzip import GZipMiddleware
+    from fastapi.responses import Response
+
+    app = FastAPI()
+    app.add_middleware(GZipMiddleware, minimum_size=GZIP_MIN_BYTES, compresslevel=GZIP_LEVEL)
+
+    @app.get("/healthz")
+    def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get(path)
+    async def sample(if_none_match: str | None = Header(None)) -> Response:
+        if if_none_match == etag:
+            return Response(status_code=304, headers={"etag": etag})
+        return Response(body, media_type="application/json", headers={"etag": etag})
+
+    return app
+
+
+@contextmanager
+def anchor(body: bytes, etag: str, path: str, work: Path) -> Iterator[tuple[str, int]]:
+    port = _free_port()
+    (work / "anchor.body").write_bytes(body)
+    log = work / "anchor.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                __file__,
+                "--anchor",
+                str(work / "anchor.body"),
+                "--anchor-etag",
+                etag,
+                "--anchor-path",
+                path,
+                "--anchor-port",
+                str(port),
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        _wait_healthy(url, proc, log, 60)
+        yield url, proc.pid
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+
+
+def _first_complete(url: str, path: str, timeout: float) -> httpx.Response:
+    deadline = time.monotonic() + timeout
+    headers = {"Authorization": f"Bearer {ADMIN_TOKEN}", "Accept-Encoding": "identity"}
+    while True:
+        r = httpx.get(f"{url}{path}", headers=headers, timeout=30)
+        if r.status_code == 200 and b'"status":"COMPLETE"' in r.content[:400]:
+            return r
+        if time.monotonic() > deadline:
+            raise RuntimeError(
+                f"no COMPLETE round within {timeout} s: {r.status_code} {r.text[:300]}"
+            )
+        time.sleep(0.5)
+
+
+def _rounds_in_store(database_url: str, vertex: str, since_ms: int) -> int:
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(database_url)
+    try:
+        with engine.connect() as conn:
+            return int(
+                conn.execute(
+                    text("SELECT count(*) FROM rounds WHERE vertex = :v AND started_at >= :t"),
+                    {"v": vertex, "t": since_ms},
+                ).scalar_one()
+            )
+    finally:
+        engine.dispose()
+
+
+@contextmanager
+def postgres_database() -> Iterator[str | None]:
+    """A fresh PostgreSQL database (dropped after), or None when no server answers."""
+    try:
+        import psycopg
+
+        with psycopg.connect(PG_ADMIN_URL, connect_timeout=3):
+            pass
+    except Exception as exc:
+        print(f"no PostgreSQL at {PG_ADMIN_URL} ({exc.__class__.__name__}): SQLite only")
+        yield None
+        return
+    name = f"sg_bench_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    base = PG_ADMIN_URL.rsplit("/", 1)[0].replace("postgresql://", "postgresql+psycopg://", 1)
+    try:
+        yield f"{base}/{name}"
+    finally:
+        with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+# --- the runs --------------------------------------------------------------------------------
+
+
+def bench_store(
+    gen: LoadGenerator,
+    args: argparse.Namespace,
+    store: str,
+    database_url: str,
+    driver: tuple[str, str],
+    work: Path,
 ) -> dict[str, Any]:
-    """Poll from a child process and summarize: p50/p99 (ms), requests/s, rounds started."""
-    before = _rounds_started(url)
-    ctx = multiprocessing.get_context("spawn")
-    queue = ctx.Queue()
-    proc = ctx.Process(
-        target=_load_in_process,
-        args=((url, token, app, vertex, clients, duration, interval), queue),
-    )
-    proc.start()
-    raw = queue.get(timeout=duration + 300)
-    proc.join(timeout=30)
-    after = _rounds_started(url)
-    lat = sorted(raw["latencies"])
+    """Open loop, then interleaved closed loops against this store's service and the
+    anchor."""
+    path = sample_path(args.vertex)
+    started_ms = int(time.time() * 1000)
+    t0 = time.monotonic()
+    with serve(*driver, database_url, work, args.refresh_interval, 1) as (url, proc):
+        first = _first_complete(url, path, 180)
+        etag = first.headers["etag"]
+        print(f"[{store}] first round complete ({len(first.content)} bytes); open loop")
+        timeout = args.open_seconds + 120
+        open_loop = gen.run(
+            "open",
+            timeout,
+            url=url,
+            path=path,
+            token=ADMIN_TOKEN,
+            clients=args.clients,
+            interval=args.interval,
+            duration=args.open_seconds,
+        )
+        with anchor(first.content, etag, path, work) as (anchor_url, anchor_pid):
+            anchor_open = gen.run(
+                "open",
+                timeout,
+                url=anchor_url,
+                path=path,
+                token=ADMIN_TOKEN,
+                clients=args.clients,
+                interval=args.interval,
+                duration=args.open_seconds,
+            )
+            closed: dict[str, Any] = {}
+            for conditional in (False, True):
+                label = "not_modified" if conditional else "full_body"
+                service_rps: list[float] = []
+                anchor_rps: list[float] = []
+                ratios: list[float] = []
+                cpu_ms: list[float] = []
+                anchor_cpu_ms: list[float] = []
+                for r in range(args.rounds):
+                    print(f"[{store}] closed loop {label} round {r + 1}/{args.rounds}")
+                    pair: dict[str, float] = {}
+                    # Alternate who goes first, so drift on the machine hits both alike.
+                    order = [("service", url, [proc.pid]), ("anchor", anchor_url, [anchor_pid])]
+                    for who, target, pids in order if r % 2 == 0 else order[::-1]:
+                        cpu0 = _cpu_seconds(pids)
+                        res = gen.run(
+                            "closed",
+                            args.round_seconds + 60,
+                            url=target,
+                            path=path,
+                            token=ADMIN_TOKEN,
+                            clients=args.closed_clients,
+                            duration=args.round_seconds,
+                            conditional=conditional,
+                        )
+                        cpu = (_cpu_seconds(pids) - cpu0) * 1000 / max(1, res["requests"])
+                        pair[who] = res["requests_per_s"]
+                        (cpu_ms if who == "service" else anchor_cpu_ms).append(cpu)
+                    service_rps.append(pair["service"])
+                    anchor_rps.append(pair["anchor"])
+                    ratios.append(pair["service"] / pair["anchor"])
+                closed[label] = {
+                    "service_requests_per_s": median_ci(service_rps),
+                    "anchor_requests_per_s": median_ci(anchor_rps),
+                    "ratio_to_anchor": median_ci(ratios),
+                    "service_cpu_ms_per_poll": median_ci(cpu_ms),
+                    "anchor_cpu_ms_per_poll": median_ci(anchor_cpu_ms),
+                    "per_round_service_requests_per_s": [round(x, 1) for x in service_rps],
+                    "per_round_anchor_requests_per_s": [round(x, 1) for x in anchor_rps],
+                }
+        elapsed = time.monotonic() - t0
+        rounds = _rounds_in_store(database_url, args.vertex, started_ms)
     return {
-        "p50_ms": round(_percentile(lat, 0.50), 2),
-        "p99_ms": round(_percentile(lat, 0.99), 2),
-        "mean_ms": round(statistics.fmean(lat), 2) if lat else None,
-        "requests_per_s": round(len(lat) / raw["elapsed"], 1),
-        "rounds_started": int(after - before),
-        "requests": len(lat),
-        "errors": raw["errors"],
-        "error_kinds": raw["error_kinds"],
-        "statuses": raw["statuses"],
-        "max_body_bytes": raw["max_body_bytes"],
-        "clients": clients,
-        "duration_s": duration,
-        "poll_interval_s": interval,
-        "vertex": vertex,
+        "open_loop": open_loop,
+        "anchor_open_loop": anchor_open,
+        "closed_loop": closed,
+        "body_bytes": len(first.content),
+        "rounds_started": rounds,
+        "rounds_expected_at_most": int(elapsed // args.refresh_interval) + 1,
+        "seconds": round(elapsed, 1),
     }
 
 
-def app_cpu_ms_per_poll(app: Any, token: str, vertex: str, n: int = 300) -> float:
-    """CPU ms of one poll served from memory inside the ASGI app (in-process through
-    ``httpx.ASGITransport``, measured on the event-loop thread): the service's own cost,
-    separate from the HTTP server, the load generator and whatever else shares the CPUs."""
+def bench_workers(
+    gen: LoadGenerator,
+    args: argparse.Namespace,
+    database_url: str,
+    driver: tuple[str, str],
+    work: Path,
+) -> dict[str, Any]:
+    """``--workers 2`` under the open loop: one round per refresh interval, not per worker."""
+    path = sample_path(args.vertex)
+    with serve(*driver, database_url, work, args.refresh_interval, 2) as (url, proc):
+        _first_complete(url, path, 180)
+        started_ms = int(time.time() * 1000)
+        t0 = time.monotonic()
+        pids = _process_tree(proc.pid)
+        cpu0 = _cpu_seconds(pids)
+        open_loop = gen.run(
+            "open",
+            args.open_seconds + 120,
+            url=url,
+            path=path,
+            token=ADMIN_TOKEN,
+            clients=args.clients,
+            interval=args.interval,
+            duration=args.open_seconds,
+        )
+        cpu = _cpu_seconds(pids) - cpu0
+        elapsed = time.monotonic() - t0
+        rounds = _rounds_in_store(database_url, args.vertex, started_ms)
+    return {
+        "workers": 2,
+        "service_processes": len(pids),
+        "open_loop": open_loop,
+        "cpu_ms_per_poll": round(cpu * 1000 / max(1, open_loop["requests"]), 3),
+        "rounds_started": rounds,
+        "rounds_expected_at_most": int(elapsed // args.refresh_interval) + 1,
+        "seconds": round(elapsed, 1),
+    }
 
-    async def run() -> float:
-        transport = httpx.ASGITransport(app=app)
-        path = f"/api/v1/namespaces/local/applications/flights/vertices/{vertex}/data-sample"
-        async with httpx.AsyncClient(
-            transport=transport,
-            base_url="http://bench",
-            headers={"Authorization": f"Bearer {token}"},
-        ) as c:
-            await c.get(path)
-            t0 = time.thread_time()
-            for _ in range(n):
-                await c.get(path)
-            return (time.thread_time() - t0) / n * 1000
 
-    return round(asyncio.run(run()), 3)
-
-
-def _with_demo(args: argparse.Namespace) -> dict[str, Any]:
-    """Start the demo pipeline and a local service, then run the load against them."""
+@contextmanager
+def demo_driver() -> Iterator[tuple[str, str]]:
+    """The flights demo streaming on a local Spark with sampling on; yields its control
+    endpoint (url, token)."""
     from sparkglass.demo.flights import build_pipeline
     from sparkglass.demo.replay import FlightReplay
     from sparkglass.runtime.sampling import registry
     from sparkglass.runtime.session import spark_session
-    from sparkglass.service.local import start_local_service
 
     work = Path(tempfile.mkdtemp(prefix="sparkglass-bench-"))
     spark = spark_session(
@@ -193,71 +572,119 @@ def _with_demo(args: argparse.Namespace) -> dict[str, Any]:
     replay = FlightReplay(work / "stream", days=365, files_per_tick=1, interval=0.5)
     pipeline.start()
     replay.start()
-    service = None
     try:
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + 180
         while pipeline.progress().micro_batches < 1:
             if time.monotonic() > deadline:
-                raise RuntimeError("the demo stream made no progress in 120 s")
+                raise RuntimeError("the demo stream made no progress in 180 s")
             time.sleep(0.2)
         endpoint = registry.endpoint_for(spark)
         if endpoint is None:
             raise RuntimeError("sampling is on but the driver control endpoint did not start")
-        service = start_local_service(
-            {"flights": (endpoint.url, endpoint.token)},
-            database_url=f"sqlite:///{work / 'service.db'}",
-            refresh_interval_seconds=args.refresh_interval,
-        )
-        print(f"service at {service.url}; {args.clients} clients polling for {args.duration} s")
-        result = run_load(
-            service.url,
-            service.token,
-            vertex=args.vertex,
-            clients=args.clients,
-            duration=args.duration,
-            interval=args.interval,
-        )
-        result["app_cpu_ms_per_poll"] = app_cpu_ms_per_poll(service.app, service.token, args.vertex)
-        result["store"] = "sqlite"
-        result["refresh_interval_s"] = args.refresh_interval
-        return result
+        yield endpoint.url, endpoint.token
     finally:
-        if service is not None:
-            service.stop()
         replay.stop()
         pipeline.stop()
         spark.stop()
 
 
+def _targets(result: dict[str, Any]) -> dict[str, Any]:
+    """The targets of docs/performance.md, checked against each store's figures."""
+    checks: dict[str, Any] = {}
+    for store, fig in result["stores"].items():
+        closed = fig["closed_loop"]
+        checks[store] = {
+            "open_loop_p99_under_100_ms": fig["open_loop"]["p99_ms"] < 100,
+            "full_body_ratio_at_least_0.5": closed["full_body"]["ratio_to_anchor"]["median"] >= 0.5,
+            "not_modified_ratio_at_least_0.8": (
+                closed["not_modified"]["ratio_to_anchor"]["median"] >= 0.8
+            ),
+        }
+    return checks
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--url", help="A running service (default: start the demo and one).")
+    parser.add_argument("--url", help="A running service: run the open loop against it only.")
     parser.add_argument("--token", help="Bearer token for --url.")
-    parser.add_argument("--vertex", default="parse")
-    parser.add_argument("--clients", type=int, default=200)
-    parser.add_argument("--duration", type=float, default=60.0, help="Seconds of polling.")
-    parser.add_argument(
-        "--interval", type=float, default=0.0, help="Seconds between a client's polls (0: none)."
-    )
-    parser.add_argument("--refresh-interval", type=float, default=60.0)
+    parser.add_argument("--vertex", default="parse", help="Vertex to poll [parse].")
+    parser.add_argument("--clients", type=int, default=200, help="Open-loop clients [200].")
+    parser.add_argument("--interval", type=float, default=1.0, help="Open-loop poll interval, s.")
+    parser.add_argument("--open-seconds", type=float, default=30.0, help="Open-loop length, s.")
+    parser.add_argument("--closed-clients", type=int, default=50, help="Closed-loop clients.")
+    parser.add_argument("--rounds", type=int, default=5, help="Closed-loop rounds per variant.")
+    parser.add_argument("--round-seconds", type=float, default=5.0, help="Closed-loop round, s.")
+    parser.add_argument("--refresh-interval", type=float, default=10.0, help="Service's, s.")
+    parser.add_argument("--stores", default="sqlite,postgresql", help="Comma-separated.")
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--anchor", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--anchor-etag", help=argparse.SUPPRESS)
+    parser.add_argument("--anchor-path", help=argparse.SUPPRESS)
+    parser.add_argument("--anchor-port", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.url:
-        if not args.token:
-            parser.error("--url needs --token")
-        result = run_load(
-            args.url.rstrip("/"),
-            args.token,
-            vertex=args.vertex,
-            clients=args.clients,
-            duration=args.duration,
-            interval=args.interval,
-        )
-    else:
-        result = _with_demo(args)
+    if args.anchor:
+        import uvicorn
+
+        # As `sparkglass serve` runs uvicorn: same server, same log level, access log on.
+        app = bare_app(args.anchor.read_bytes(), args.anchor_etag, args.anchor_path)
+        uvicorn.run(app, host="127.0.0.1", port=args.anchor_port, log_level="info")
+        return
+    gen = LoadGenerator()
+    try:
+        if args.url:
+            if not args.token:
+                parser.error("--url needs --token")
+            result: dict[str, Any] = gen.run(
+                "open",
+                args.open_seconds + 120,
+                url=args.url.rstrip("/"),
+                path=sample_path(args.vertex),
+                token=args.token,
+                clients=args.clients,
+                interval=args.interval,
+                duration=args.open_seconds,
+            )
+        else:
+            result = run_all(gen, args)
+    finally:
+        gen.close()
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))
+
+
+def run_all(gen: LoadGenerator, args: argparse.Namespace) -> dict[str, Any]:
+    stores = [s.strip() for s in args.stores.split(",") if s.strip()]
+    result: dict[str, Any] = {
+        "clients": args.clients,
+        "interval_s": args.interval,
+        "open_seconds": args.open_seconds,
+        "closed_clients": args.closed_clients,
+        "rounds": args.rounds,
+        "round_seconds": args.round_seconds,
+        "refresh_interval_s": args.refresh_interval,
+        "vertex": args.vertex,
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+        "stores": {},
+    }
+    with demo_driver() as driver, postgres_database() as pg_url:
+        work = Path(tempfile.mkdtemp(prefix="sparkglass-service-bench-"))
+        for store in stores:
+            if store == "sqlite":
+                url = f"sqlite:///{work / 'bench.db'}"
+            elif store == "postgresql" and pg_url is not None:
+                url = pg_url
+            else:
+                continue
+            result["stores"][store] = bench_store(gen, args, store, url, driver, work)
+        workers_url = pg_url or f"sqlite:///{work / 'workers.db'}"
+        print("two workers, open loop")
+        result["two_workers"] = bench_workers(gen, args, workers_url, driver, work)
+        result["two_workers"]["store"] = "postgresql" if pg_url else "sqlite"
+    result["targets_met"] = _targets(result)
+    result["load_average_1m"] = os.getloadavg()[0]
+    result["median_note"] = "median and 95% bootstrap interval over rounds (bench/spread.py)"
+    return result
 
 
 if __name__ == "__main__":

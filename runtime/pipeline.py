@@ -188,20 +188,30 @@ def _finish_running_micro_batch(query: StreamingQuery, deadline: float) -> None:
 
 def _wait_for_job_groups(spark: SparkSession | None, groups: list[str], deadline: float) -> None:
     """Wait until no job of ``groups`` (a query's micro-batch jobs run in the job group named
-    by its ``runId``) is running, or ``deadline`` (monotonic seconds)."""
+    by its ``runId``) is running and none of their stages has a task left, or ``deadline``
+    (monotonic seconds)."""
     if spark is None or not groups:
         return
     with contextlib.suppress(Exception):  # a stopped context has no jobs left anyway
         tracker = spark.sparkContext.statusTracker()
-        while time.monotonic() < deadline:
-            running = [
-                job
-                for group in groups
-                for job in tracker.getJobIdsForGroup(group)
-                if (info := tracker.getJobInfo(job)) is not None and info.status == "RUNNING"
-            ]
-            if not running:
-                return
+
+        def busy() -> bool:
+            for group in groups:
+                for job in tracker.getJobIdsForGroup(group):
+                    info = tracker.getJobInfo(job)
+                    if info is None:
+                        continue
+                    if info.status == "RUNNING":
+                        return True
+                    # A cancelled job is FAILED at once, while its killed tasks still run
+                    # (and log their abort) until each one sees the interrupt.
+                    for stage in info.stageIds:
+                        stage_info = tracker.getStageInfo(stage)
+                        if stage_info is not None and stage_info.numActiveTasks > 0:
+                            return True
+            return False
+
+        while time.monotonic() < deadline and busy():
             time.sleep(0.05)
 
 

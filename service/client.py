@@ -38,6 +38,9 @@ class ServiceClient:
             headers={"Authorization": f"Bearer {token}"},
             timeout=timeout,
         )
+        #: The last body per request (path and query) with its ETag: a poll sends the tag and
+        #: a ``304`` answer reuses the body (httpx asks for gzip by itself).
+        self._held: dict[str, tuple[str, DataSampleResult]] = {}
 
     def __enter__(self) -> ServiceClient:
         return self
@@ -60,7 +63,9 @@ class ServiceClient:
         subtask_index: int | None = None,
         max_records: int | None = None,
     ) -> DataSampleResult:
-        """One ``GET .../data-sample`` (may start a round and answer ``PENDING``).
+        """One ``GET .../data-sample`` (may start a round and answer ``PENDING``). The body of
+        the previous poll of the same request is revalidated with its ``ETag``: an unchanged
+        result costs the service a ``304`` and is returned from memory.
 
         Raises :class:`ServiceError` for a refusal and ``httpx.HTTPError`` when unreachable.
         """
@@ -69,18 +74,28 @@ class ServiceClient:
             params["subtaskIndex"] = subtask_index
         if max_records is not None:
             params["maxRecords"] = max_records
-        r = self._http.get(
+        path = (
             f"/api/v1/namespaces/{namespace}/applications/{application}/vertices/{vertex}"
-            "/data-sample",
-            params=params,
+            "/data-sample"
         )
+        key = str(httpx.URL(path, params=params))
+        held = self._held.get(key)
+        headers = {"If-None-Match": held[0]} if held else {}
+        r = self._http.get(path, params=params, headers=headers)
+        if r.status_code == 304 and held:
+            return held[1]
         if r.status_code != 200:
             try:
                 detail = str(r.json().get("detail", r.text))
             except ValueError:
                 detail = r.text
             raise ServiceError(f"service answered {r.status_code}: {detail}", r.status_code)
-        return DataSampleResult.model_validate_json(r.content)
+        result = DataSampleResult.model_validate_json(r.content)
+        etag = r.headers.get("etag")
+        if etag:
+            # One body per request kept: a poll loop holds the last answer, nothing more.
+            self._held = {key: (etag, result)}
+        return result
 
     def sample(
         self,

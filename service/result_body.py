@@ -14,15 +14,19 @@ large result:
   page and one chunk whatever the result's size, and no database transaction stays open
   between pages. The bytes are exactly ``model_dump_json(by_alias=True)`` of the
   post-filtered :class:`DataSampleResult`;
-* :class:`ResultBodies` keeps finished, unfiltered bodies of at most a quarter of
-  ``result_cache_bytes`` each in a :class:`~sparkglass.service.byte_cache.ByteLRU` of
-  ``result_cache_bytes``. A cached body is sent by copying one chunk at a time out of the
+* :class:`ResultBodies` keeps finished bodies, per (round, post-filters), of at most a
+  quarter of ``result_cache_bytes`` each in a :class:`~sparkglass.service.byte_cache.ByteLRU`
+  of ``result_cache_bytes``. A cached body is sent by copying one chunk at a time out of the
   cache, never by holding the body: an evicted body is freed at once, and the rest of the
-  response is written from the store again.
+  response is written from the store again;
+* every body carries a weak ``ETag`` (:func:`entity_tag`), and a request whose
+  ``If-None-Match`` names it gets ``304 Not Modified`` with no body: 200 open pages polling an
+  unchanged result cost the service a hash of the round's head each, not 200 bodies.
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
 import threading
 from collections.abc import AsyncIterator, Iterator
@@ -56,6 +60,11 @@ ENTRY_SHARE = 4
 SIZE_MEMO_BYTES = 1024 * 1024
 _SIZE_ENTRY_BYTES = 128
 
+#: Sampled records may hold personal data, so no browser or proxy stores them; a client
+#: that keeps the body itself (the page, ``ServiceClient``) revalidates it with
+#: ``If-None-Match`` and gets a 304 while the result is unchanged.
+CACHE_CONTROL = "no-store"
+
 _RECORD = TypeAdapter(SampledRecord)
 _SAMPLES = b'"samples":['
 _MEDIA_TYPE = "application/json"
@@ -74,6 +83,40 @@ class BodyPlan:
     def record_count(self) -> int:
         """Records the body carries."""
         return sum(q for _, q in self.quotas)
+
+
+def entity_tag(
+    head: DataSampleResult, subtask_index: int | None = None, max_records: int | None = None
+) -> str:
+    """The weak entity tag (``W/"<24 hex digits>"``) of the body of ``head`` after the
+    post-filters. Records of a stored round never change, so the head (round id, status,
+    counts, ``stale``) and the filters determine the body's bytes."""
+    digest = hashlib.blake2b(head.model_dump_json(by_alias=True).encode(), digest_size=12)
+    digest.update(b"|%s|%s" % (str(subtask_index).encode(), str(max_records).encode()))
+    return f'W/"{digest.hexdigest()}"'
+
+
+def not_modified(if_none_match: str | None, etag: str) -> bool:
+    """Whether an ``If-None-Match`` header value (``*`` or a comma-separated list of entity
+    tags, RFC 9110 section 13.1.2) matches ``etag`` by weak comparison."""
+    if not if_none_match:
+        return False
+    wanted = etag.removeprefix("W/")
+    for tag in if_none_match.split(","):
+        tag = tag.strip()
+        if tag == "*" or tag.removeprefix("W/") == wanted:
+            return True
+    return False
+
+
+def validator_headers(etag: str) -> dict[str, str]:
+    """The ``ETag`` and ``Cache-Control`` headers every data-sample body carries."""
+    return {"etag": etag, "cache-control": CACHE_CONTROL}
+
+
+def not_modified_response(etag: str) -> Response:
+    """``304 Not Modified`` for ``etag``: no body, the validator headers."""
+    return Response(status_code=304, headers=validator_headers(etag))
 
 
 def has_records(head: DataSampleResult) -> bool:
@@ -181,6 +224,10 @@ def _skip(chunks: Iterator[bytes], offset: int) -> Iterator[bytes]:
         offset = 0
 
 
+#: A rendered body's cache key: (round id, stale, subtaskIndex, maxRecords).
+_BodyKey = tuple[str, bool, int | None, int | None]
+
+
 class ResultBodies:
     """Sends bodies of stored rounds, keeping finished unfiltered ones in a byte budget.
 
@@ -194,14 +241,16 @@ class ResultBodies:
     ) -> None:
         self._sessions = sessions
         self._gate = gate
-        self._cache: ByteLRU[tuple[str, bool], bytes] = ByteLRU(max_bytes)
+        self._cache: ByteLRU[_BodyKey, bytes] = ByteLRU(max_bytes)
         self._entry_max = max_bytes // ENTRY_SHARE
-        #: (round id, stale) -> body size, for bodies found too large for the cache, so the
-        #: next request streams at once instead of building it again.
-        self._too_large: ByteLRU[tuple[str, bool], int] = ByteLRU(SIZE_MEMO_BYTES)
+        #: key -> body size, for bodies found too large for the cache, so the next request
+        #: streams at once instead of building it again.
+        self._too_large: ByteLRU[_BodyKey, int] = ByteLRU(SIZE_MEMO_BYTES)
+        #: key -> records in the cached body (a filtered body carries fewer than the head).
+        self._record_counts: ByteLRU[_BodyKey, int] = ByteLRU(SIZE_MEMO_BYTES)
 
     @property
-    def cache(self) -> ByteLRU[tuple[str, bool], bytes]:
+    def cache(self) -> ByteLRU[_BodyKey, bytes]:
         """The cache of rendered bodies (its ``bytes`` never exceed ``max_bytes``)."""
         return self._cache
 
@@ -215,40 +264,52 @@ class ResultBodies:
             return plan_body(session, head, subtask_index, max_records)
 
     async def response(
-        self, head: DataSampleResult, subtask_index: int | None, max_records: int | None
+        self,
+        head: DataSampleResult,
+        subtask_index: int | None,
+        max_records: int | None,
+        if_none_match: str | None = None,
     ) -> tuple[Response, int]:
         """The response carrying ``head``'s body after the post-filters, and how many records
-        it carries. Runs store reads in the thread pool; a cached body is sent from the
-        event loop."""
-        cacheable = (
-            subtask_index is None
-            and max_records is None
-            and head.status is not SampleStatus.PENDING
-            and head.round_id is not None
-        )
-        key = (head.round_id or "", head.stale)
+        it carries. A request whose ``if_none_match`` matches the body's :func:`entity_tag`
+        gets ``304`` and nothing is read from the store. Runs store reads in the thread
+        pool; a cached body is sent from the event loop."""
+        etag = entity_tag(head, subtask_index, max_records)
+        if not_modified(if_none_match, etag):
+            return not_modified_response(etag), 0
+        headers = validator_headers(etag)
+        cacheable = head.status is not SampleStatus.PENDING and head.round_id is not None
+        key: _BodyKey = (head.round_id or "", head.stale, subtask_index, max_records)
         if cacheable:
             size = self._cached_size(key)
             if size is not None:
-                return self._from_cache(key, size, head), head.total_record_count
+                return self._from_cache(key, size, head, headers), self._records_of(key, head)
         plan = await run_in_threadpool(self.plan, head, subtask_index, max_records)
         if not plan.quotas:  # the head alone: a few hundred bytes
             body = b"".join(render_body(self._sessions, plan))
-            return Response(body, media_type=_MEDIA_TYPE), 0
+            return Response(body, media_type=_MEDIA_TYPE, headers=headers), 0
         if cacheable and self._too_large.get(key) is None:
             size = await run_in_threadpool(self._fill, key, plan)
             if size is not None:
-                return self._from_cache(key, size, head), plan.record_count
+                self._record_counts.put(key, plan.record_count, _SIZE_ENTRY_BYTES)
+                return self._from_cache(key, size, head, headers), plan.record_count
         return (
-            StreamingResponse(render_body(self._sessions, plan), media_type=_MEDIA_TYPE),
+            StreamingResponse(
+                render_body(self._sessions, plan), media_type=_MEDIA_TYPE, headers=headers
+            ),
             plan.record_count,
         )
 
-    def _cached_size(self, key: tuple[str, bool]) -> int | None:
+    def _records_of(self, key: _BodyKey, head: DataSampleResult) -> int:
+        """Records in the cached body of ``key`` (for the audit log)."""
+        count = self._record_counts.get(key)
+        return head.total_record_count if count is None else count
+
+    def _cached_size(self, key: _BodyKey) -> int | None:
         body = self._cache.get(key)
         return None if body is None else len(body)
 
-    def _fill(self, key: tuple[str, bool], plan: BodyPlan) -> int | None:
+    def _fill(self, key: _BodyKey, plan: BodyPlan) -> int | None:
         """Render ``plan`` into the cache if a memory pass is free and the body fits an
         entry; its size, or ``None`` when it was not cached."""
         if not self._gate.acquire(blocking=False):
@@ -266,19 +327,22 @@ class ResultBodies:
         finally:
             self._gate.release()
 
-    def _from_cache(self, key: tuple[str, bool], size: int, head: DataSampleResult) -> Response:
+    def _from_cache(
+        self, key: _BodyKey, size: int, head: DataSampleResult, headers: dict[str, str]
+    ) -> Response:
         """A response sending the cached body of ``key`` (``size`` bytes)."""
+        _, _, subtask_index, max_records = key
         if size <= CHUNK_BYTES:
             body = self._cache.get(key)
             if body is not None:
-                return Response(body, media_type=_MEDIA_TYPE)
+                return Response(body, media_type=_MEDIA_TYPE, headers=headers)
 
         async def pieces() -> AsyncIterator[bytes]:
             offset = 0
             while offset < size:
                 body = self._cache.get(key)
                 if body is None:  # evicted meanwhile: the rest comes from the store
-                    plan = await run_in_threadpool(self.plan, head, None, None)
+                    plan = await run_in_threadpool(self.plan, head, subtask_index, max_records)
                     rest = _skip(render_body(self._sessions, plan), offset)
                     async for chunk in iterate_in_threadpool(rest):
                         yield chunk
@@ -290,5 +354,5 @@ class ResultBodies:
                 yield chunk
 
         return StreamingResponse(
-            pieces(), media_type=_MEDIA_TYPE, headers={"content-length": str(size)}
+            pieces(), media_type=_MEDIA_TYPE, headers={**headers, "content-length": str(size)}
         )

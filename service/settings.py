@@ -149,6 +149,20 @@ class Settings(BaseSettings):
         "larger Content-Length is answered 413 before anything is read; a chunked body is cut "
         "off with 413 once it passes the limit.",
     )
+    workers: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        description="Worker processes serving requests (1-64; default 1). Rounds are shared "
+        "across workers through the store; each worker has its own result cache.",
+    )
+    gzip_min_bytes: int = Field(
+        default=1024,
+        ge=0,
+        le=64 * MiB,
+        description="Bodies of at least this many bytes are gzip-compressed for clients that "
+        "send Accept-Encoding: gzip (0-64 MiB; default 1 KiB).",
+    )
     result_cache_bytes: int = Field(
         default=64 * MiB,
         ge=0,

@@ -6,7 +6,7 @@ import functools
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
-from fastapi import APIRouter, HTTPException, Query, Response, status
+from fastapi import APIRouter, Header, HTTPException, Query, Response, status
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import StreamingResponse
@@ -31,7 +31,14 @@ from ..dependencies import (
     check,
 )
 from ..lookups import application_or_404, vertex_or_404
-from ..result_body import plan_body, render_body
+from ..result_body import (
+    entity_tag,
+    not_modified,
+    not_modified_response,
+    plan_body,
+    render_body,
+    validator_headers,
+)
 from ..schemas import ErrorBody, RoundSummary, round_summary
 from ..shared_rounds import PollAnswer, TriggerForbiddenError
 from ..store import repository
@@ -108,6 +115,10 @@ def json_body(body: bytes) -> Response:
     )
 
 
+#: ``If-None-Match``: the ``ETag`` of the body the client already holds; a match answers
+#: ``304 Not Modified`` with no body.
+IfNoneMatch = Annotated[str | None, Header(description="ETag of the body already held")]
+
 _ERRORS: dict[int | str, dict[str, object]] = {
     401: {"model": ErrorBody},
     403: {"model": ErrorBody},
@@ -133,6 +144,7 @@ async def data_sample(
     filter: Filter = None,
     columns: Columns = None,
     expectation: ExpectationName = None,
+    if_none_match: IfNoneMatch = None,
 ) -> Response:
     """Lazy trigger + polling: the first call starts a round and answers
     ``PENDING``; while a round runs, the previous result with ``stale=true`` (or ``PENDING``);
@@ -142,7 +154,11 @@ async def data_sample(
     ``kind``, ``filter``, ``columns`` and ``expectation`` ask for a narrower round (local
     mode; in Kubernetes mode use a DataSample's ``spec.kind``/``filter``/``columns``): they
     need ``create`` too, and a filter or column that does not fit the vertex answers 422
-    naming it."""
+    naming it.
+
+    Every body carries a weak ``ETag``; a poll whose ``If-None-Match`` names the current one
+    gets ``304 Not Modified`` and no body. Bodies are gzip-compressed when the client accepts
+    it."""
     # The hot path (many clients polling a fresh result) runs on the event loop from memory;
     # anything that may block (store, Kubernetes reviews, filters) goes to the thread pool.
     principal = await authorized_principal(state, credentials, namespace, Permission.READ)
@@ -179,7 +195,7 @@ async def data_sample(
     # time: no request holds a whole result (result_body.py).
     result = answer.result
     response, record_count = await state.coordinator.bodies.response(
-        result, subtask_index, max_records
+        result, subtask_index, max_records, if_none_match
     )
     state.audit.record(
         AuditRecord(
@@ -315,8 +331,10 @@ def round_result(
     principal: ReaderDep,
     subtask_index: SubtaskIndex = None,
     max_records: MaxRecords = None,
+    if_none_match: IfNoneMatch = None,
 ) -> Response:
-    """One round's full stored result (the ``resultsURL`` of a DataSample)."""
+    """One round's full stored result (the ``resultsURL`` of a DataSample), with a weak
+    ``ETag``: ``If-None-Match`` naming it answers ``304`` with no body."""
     app = application_or_404(state, namespace, application, session)
     row = repository.get_round(session, round_id)
     if row is None or row.application_id != app.id:
@@ -324,8 +342,12 @@ def round_result(
             status.HTTP_404_NOT_FOUND,
             detail=f"no round {round_id!r} in application {application!r}",
         )
+    head = repository.round_head(row)
+    etag = entity_tag(head, subtask_index, max_records)
+    if not_modified(if_none_match, etag):
+        return not_modified_response(etag)
     # A stored result may be ~50 MB: its body is written from the store a page at a time.
-    plan = plan_body(session, repository.round_head(row), subtask_index, max_records)
+    plan = plan_body(session, head, subtask_index, max_records)
     result = plan.head
     state.audit.record(
         AuditRecord(
@@ -340,4 +362,8 @@ def round_result(
             at=repository.now_ms(),
         )
     )
-    return StreamingResponse(render_body(state.sessions, plan), media_type="application/json")
+    return StreamingResponse(
+        render_body(state.sessions, plan),
+        media_type="application/json",
+        headers=validator_headers(etag),
+    )

@@ -51,15 +51,25 @@ class ApiError extends Error {
   constructor(status, detail) { super(detail); this.status = status; }
 }
 
-async function api(path) {
-  const resp = await fetch(path, { headers: { Authorization: "Bearer " + state.token } });
+// GET path; with `held` (an ETag of a body already shown) an unchanged answer is a bodiless
+// 304 and this returns null. Otherwise {body, etag}.
+async function apiConditional(path, held) {
+  const headers = { Authorization: "Bearer " + state.token };
+  if (held) headers["If-None-Match"] = held;
+  // no-store: the page keeps the body itself, and a 304 must reach this code.
+  const resp = await fetch(path, { headers, cache: "no-store" });
+  if (resp.status === 304) return null;
   let body = null;
   try { body = await resp.json(); } catch (e) { body = null; }
   if (!resp.ok) {
     const detail = body && body.detail ? body.detail : resp.statusText;
     throw new ApiError(resp.status, detail);
   }
-  return body;
+  return { body, etag: resp.headers.get("ETag") };
+}
+
+async function api(path) {
+  return (await apiConditional(path, null)).body;
 }
 
 function explain(err) {
@@ -330,16 +340,23 @@ async function poll() {
   state.inflight = true;
   const [ns, app] = state.app.split("/");
   const vertex = state.vertex;
+  const url = `/api/v1/namespaces/${encodeURIComponent(ns)}/applications/` +
+    `${encodeURIComponent(app)}/vertices/${encodeURIComponent(vertex)}/data-sample`;
+  // The ETag of the result on screen: an unchanged result costs a bodiless 304, no re-render.
+  const held = state.result && state.resultUrl === url ? state.resultTag : null;
   try {
-    const result = await api(`/api/v1/namespaces/${encodeURIComponent(ns)}/applications/` +
-      `${encodeURIComponent(app)}/vertices/${encodeURIComponent(vertex)}/data-sample`);
+    const answer = await apiConditional(url, held);
     if (vertex !== state.vertex) return; // the user moved on meanwhile
-    state.result = result;
     $("poll-info").textContent = "updated " + new Date().toLocaleTimeString() +
       ` · polling every ${POLL_MS / 1000} s`;
+    if (answer === null) return; // 304: what is shown is current
+    state.result = answer.body;
+    state.resultUrl = url;
+    state.resultTag = answer.etag;
     renderResult();
   } catch (err) {
     state.result = null;
+    state.resultTag = null;
     renderResult();
     setMessage($("status-message"), explain(err), "error");
   } finally {

@@ -1,5 +1,5 @@
 """Run by test_micro_batch_rounds.py in its own process (local-cluster[2,1,1024]): a stream
-whose micro-batches run 8 s apart, sampled by 10 rounds in a row with a 3 s window (the
+whose micro-batches run 5 s apart, sampled by 10 rounds in a row with a 2 s window (the
 defaults otherwise). Prints one JSON line: each round's status, record count and duration.
 """
 
@@ -29,7 +29,7 @@ def main() -> None:
             "spark.sql.shuffle.partitions": "2",
             "spark.executor.memory": "512m",
             "spark.sparkglass.sampling.enabled": "true",
-            "spark.sparkglass.sampling.sampling-window": "3s",
+            "spark.sparkglass.sampling.sampling-window": "2s",
         },
     )
     spark.sparkContext.setLogLevel("ERROR")
@@ -46,7 +46,7 @@ def main() -> None:
     p.sink(
         "out",
         "parse",
-        lambda df: df.writeStream.format("noop").trigger(processingTime="8 seconds"),
+        lambda df: df.writeStream.format("noop").trigger(processingTime="5 seconds"),
     )
     p.start()
     rounds = []

@@ -1,4 +1,4 @@
-"""Rounds fit Spark's micro-batches: with micro-batches 8 s apart and a 3 s window, every
+"""Rounds fit Spark's micro-batches: with micro-batches 5 s apart and a 2 s window, every
 round sees one (local-cluster master, separate executor JVMs)."""
 
 from __future__ import annotations
@@ -16,5 +16,5 @@ def test_ten_rounds_out_of_ten_get_rows_between_sparse_micro_batches(run_job_scr
     assert len(rounds) == 10
     assert [r["status"] for r in rounds] == ["COMPLETE"] * 10, rounds
     assert all(r["records"] > 0 for r in rounds), rounds
-    # A round waits for the next micro-batch, not for its 30 s timeout.
+    # A round waits for the next micro-batch (at most 5 s away), not for its 60 s timeout.
     assert all(r["seconds"] < 25 for r in rounds), rounds

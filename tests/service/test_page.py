@@ -120,3 +120,22 @@ def test_page_stale_badge_and_bad_token(tmp_path: Path, fake_driver: FakeDriver)
             assert page.text_content("[data-testid=status]") == "COMPLETE"
     finally:
         svc.stop()
+
+
+def test_page_revalidates_an_unchanged_result_with_its_etag(service: LocalService) -> None:
+    with chromium_page() as page:
+        page.goto(service.page_url)
+        page.click("[data-testid=vertex-parse]")
+        page.wait_for_function(
+            "() => document.querySelector('[data-testid=status]').textContent === 'COMPLETE'",
+            timeout=15000,
+        )
+        # The next polls send the shown result's ETag and get bodiless 304s.
+        with page.expect_response(
+            lambda r: "/vertices/parse/data-sample" in r.url and r.status == 304, timeout=15000
+        ) as answer:
+            pass
+        assert answer.value.request.headers["if-none-match"].startswith('W/"')
+        # The records stay on screen after the 304s.
+        assert page.locator("[data-testid=record]").count() == 9
+        assert page.text_content("[data-testid=status]") == "COMPLETE"

@@ -20,6 +20,8 @@ def register(app: typer.Typer) -> None:
             "`SPARKGLASS_DATABASE_URL`, `SPARKGLASS_AUTH_MODE`). In local mode, `--driver` "
             "registers a running pipeline's control endpoint and a fresh admin token is "
             "printed unless `--tokens-file` is given.\n\n"
+            "`--workers N` serves requests from N processes; rounds stay shared through the "
+            "store (use PostgreSQL, or a SQLite file, not :memory:).\n\n"
             "Example: `sparkglass serve --port 8080 --driver flights=http://127.0.0.1:4041 "
             "--driver-token $SPARKGLASS_CONTROL_TOKEN`"
         ),
@@ -54,6 +56,9 @@ def serve(
         envvar="SPARKGLASS_CONTROL_TOKEN",
         help="Bearer token of the --driver endpoints.",
     ),
+    workers: int | None = typer.Option(
+        None, "--workers", min=1, max=64, help="Worker processes (1-64) [1]."
+    ),
 ) -> None:
     import uvicorn
 
@@ -63,6 +68,8 @@ def serve(
     from sparkglass.service.catalog import CatalogError, register_local_application
     from sparkglass.service.malloc_tuning import tune_malloc
     from sparkglass.service.settings import Settings
+    from sparkglass.service.store.cipher import StoreKeyMissing
+    from sparkglass.service.workers import EPHEMERAL_TOKEN_VARIABLE, FACTORY
 
     overrides: dict[str, object] = {}
     for key, value in (
@@ -72,6 +79,7 @@ def serve(
         ("auth_mode", auth_mode),
         ("execution_mode", execution_mode),
         ("tokens_file", tokens_file),
+        ("workers", workers),
     ):
         if value is not None:
             overrides[key] = value
@@ -88,15 +96,31 @@ def serve(
             raise fail(f"--driver expects NAME=URL, got {spec!r}")
         try:
             register_local_application(state.sessions, name, url, driver_token or "")
-        except CatalogError as exc:
+        except (CatalogError, StoreKeyMissing) as exc:
             raise fail(str(exc)) from None
     host, port = settings.host, settings.port
     shown = "127.0.0.1" if host in ("0.0.0.0", "") else host
+    token: str | None = None
     if isinstance(state.authenticator, LocalAuthenticator) and tokens_file is None:
-        token = os.environ.get("SPARKGLASS_SERVICE_TOKEN") or secrets.token_urlsafe(24)
+        token = os.environ.get(EPHEMERAL_TOKEN_VARIABLE) or secrets.token_urlsafe(24)
         state.authenticator.add_ephemeral_token(token, "local-admin", "admin")
         typer.echo(f"Data Sample page: http://{shown}:{port}/ui/#token={token}")
         typer.echo(f"admin token (this process only): {token}")
     else:
         typer.echo(f"Data Sample page: http://{shown}:{port}/ui/")
-    uvicorn.run(app, host=host, port=port, log_level="info")
+    if settings.workers == 1:
+        uvicorn.run(app, host=host, port=port, log_level="info")
+        return
+    if settings.database_url.startswith("sqlite://") and ":memory:" in settings.database_url:
+        raise fail("--workers needs a shared store: a SQLite file or PostgreSQL, not :memory:")
+    # Workers are fresh processes: they read the settings validated above from the
+    # environment (the store is migrated and the drivers registered already, here).
+    for key, setting in overrides.items():
+        os.environ[f"SPARKGLASS_{key.upper()}"] = str(setting)
+    os.environ["SPARKGLASS_DATABASE_URL"] = settings.database_url
+    if token is not None:
+        os.environ[EPHEMERAL_TOKEN_VARIABLE] = token
+    typer.echo(f"{settings.workers} worker processes")
+    uvicorn.run(
+        FACTORY, factory=True, host=host, port=port, workers=settings.workers, log_level="info"
+    )

@@ -110,6 +110,12 @@ final class ActiveRound {
   List<Object> drain() {
     List<Object> out = new ArrayList<>();
     long[] budget = {MAX_REPORT_CHARS};
+    long settleBy = System.nanoTime() + SETTLE_NANOS;
+    for (PartitionSampler s : samplers) {
+      if (s != null) {
+        s.settle(settleBy);
+      }
+    }
     for (PartitionSampler s : samplers) {
       if (s != null) {
         out.add(s.drain(budget));
@@ -117,6 +123,12 @@ final class ActiveRound {
     }
     return out;
   }
+
+  /** The round whose gate admitted the current thread's row, until its capture takes it. */
+  static final ThreadLocal<ActiveRound> ADMITTED = new ThreadLocal<>();
+
+  /** How long a report waits for rows admitted before the round closed (2 s). */
+  static final long SETTLE_NANOS = 2_000_000_000L;
 
   /** Characters of record data per executor report (about 16 MB on the wire at most). */
   static final long MAX_REPORT_CHARS = 8_000_000L;

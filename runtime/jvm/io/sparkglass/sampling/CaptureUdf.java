@@ -19,7 +19,12 @@ public final class CaptureUdf implements UDF1<Row, Boolean> {
   @Override
   public Boolean call(Row row) {
     try {
-      ActiveRound r = VertexTap.forKey(tapKey).round;
+      ActiveRound r = ActiveRound.ADMITTED.get();
+      if (r != null) {
+        ActiveRound.ADMITTED.set(null);
+      } else {
+        r = VertexTap.forKey(tapKey).round;
+      }
       if (r != null) {
         r.capture(row);
       }

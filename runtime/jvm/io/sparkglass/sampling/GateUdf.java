@@ -27,7 +27,13 @@ public final class GateUdf implements UDF0<Boolean> {
       if (r == null) {
         return Boolean.FALSE;
       }
-      return r.admit() ? Boolean.TRUE : Boolean.FALSE;
+      if (!r.admit()) {
+        return Boolean.FALSE;
+      }
+      // The capture that follows in this thread keeps the row for this round, even if the
+      // round closes in between (its report waits for the row: ActiveRound.drain).
+      ActiveRound.ADMITTED.set(r);
+      return Boolean.TRUE;
     } catch (Throwable e) {
       return Boolean.FALSE;
     }

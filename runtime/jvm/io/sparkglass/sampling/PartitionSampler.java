@@ -51,6 +51,13 @@ final class PartitionSampler {
   private long budgetUsed;
   private long admittedAt;
   private int reserved;
+  /**
+   * Rows admitted by the gate whose capture has not ended: a report waits for them (see
+   * {@link #settle}), so a row admitted just before the round closed is kept, not lost to
+   * a drain that overtook a slow first render (cold JVM, class loading).
+   */
+  private final java.util.concurrent.atomic.AtomicInteger inFlight =
+      new java.util.concurrent.atomic.AtomicInteger();
   private long droppedRate;
   private long droppedContention;
   private final List<Object[]> records = new ArrayList<>();
@@ -111,6 +118,7 @@ final class PartitionSampler {
     }
     reserved++;
     admittedAt = System.nanoTime();
+    inFlight.incrementAndGet();
     return true;
   }
 
@@ -119,6 +127,29 @@ final class PartitionSampler {
    * only its share of the budget), then a token is spent and the row rendered.
    */
   void capture(org.apache.spark.sql.Row row) {
+    try {
+      render(row);
+    } finally {
+      inFlight.decrementAndGet();
+    }
+  }
+
+  /**
+   * Waits until every admitted row's capture has ended, or until {@code deadlineNanos}
+   * ({@link System#nanoTime}); a task that died between gate and capture only costs the wait.
+   */
+  void settle(long deadlineNanos) {
+    while (inFlight.get() > 0 && System.nanoTime() - deadlineNanos < 0) {
+      try {
+        Thread.sleep(1);
+      } catch (InterruptedException e) {
+        Thread.currentThread().interrupt();
+        return;
+      }
+    }
+  }
+
+  private void render(org.apache.spark.sql.Row row) {
     String json;
     String label = null;
     try {

@@ -1,0 +1,118 @@
+"""Conditional and compressed data-sample bodies: a weak ``ETag`` per (round, post-filters),
+``If-None-Match`` answered ``304`` with no body and nothing read from the store, gzip for
+large bodies; on SQLite and PostgreSQL, through the real service."""
+
+from __future__ import annotations
+
+import pytest
+
+from sparkglass.service import result_body
+from sparkglass.service.result_body import entity_tag, not_modified
+
+from .conftest import ServiceFactory, auth
+from .test_data_sample_api import BASE, poll_until_done, sample_url
+
+
+def test_unchanged_result_answers_304_and_reads_no_store(
+    make_service: ServiceFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client = make_service()
+    done = poll_until_done(client, "parse")
+    first = client.get(sample_url("parse"), headers=auth("viewer"))
+    etag = first.headers["etag"]
+    assert etag.startswith('W/"') and first.headers["cache-control"] == "no-store"
+    assert first.json()["roundId"] == done["roundId"]
+
+    # A 304 neither plans nor renders a body: fail loudly if the store is asked.
+    def no_store(*_: object, **__: object) -> None:
+        raise AssertionError("a 304 read the store")
+
+    monkeypatch.setattr(result_body, "plan_body", no_store)
+    monkeypatch.setattr(result_body, "render_body", no_store)
+    again = client.get(sample_url("parse"), headers={**auth("viewer"), "If-None-Match": etag})
+    assert again.status_code == 304 and again.content == b""
+    assert again.headers["etag"] == etag
+    # A list of tags, and the strong form of the same tag, match too (weak comparison).
+    for header in (f'W/"other", {etag}', etag.removeprefix("W/"), "*"):
+        r = client.get(sample_url("parse"), headers={**auth("viewer"), "If-None-Match": header})
+        assert r.status_code == 304, header
+
+
+def test_the_tag_changes_with_filters_and_with_the_round(make_service: ServiceFactory) -> None:
+    client = make_service(refresh_interval_seconds=0.5)
+    done = poll_until_done(client, "parse")
+    plain = client.get(sample_url("parse"), headers=auth("viewer")).headers["etag"]
+    one = client.get(sample_url("parse"), headers=auth("viewer"), params={"subtaskIndex": 1})
+    assert one.headers["etag"] != plain
+    # A stale tag gets the new body, never a 304.
+    r = client.get(
+        sample_url("parse"),
+        headers={**auth("viewer"), "If-None-Match": plain},
+        params={"subtaskIndex": 1},
+    )
+    assert r.status_code == 200 and r.json()["totalRecordCount"] == 3
+    # After the refresh interval a new round replaces the result: the old tag no longer matches.
+    deadline_body = poll_until_done(client, "parse")
+    while deadline_body["roundId"] == done["roundId"]:
+        deadline_body = poll_until_done(client, "parse")
+    r = client.get(sample_url("parse"), headers={**auth("viewer"), "If-None-Match": plain})
+    assert r.status_code == 200 and r.json()["roundId"] != done["roundId"]
+
+
+def test_stored_round_url_answers_304(make_service: ServiceFactory) -> None:
+    client = make_service()
+    done = poll_until_done(client, "parse")
+    url = f"{BASE}/rounds/{done['roundId']}"
+    first = client.get(url, headers=auth("viewer"))
+    assert first.status_code == 200 and first.json()["totalRecordCount"] == 9
+    r = client.get(url, headers={**auth("viewer"), "If-None-Match": first.headers["etag"]})
+    assert r.status_code == 304 and r.content == b""
+    # Unauthenticated: 401 before any validator is looked at.
+    r = client.get(url, headers={"If-None-Match": first.headers["etag"]})
+    assert r.status_code == 401
+
+
+def test_large_bodies_are_gzipped_small_ones_are_not(make_service: ServiceFactory) -> None:
+    client = make_service(gzip_min_bytes=200)
+    poll_until_done(client, "parse")
+    zipped = client.get(sample_url("parse"), headers={**auth("viewer"), "Accept-Encoding": "gzip"})
+    assert zipped.headers.get("content-encoding") == "gzip"
+    plain = client.get(
+        sample_url("parse"), headers={**auth("viewer"), "Accept-Encoding": "identity"}
+    )
+    assert plain.headers.get("content-encoding") is None
+    assert len(plain.content) > 200
+    assert zipped.json() == plain.json()  # httpx decoded it: the same JSON
+    # An answer under the threshold (a 401's few bytes) is sent as it is.
+    small = client.get(sample_url("parse"), headers={"Accept-Encoding": "gzip"})
+    assert small.status_code == 401 and len(small.content) < 200
+    assert "content-encoding" not in small.headers
+    # The 304 has nothing to compress.
+    r = client.get(
+        sample_url("parse"),
+        headers={
+            **auth("viewer"),
+            "Accept-Encoding": "gzip",
+            "If-None-Match": zipped.headers["etag"],
+        },
+    )
+    assert r.status_code == 304 and "content-encoding" not in r.headers
+
+
+def test_if_none_match_parsing() -> None:
+    tag = 'W/"abc"'
+    assert not_modified('W/"abc"', tag) and not_modified('"abc"', tag)
+    assert not_modified(' W/"x" ,W/"abc"', tag) and not_modified("*", tag)
+    assert not not_modified(None, tag) and not not_modified("", tag)
+    assert not not_modified('W/"abcd"', tag) and not not_modified('"ab"', tag)
+
+
+def test_the_tag_depends_on_the_head_and_the_filters() -> None:
+    from sparkglass.runtime.contract.sample_result import DataSampleResult
+
+    head = DataSampleResult.model_validate({"status": "COMPLETE", "roundId": "r1"})
+    assert entity_tag(head) == entity_tag(head.model_copy())
+    assert entity_tag(head) != entity_tag(head, subtask_index=0)
+    assert entity_tag(head, max_records=5) != entity_tag(head, subtask_index=5)
+    assert entity_tag(head) != entity_tag(head.model_copy(update={"stale": True}))
+    assert entity_tag(head) != entity_tag(head.model_copy(update={"round_id": "r2"}))
