@@ -80,7 +80,9 @@ def build_settings(config: OperatorConfig) -> kopf.OperatorSettings:
     settings.networking.request_timeout = 60
     settings.watching.server_timeout = 300
     # Only the operator's driver Pods, selected by the API server: not every Pod's events.
-    settings.watching.label_selectors["v1/pods"] = datasample.driver_pod_selector()
+    # kopf matches a key by its parts: ("v1", "pods") selects core Pods, while the one string
+    # "v1/pods" would name a resource that matches nothing (and the watch goes unfiltered).
+    settings.watching.label_selectors["v1", "pods"] = datasample.driver_pod_selector()
     return settings
 
 

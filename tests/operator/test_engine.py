@@ -199,13 +199,19 @@ def test_next_step_only_polls_rounds_in_flight_and_expires_finished_ones() -> No
 
 
 def test_driver_pod_watch_selects_the_operators_driver_pods_server_side() -> None:
+    from kopf._cogs.structs.references import Resource
+
     from sparkglass.operator.app import build_settings
 
     settings = build_settings(OperatorConfig(namespaces=("spark-jobs",), standalone=True))
-    selectors = dict(settings.watching.label_selectors.items())
-    assert list(selectors.values()) == [
+    # What kopf's watcher sends as labelSelector for the Pod watch (its own lookup), and
+    # nothing for other resources.
+    pods = Resource(group="", version="v1", plural="pods", kind="Pod", namespaced=True)
+    assert settings.watching.label_selectors.collect(pods) == [
         "app.kubernetes.io/managed-by=sparkglass-operator,sparkglass.io/role=driver"
     ]
+    services = Resource(group="", version="v1", plural="services", kind="Service")
+    assert settings.watching.label_selectors.collect(services) == []
 
 
 def test_cache_drops_the_records_of_a_datasample_status() -> None:
