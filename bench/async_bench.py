@@ -33,6 +33,9 @@ from typing import Any
 
 import pandas as pd
 
+sys.path.insert(0, str(Path(__file__).parent))
+from provenance import run_info
+
 PARTITIONS = 2
 
 
@@ -221,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
         "load_average_before": load_before,
         "load_average_after": load_average(),
         "sync_client": "urllib3 (3x faster than httpx in threads here: the fairer baseline)",
-        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "run": run_info(),
     }
     out = Path(ns.out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -42,6 +42,9 @@ import uvicorn
 from fastapi import FastAPI, Header, HTTPException, Query
 from fastapi.responses import JSONResponse, Response
 
+sys.path.insert(0, str(Path(__file__).parent))
+from provenance import run_info
+
 RESULTS = Path(__file__).parent / "results" / "memory.json"
 REPO = Path(__file__).resolve().parents[1]
 DRIVER_TOKEN = "bench-driver-token"
@@ -305,6 +308,7 @@ def main() -> None:
     if args.result_cache_bytes is not None:
         env["SPARKGLASS_RESULT_CACHE_BYTES"] = str(args.result_cache_bytes)
     result = run(args.polls, args.target_mb, env)
+    result["run"] = run_info()
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))

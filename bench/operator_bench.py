@@ -14,7 +14,7 @@ Default run (``make bench-operator``): the real operator process (``sparkglass o
 Writes ``bench/results/operator.json``::
 
     {"pickup_p50_s": ..., "pickup_p99_s": ..., "finished_requests_per_minute": ...,
-     "operator_cpu_s_per_datasample": ..., "round_p50_s": ..., ...}
+     "operator_cpu_s_per_datasample": ..., "run": {...}, ...}
 
 *Pickup* is measured at the API server: from the moment the create request of a DataSample
 is answered to the moment the operator's first ``PATCH …/status`` of it arrives (the issue's
@@ -54,6 +54,9 @@ sys.path.insert(0, str(REPO))
 
 from tests.operator.conftest import NAMESPACE, SparkglassEmulator  # noqa: E402
 from tests.operator.test_datasample import ScriptedDriver  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).parent))
+from provenance import run_info  # noqa: E402
 
 GROUP = "/apis/sparkglass.io/v1alpha1"
 SAMPLES = f"{GROUP}/namespaces/{NAMESPACE}/datasamples/"
@@ -260,8 +263,7 @@ async def bench(retained: int, new: int, interval: float, out: Path) -> dict[str
         "window_s": round(window, 1),
         "phases": {p: list(outcome.values()).count(p) for p in set(outcome.values())},
         "picked_up": len(pickups),
-        "machine_cpus": os.cpu_count(),
-        "load_average_1m": round(os.getloadavg()[0], 1),
+        "run": run_info(),
         "pickups_s": sorted(round(p, 3) for p in pickups),
     }
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import json
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -55,6 +56,9 @@ from sparkglass.runtime.contract.attributes import (
 from sparkglass.runtime.contract.plan import Optimizations
 from sparkglass.runtime.pipeline import Pipeline
 from sparkglass.runtime.session import spark_session
+
+sys.path.insert(0, str(Path(__file__).parent))
+from provenance import run_info
 
 if __name__ != "__main__":
     # Imported (not run as a script): the executors' Python workers cannot import this file,
@@ -311,6 +315,7 @@ def main() -> None:
         "idempotent_rows_after": b["after"]["mean"],
         "fusion_speedup": c["speedup"],
         "details": {"stream_static": a, "idempotent": b, "fusion": c},
+        "run": run_info(),
     }
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(result, indent=2) + "\n")

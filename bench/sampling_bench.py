@@ -50,6 +50,7 @@ from sparkglass.runtime.sampling.rounds import RoundCoordinator
 from sparkglass.runtime.session import spark_session
 
 sys.path.insert(0, str(Path(__file__).parent))
+from provenance import run_info
 from spread import median_ci
 
 log = logging.getLogger("sampling_bench")
@@ -292,6 +293,7 @@ def main() -> None:
         for k in ("idle", "active")
     }
     result = {
+        "run": run_info(),
         "baseline_rps": round(mean["baseline"]),
         "idle_rps": round(mean["idle"]),
         "active_rps": round(mean["active"]),

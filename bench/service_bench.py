@@ -40,7 +40,6 @@ import asyncio
 import json
 import multiprocessing
 import os
-import platform
 import re
 import socket
 import subprocess
@@ -57,6 +56,7 @@ import httpx
 from cryptography.fernet import Fernet
 
 sys.path.insert(0, str(Path(__file__).parent))
+from provenance import run_info
 from spread import median_ci
 
 RESULTS = Path(__file__).parent / "results" / "service.json"
@@ -664,7 +664,7 @@ def run_all(gen: LoadGenerator, args: argparse.Namespace) -> dict[str, Any]:
         "round_seconds": args.round_seconds,
         "refresh_interval_s": args.refresh_interval,
         "vertex": args.vertex,
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+        "run": run_info(),
         "stores": {},
     }
     with demo_driver() as driver, postgres_database() as pg_url:
