@@ -9,7 +9,7 @@ from pathlib import Path
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 sys.path.insert(0, str(BENCH))
-from provenance import run_info
+from provenance import run_info  # noqa: E402
 
 
 def test_run_info_names_the_checked_out_revision_and_the_command() -> None:
