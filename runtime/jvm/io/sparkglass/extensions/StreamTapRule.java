@@ -72,6 +72,7 @@ public final class StreamTapRule extends Rule<LogicalPlan> {
       Set<String> inputs = new LinkedHashSet<>();
       LogicalPlan tapped = tapViews(input, inputs);
       String key = QUERY_PREFIX + name;
+      QueryTracker.listenTo(session);
       Filter filter = new Filter(TapFunctions.condition(key, output(tapped)), tapped);
       DiscoveredTaps.put(key, DiscoveredTaps.KIND_QUERY, name, tapped.schema().json(),
           new ArrayList<>(inputs), sinkName(write));
