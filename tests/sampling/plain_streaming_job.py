@@ -85,8 +85,8 @@ def main() -> None:
             REGISTRY.application(spark).transport.start_round(
                 "fault-1", "query/doubler", settings_from_spark(spark), 3000, "bm90IGEgcHJvZ3JhbQ=="
             )
-            wait(lambda: jvm_json(spark, "DiscoveredTaps")["tapErrors"] > before, "a tap error")
-            wait(lambda: query.lastProgress["batchId"] >= batch_before + 3, "3 more micro-batches")
+            wait(lambda b=before: jvm_json(spark, "DiscoveredTaps")["tapErrors"] > b, "a tap error")
+            wait(lambda b=batch_before: query.lastProgress["batchId"] >= b + 3, "3 micro-batches")
             after = jvm_json(spark, "DiscoveredTaps")
             emit(
                 "fault",
