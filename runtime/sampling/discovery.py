@@ -103,6 +103,8 @@ class Discovery:
     last_rule_error: str | None = None
     tap_errors: int = 0
     last_tap_error: str | None = None
+    #: Batch writes into catalog tables: table (normalized) → the relations it read.
+    writes: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 def read_discovery(spark: SparkSession) -> Discovery:
@@ -127,6 +129,10 @@ def read_discovery(spark: SparkSession) -> Discovery:
         last_rule_error=raw.get("lastRuleError"),
         tap_errors=int(raw["tapErrors"]),
         last_tap_error=raw.get("lastTapError"),
+        writes={
+            norm(str(w["table"])): tuple(str(i) for i in w.get("inputs") or ())
+            for w in raw.get("writes") or ()
+        },
     )
 
 
@@ -350,10 +356,11 @@ class DiscoveredPipeline:
                 self._version = self.discovery.version
                 for tap in self.discovery.taps:
                     self._taps[norm(tap.name)] = tap
+            # Taps first: a dataset whose flow already ended is then read from its table.
+            for tap in list(self._taps.values()):
+                self._register_tap(tap)
             for node in self._graph.nodes():
                 self._register_node(node)
-            for tap in self._taps.values():
-                self._register_tap(tap)
 
     def _register_tap(self, tap: DiscoveredTap) -> None:
         if self._registered.get(tap.tap_key) == tap.placed_at_ms:

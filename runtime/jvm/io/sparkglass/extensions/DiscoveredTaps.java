@@ -25,6 +25,7 @@ public final class DiscoveredTaps {
   private static final LongAdder RULE_ERRORS = new LongAdder();
   private static volatile String lastRuleError;
 
+  private static final Map<String, Map<String, Object>> WRITES = new ConcurrentHashMap<>();
   private DiscoveredTaps() {}
 
   static void put(String tapKey, String kind, String name, String schemaJson,
@@ -38,6 +39,15 @@ public final class DiscoveredTaps {
     tap.put("sink", sink);
     tap.put("placedAtMs", System.currentTimeMillis());
     TAPS.put(tapKey, tap);
+    VERSION.incrementAndGet();
+  }
+
+  static void putWrite(String table, List<String> inputs) {
+    Map<String, Object> write = new LinkedHashMap<>();
+    write.put("table", table);
+    write.put("inputs", inputs);
+    write.put("writtenAtMs", System.currentTimeMillis());
+    WRITES.put(table, write);
     VERSION.incrementAndGet();
   }
 
@@ -68,12 +78,14 @@ public final class DiscoveredTaps {
     out.put("lastRuleError", lastRuleError);
     out.put("tapErrors", TapErrors.count());
     out.put("lastTapError", TapErrors.last());
+    out.put("writes", new ArrayList<>(WRITES.values()));
     return JSON.writeValueAsString(out);
   }
 
   /** Forgets every tap (tests; a new application in the same JVM). */
   public static void clear() {
     TAPS.clear();
+    WRITES.clear();
     VERSION.incrementAndGet();
   }
 }

@@ -15,7 +15,12 @@ import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
 import org.apache.spark.sql.catalyst.plans.logical.SubqueryAlias;
 import org.apache.spark.sql.catalyst.plans.logical.View;
 import org.apache.spark.sql.catalyst.rules.Rule;
+import org.apache.spark.sql.catalyst.analysis.ResolvedIdentifier;
+import org.apache.spark.sql.catalyst.plans.logical.V2CreateTableAsSelectPlan;
+import org.apache.spark.sql.catalyst.plans.logical.V2WriteCommand;
 import org.apache.spark.sql.catalyst.streaming.WriteToStream;
+import org.apache.spark.sql.execution.command.CreateDataSourceTableAsSelectCommand;
+import org.apache.spark.sql.execution.datasources.InsertIntoHadoopFsRelationCommand;
 import scala.jdk.javaapi.CollectionConverters;
 
 /**
@@ -56,7 +61,11 @@ public final class StreamTapRule extends Rule<LogicalPlan> {
 
   @Override
   public LogicalPlan apply(LogicalPlan plan) {
-    if (!(plan instanceof WriteToStream) || !enabled()) {
+    if (!enabled()) {
+      return plan;
+    }
+    if (!(plan instanceof WriteToStream)) {
+      recordBatchWrite(plan);
       return plan;
     }
     WriteToStream write = (WriteToStream) plan;
@@ -80,6 +89,47 @@ public final class StreamTapRule extends Rule<LogicalPlan> {
     } catch (Throwable e) {
       DiscoveredTaps.ruleFailed(name, e);
       return plan;
+    }
+  }
+
+  /**
+   * A batch write into a catalog table (a materialized view's refresh, an INSERT): its table
+   * and the relations it reads, so the graph has the edge. Nothing is tapped: such a table is
+   * sampled from what was written (end-of-input).
+   */
+  private static void recordBatchWrite(LogicalPlan plan) {
+    try {
+      String table = null;
+      LogicalPlan query = null;
+      if (plan instanceof V2WriteCommand) {
+        table = ((V2WriteCommand) plan).table().name();
+        query = ((V2WriteCommand) plan).query();
+      } else if (plan instanceof InsertIntoHadoopFsRelationCommand) {
+        InsertIntoHadoopFsRelationCommand insert = (InsertIntoHadoopFsRelationCommand) plan;
+        if (insert.catalogTable().isDefined()) {
+          table = insert.catalogTable().get().identifier().unquotedString();
+        }
+        query = insert.query();
+      } else if (plan instanceof CreateDataSourceTableAsSelectCommand) {
+        CreateDataSourceTableAsSelectCommand ctas = (CreateDataSourceTableAsSelectCommand) plan;
+        table = ctas.table().identifier().unquotedString();
+        query = ctas.query();
+      } else if (plan instanceof V2CreateTableAsSelectPlan) {
+        V2CreateTableAsSelectPlan ctas = (V2CreateTableAsSelectPlan) plan;
+        if (ctas.name() instanceof ResolvedIdentifier) {
+          ResolvedIdentifier id = (ResolvedIdentifier) ctas.name();
+          table = id.catalog().name() + "." + id.identifier().toString();
+        }
+        query = ctas.query();
+      }
+      if (table == null || query == null) {
+        return;
+      }
+      Set<String> inputs = new LinkedHashSet<>();
+      collectInputs(query, inputs);
+      DiscoveredTaps.putWrite(table, new ArrayList<>(inputs));
+    } catch (Throwable e) {
+      DiscoveredTaps.ruleFailed("batch write", e);
     }
   }
 
@@ -137,6 +187,23 @@ public final class StreamTapRule extends Rule<LogicalPlan> {
       rebuilt.add(next);
     }
     return changed ? (LogicalPlan) plan.withNewChildren(TapFunctions.seq(rebuilt)) : plan;
+  }
+
+  /** The names of the views and catalog relations {@code plan} reads (nothing is tapped). */
+  private static void collectInputs(LogicalPlan plan, Set<String> inputs) {
+    if (plan instanceof SubqueryAlias && ((SubqueryAlias) plan).child() instanceof LeafNode) {
+      inputs.add(qualified((SubqueryAlias) plan));
+      return;
+    }
+    if (plan instanceof View) {
+      View view = (View) plan;
+      inputs.add(view.isTempView() ? view.desc().identifier().table()
+          : view.desc().identifier().unquotedString());
+      return;
+    }
+    for (LogicalPlan child : CollectionConverters.asJava(plan.children())) {
+      collectInputs(child, inputs);
+    }
   }
 
   private static String qualified(SubqueryAlias alias) {
