@@ -39,6 +39,7 @@ def test_the_users_defaults_are_kept_and_ours_appended(tmp_path: Path) -> None:
 
 
 def test_sampling_can_be_turned_off_for_a_run() -> None:
-    merged = sampling_defaults({}, Path("/j/sg.jar"), {"spark.sparkglass.sampling.enabled": "false"})
+    off = {"spark.sparkglass.sampling.enabled": "false"}
+    merged = sampling_defaults({}, Path("/j/sg.jar"), off)
     assert merged["spark.sparkglass.sampling.enabled"] == "false"
     assert sampling_defaults(merged, Path("/j/sg.jar"), {})["spark.jars"] == "/j/sg.jar"
