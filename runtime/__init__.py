@@ -70,6 +70,7 @@ if TYPE_CHECKING:
     from sparkglass.runtime.contract.plan import Optimizations, Plan
     from sparkglass.runtime.contract.planner import plan
     from sparkglass.runtime.pipeline import Pipeline, PipelineProgress
+    from sparkglass.runtime.sampling.attach import attach
     from sparkglass.runtime.session import spark_session
 
 #: Public name → the module that defines it.
@@ -106,6 +107,7 @@ _EXPORTS: dict[str, str] = {
     "Pipeline": "pipeline",
     "PipelineProgress": "pipeline",
     "spark_session": "session",
+    "attach": "sampling.attach",
 }
 
 __all__ = [
@@ -132,6 +134,7 @@ __all__ = [
     "VertexDescription",
     "VertexKind",
     "async_map",
+    "attach",
     "expect",
     "expect_or_drop",
     "expect_or_fail",

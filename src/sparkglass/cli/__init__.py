@@ -84,6 +84,10 @@ def _register() -> None:
 
     token.register(app)
 
+    from . import pipelines
+
+    pipelines.register(app)
+
 
 def main() -> None:
     """Entry point of the ``sparkglass`` console script."""

@@ -29,6 +29,7 @@ public final class CaptureUdf implements UDF1<Row, Boolean> {
         r.capture(row);
       }
     } catch (Throwable e) {
+      TapErrors.record(e);
       // Forward-first: sampling never fails a task.
     }
     return Boolean.TRUE;

@@ -35,6 +35,7 @@ public final class GateUdf implements UDF0<Boolean> {
       ActiveRound.ADMITTED.set(r);
       return Boolean.TRUE;
     } catch (Throwable e) {
+      TapErrors.record(e);
       return Boolean.FALSE;
     }
   }

@@ -1,0 +1,49 @@
+package io.sparkglass.extensions;
+
+import org.apache.spark.sql.SparkSessionExtensions;
+import org.apache.spark.sql.SparkSessionExtensionsProvider;
+import org.apache.spark.sql.catalyst.FunctionIdentifier;
+import org.apache.spark.sql.catalyst.expressions.ExpressionInfo;
+import scala.Tuple3;
+import scala.runtime.BoxedUnit;
+
+/**
+ * The sampling tap as a session extension, named in {@code spark.sql.extensions}: pipelines
+ * that do not use the sparkglass DSL (plain Structured Streaming, Spark Declarative Pipelines)
+ * get taps from configuration alone.
+ *
+ * <p>It injects
+ *
+ * <ul>
+ *   <li>{@code sg_tap_gate('key')} and {@code sg_tap_capture('key', struct)}: the gate and
+ *       capture of tap {@code key} as built-in functions (no register-by-name, which SDP
+ *       forbids while it imports definitions);
+ *   <li>{@link StreamTapRule}: a post-hoc resolution rule that puts a tap at the output of each
+ *       named streaming query and of each temporary view it reads.
+ * </ul>
+ *
+ * <p>With {@code spark.sparkglass.sampling.enabled} false (the default) the rule changes no
+ * plan. Not registered through {@code META-INF/services} on purpose: a DSL job with the jar on
+ * its classpath must not get a second set of taps.
+ */
+public final class SamplingExtensions implements SparkSessionExtensionsProvider {
+  /** The class name to put in {@code spark.sql.extensions}. */
+  public static final String CLASS_NAME = SamplingExtensions.class.getName();
+
+  @Override
+  public BoxedUnit apply(SparkSessionExtensions extensions) {
+    extensions.injectFunction(new Tuple3<>(
+        FunctionIdentifier.apply(TapFunctions.GATE),
+        new ExpressionInfo(TapFunctions.class.getName(), null, TapFunctions.GATE,
+            "_FUNC_(key) - true when tap `key` admits the current row (sparkglass sampling)",
+            ""),
+        TapFunctions::gateBuilder));
+    extensions.injectFunction(new Tuple3<>(
+        FunctionIdentifier.apply(TapFunctions.CAPTURE),
+        new ExpressionInfo(TapFunctions.class.getName(), null, TapFunctions.CAPTURE,
+            "_FUNC_(key, row) - keeps `row` for tap `key`'s round; always true", ""),
+        TapFunctions::captureBuilder));
+    extensions.injectPostHocResolutionRule(StreamTapRule::new);
+    return BoxedUnit.UNIT;
+  }
+}

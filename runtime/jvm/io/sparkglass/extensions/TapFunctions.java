@@ -1,0 +1,99 @@
+package io.sparkglass.extensions;
+
+import io.sparkglass.sampling.CaptureUdf;
+import io.sparkglass.sampling.GateUdf;
+import java.util.ArrayList;
+import java.util.Collections;
+import java.util.List;
+import org.apache.spark.sql.catalyst.expressions.CreateStruct$;
+import org.apache.spark.sql.catalyst.expressions.Expression;
+import org.apache.spark.sql.catalyst.expressions.If;
+import org.apache.spark.sql.catalyst.expressions.Literal$;
+import org.apache.spark.sql.catalyst.expressions.ScalaUDF;
+import org.apache.spark.sql.classic.UserDefinedFunctionUtils;
+import org.apache.spark.sql.expressions.SparkUserDefinedFunction;
+import org.apache.spark.sql.functions;
+import org.apache.spark.sql.types.DataTypes;
+import org.apache.spark.sql.types.StringType;
+import scala.collection.immutable.Seq;
+import scala.jdk.javaapi.CollectionConverters;
+
+/**
+ * Builds the tap's Catalyst expressions: the same {@link GateUdf} and {@link CaptureUdf} the
+ * DSL registers by name, as resolved {@link ScalaUDF}s (nondeterministic, so the optimizer
+ * never folds, reorders or deduplicates them), without touching the function registry.
+ */
+public final class TapFunctions {
+  static final String GATE = "sg_tap_gate";
+  static final String CAPTURE = "sg_tap_capture";
+
+  private TapFunctions() {}
+
+  static <T> Seq<T> seq(List<T> items) {
+    return CollectionConverters.asScala(items).toSeq();
+  }
+
+  /** {@code sg_tap_gate(key)}: the gate of tap {@code key}. */
+  public static ScalaUDF gate(String tapKey) {
+    SparkUserDefinedFunction udf = (SparkUserDefinedFunction) functions
+        .udf(new GateUdf(tapKey), DataTypes.BooleanType).asNondeterministic().withName(GATE);
+    return UserDefinedFunctionUtils.toScalaUDF(udf, seq(Collections.emptyList()));
+  }
+
+  /** {@code sg_tap_capture(key, row)}: the capture of tap {@code key}, fed {@code row}. */
+  public static ScalaUDF capture(String tapKey, Expression row) {
+    SparkUserDefinedFunction udf = (SparkUserDefinedFunction) functions
+        .udf(new CaptureUdf(tapKey), DataTypes.BooleanType).asNondeterministic()
+        .withName(CAPTURE);
+    return UserDefinedFunctionUtils.toScalaUDF(udf, seq(Collections.singletonList(row)));
+  }
+
+  /**
+   * The tap condition over {@code columns} (always true): {@code IF(gate, capture(struct(
+   * columns)), true)}. The struct is built only behind the gate, so an idle tap costs the
+   * gate's volatile read and nothing else.
+   */
+  public static Expression condition(String tapKey, List<? extends Expression> columns) {
+    Expression row = CreateStruct$.MODULE$.apply(seq(new ArrayList<Expression>(columns)));
+    return new If(gate(tapKey), capture(tapKey, row), Literal$.MODULE$.TrueLiteral());
+  }
+
+  /** True when {@code e} is (or contains) a tap gate, ours or one the DSL registered. */
+  public static boolean containsGate(Expression e) {
+    if (e instanceof ScalaUDF && ((ScalaUDF) e).function() instanceof GateUdf) {
+      return true;
+    }
+    for (Expression child : CollectionConverters.asJava(e.children())) {
+      if (containsGate(child)) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+  private static String key(Seq<Expression> args, String name) {
+    Expression first = args.isEmpty() ? null : args.head();
+    if (first == null || !first.foldable() || !(first.dataType() instanceof StringType)) {
+      throw new IllegalArgumentException(name + " takes a constant string tap key first");
+    }
+    Object value = first.eval(null);
+    if (value == null) {
+      throw new IllegalArgumentException(name + ": the tap key is null");
+    }
+    return value.toString();
+  }
+
+  static Expression gateBuilder(Seq<Expression> args) {
+    if (args.size() != 1) {
+      throw new IllegalArgumentException(GATE + "(key) takes one argument");
+    }
+    return gate(key(args, GATE));
+  }
+
+  static Expression captureBuilder(Seq<Expression> args) {
+    if (args.size() != 2) {
+      throw new IllegalArgumentException(CAPTURE + "(key, row) takes two arguments");
+    }
+    return capture(key(args, CAPTURE), args.apply(1));
+  }
+}

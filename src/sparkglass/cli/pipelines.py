@@ -1,0 +1,162 @@
+"""``sparkglass pipelines run``: a Spark Declarative Pipeline run with sampling on.
+
+Wraps ``spark-pipelines run``. Two pyspark traps shape it (docs/pipelines.md):
+
+- with ``--remote local`` pyspark replaces ``spark.plugins`` with the Spark Connect plugin
+  and passes the submit confs in groups of 10, each group replacing the one before, so a
+  jar, plugin or extension given with ``--conf`` may silently vanish; what
+  ``$SPARK_CONF_DIR/spark-defaults.conf`` says survives. So the sampling jar, plugin
+  (``spark.plugins.defaultList``), extension and confs go into a spark-defaults.conf in a
+  temporary conf dir (the user's own conf dir is copied into it first);
+- SDP forbids ``spark.udf.register*`` while it imports definitions, so the taps come from the
+  session extension, not from Python.
+
+Everything else on the command line (``--spec``, ``--full-refresh``, ``--conf``, …) goes to
+``spark-pipelines`` unchanged.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import typer
+
+pipelines_app = typer.Typer(
+    name="pipelines",
+    help=(
+        "Spark Declarative Pipelines with sampling: every dataset and flow is a vertex.\n\n"
+        "Example: `sparkglass pipelines run --spec examples/sdp-flights/spark-pipeline.yml`"
+    ),
+    no_args_is_help=True,
+    rich_markup_mode="markdown",
+)
+
+#: The class ``spark-pipelines`` runs (it routes spark-submit args and pipeline args).
+LAUNCHER = "org.apache.spark.deploy.SparkPipelines"
+#: Keys whose values are lists: ours are appended to the user's.
+_LIST_KEYS = ("spark.jars", "spark.plugins.defaultList", "spark.sql.extensions")
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``pipelines`` command group to ``app``."""
+    app.add_typer(pipelines_app, name="pipelines")
+
+
+def read_defaults(path: Path) -> dict[str, str]:
+    """The entries of a spark-defaults.conf (``key value`` or ``key=value`` lines)."""
+    out: dict[str, str] = {}
+    if not path.is_file():
+        return out
+    for line in path.read_text().splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        parts = re.split(r"[\s=]", line, maxsplit=1)
+        out[parts[0]] = parts[1].strip() if len(parts) > 1 else ""
+    return out
+
+
+def sampling_defaults(
+    user: Mapping[str, str], jar: Path, sampling: Mapping[str, str]
+) -> dict[str, str]:
+    """``user``'s defaults plus the sampling jar, plugin, extension and ``sampling`` confs."""
+    from sparkglass.runtime.sampling.discovery import EXTENSIONS_CLASS
+    from sparkglass.runtime.sampling.jar import PLUGIN_CLASS
+
+    out = dict(user)
+    ours = {
+        "spark.jars": str(jar),
+        "spark.plugins.defaultList": PLUGIN_CLASS,
+        "spark.sql.extensions": EXTENSIONS_CLASS,
+    }
+    for key, value in ours.items():
+        existing = [v.strip() for v in out.get(key, "").split(",") if v.strip()]
+        if value not in existing:
+            existing.append(value)
+        out[key] = ",".join(existing)
+    out.setdefault("spark.sparkglass.sampling.enabled", "true")
+    out.update(sampling)
+    return out
+
+
+def write_conf_dir(target: Path, defaults: Mapping[str, str], user_dir: Path | None) -> None:
+    """A conf dir: the user's files (if any), and ``defaults`` as spark-defaults.conf."""
+    if user_dir is not None and user_dir.is_dir():
+        for item in user_dir.iterdir():
+            if item.is_file() and item.name != "spark-defaults.conf":
+                shutil.copy2(item, target / item.name)
+    lines = [f"{key} {value}" for key, value in defaults.items()]
+    (target / "spark-defaults.conf").write_text("\n".join(lines) + "\n")
+
+
+def launcher_command(entry: Path, args: Sequence[str]) -> list[str]:
+    """``spark-class SparkPipelines <entry> run <args>`` with the installed pyspark's script."""
+    import pyspark
+
+    spark_class = Path(pyspark.__file__).parent / "bin" / "spark-class"
+    return [str(spark_class), LAUNCHER, str(entry), "run", *args]
+
+
+ENTRY = "from sparkglass.runtime.sampling.sdp import main\n\nmain()\n"
+
+
+@pipelines_app.command(
+    "run",
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    help=(
+        "Run a Spark Declarative Pipeline with `spark-pipelines run`, sampling on: the "
+        "sampling jar, plugin and session extension are loaded through a spark-defaults.conf, "
+        "and the run's datasets and flows are served on a control endpoint (its URL is "
+        "printed). Other arguments go to `spark-pipelines run` unchanged.\n\n"
+        "Example: `sparkglass pipelines run --spec examples/sdp-flights/spark-pipeline.yml "
+        "--hold 60`"
+    ),
+)
+def run(
+    ctx: typer.Context,
+    sampling_conf: list[str] = typer.Option(
+        [],
+        "--sampling-conf",
+        help="A spark.sparkglass.* KEY=VALUE for the run (repeatable), e.g. "
+        "spark.sparkglass.sampling.max-sample-rate=50.",
+    ),
+    hold: float = typer.Option(
+        0.0, "--hold", min=0, help="Seconds to keep serving the datasets after the run ended."
+    ),
+    name: str = typer.Option("pipeline", "--name", help="The pipeline's name in descriptions."),
+) -> None:
+    from sparkglass.runtime.sampling.jar import sampling_jar
+    from sparkglass.runtime.sampling.sdp import HOLD_ENV
+
+    sampling: dict[str, str] = {}
+    for item in sampling_conf:
+        key, sep, value = item.partition("=")
+        if not sep or not key.startswith("spark.sparkglass."):
+            raise typer.BadParameter(
+                f"{item!r}: expected spark.sparkglass.KEY=VALUE", param_hint="--sampling-conf"
+            )
+        sampling[key] = value
+    user_dir_env = os.environ.get("SPARK_CONF_DIR")
+    user_dir = Path(user_dir_env) if user_dir_env else None
+    user = read_defaults(user_dir / "spark-defaults.conf") if user_dir else {}
+    with tempfile.TemporaryDirectory(prefix="sparkglass-sdp-") as tmp:
+        conf_dir = Path(tmp)
+        write_conf_dir(conf_dir, sampling_defaults(user, sampling_jar(), sampling), user_dir)
+        entry = conf_dir / "sparkglass_pipelines.py"
+        entry.write_text(ENTRY)
+        env = {
+            **os.environ,
+            "SPARK_CONF_DIR": str(conf_dir),
+            HOLD_ENV: str(hold),
+            "SPARKGLASS_PIPELINE_NAME": name,
+        }
+        env.setdefault("PYSPARK_PYTHON", sys.executable)
+        proc = subprocess.run(launcher_command(entry, list(ctx.args)), env=env, check=False)
+    raise typer.Exit(proc.returncode)
