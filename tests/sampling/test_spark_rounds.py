@@ -378,7 +378,9 @@ def test_sampling_never_fails_the_job(spark, sampling_conf):
 def test_no_data_says_why_for_an_idle_query_and_an_empty_vertex(spark, sampling_conf, tmp_path):
     """A file stream with no new file runs no micro-batch (idle); a vertex that filters every
     row out runs micro-batches and emits nothing (empty)."""
-    sampling_conf(enabled=True, sampling_window="1s", timeout="10s")
+    # A round waits for a micro-batch until 2 s before its timeout: 20 s leaves the listener's
+    # report of one (which lags by seconds on a loaded machine) time to arrive.
+    sampling_conf(enabled=True, sampling_window="1s", timeout="20s")
     incoming = tmp_path / "incoming"
     incoming.mkdir()
     (incoming / "0.json").write_text("\n".join(json.dumps({"n": i}) for i in range(20)))
@@ -397,8 +399,9 @@ def test_no_data_says_why_for_an_idle_query_and_an_empty_vertex(spark, sampling_
     try:
         wait_for_batches(p, 3)  # the file's batch and some rate batches
         c = registry.coordinator_for(spark)
-        idle = c.wait(c.start_round("idle").round_id, 30)
-        empty = c.wait(c.start_round("empty").round_id, 30)
+        # Both at once: the idle round runs to its wait's end anyway.
+        idle_id, empty_id = c.start_round("idle").round_id, c.start_round("empty").round_id
+        idle, empty = c.wait(idle_id, 60), c.wait(empty_id, 60)
     finally:
         p.stop()
     assert (idle.status, idle.no_data_reason) == (SampleStatus.NO_DATA, "NO_MICRO_BATCH")
