@@ -235,6 +235,9 @@ def create_app(
         AuthFailureLimiter,
         limit=settings.auth_failure_limit,
         window_s=settings.auth_failure_window_seconds,
+        token_limit=settings.auth_failure_token_limit,
+        known_s=settings.auth_known_token_seconds,
+        trusted_proxies=settings.trusted_proxy_networks,
     )
     app.add_middleware(SecurityHeadersMiddleware)
     app.add_middleware(_MetricsMiddleware, metrics=state.metrics)

@@ -9,6 +9,7 @@ Nothing here is ever logged whole: it may hold a database password in ``database
 
 from __future__ import annotations
 
+import ipaddress
 from enum import StrEnum
 from functools import cached_property
 from pathlib import Path
@@ -27,6 +28,9 @@ from .store.cipher import StoreCipher
 LOCAL_NAMESPACE = "local"
 
 MiB = 1024 * 1024
+
+#: An address or network of ``trusted_proxies``.
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
 class AuthMode(StrEnum):
@@ -200,7 +204,35 @@ class Settings(BaseSettings):
         default=60.0,
         gt=0,
         le=86_400,
-        description="The window of auth_failure_limit, seconds (>0-86400; default 60).",
+        description="The window of auth_failure_limit and auth_failure_token_limit, seconds "
+        "(>0-86400; default 60).",
+    )
+    auth_failure_token_limit: int = Field(
+        default=10,
+        ge=1,
+        le=1_000_000,
+        description="Failed authentications one client address may make with one token per "
+        "auth_failure_window_seconds (1-1000000; default 10); beyond it that token alone is "
+        "answered 429, so a client retrying a bad token does not use up its address's "
+        "auth_failure_limit for the other users behind that address.",
+    )
+    auth_known_token_seconds: float = Field(
+        default=900.0,
+        ge=0,
+        le=86_400,
+        description="How long a token that authenticated is let past the failed-"
+        "authentication limiter, seconds (0-86400; default 900; 0 = never): users behind a "
+        "shared address (an Ingress) keep being served while someone there sends garbage "
+        "tokens. It is still authenticated on every request; a 401 forgets it.",
+    )
+    trusted_proxies: str = Field(
+        default="",
+        max_length=4096,
+        description="Comma-separated addresses or networks (CIDR) of the reverse proxies in "
+        "front of the service (e.g. the Ingress controller's Pod network); a request from one "
+        "of them is counted by the failed-authentication limiter under the client address in "
+        "X-Forwarded-For (the rightmost one not itself a trusted proxy). Default: none, every "
+        "request is counted under the address it came from.",
     )
     store_key: SecretStr | None = Field(
         default=None,
@@ -230,6 +262,18 @@ class Settings(BaseSettings):
             )
         return self
 
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _check_trusted_proxies(cls, value: str) -> str:
+        # Checked at start-up, naming the setting and the entry that is not an address.
+        parse_networks(value, "trusted_proxies")
+        return value
+
+    @property
+    def trusted_proxy_networks(self) -> tuple[IPNetwork, ...]:
+        """``trusted_proxies`` parsed (empty when unset)."""
+        return parse_networks(self.trusted_proxies, "trusted_proxies")
+
     @field_validator("store_key")
     @classmethod
     def _check_store_key(cls, value: SecretStr | None) -> SecretStr | None:
@@ -256,6 +300,23 @@ class Settings(BaseSettings):
     def resolved_database_url(self) -> str:
         """``database_url`` or the SQLite default."""
         return self.database_url or default_database_url()
+
+
+def parse_networks(text: str, setting: str) -> tuple[IPNetwork, ...]:
+    """The comma-separated addresses or CIDR networks in ``text``; ``ValueError`` naming
+    ``setting`` and the entry for one that is neither."""
+    networks = []
+    for entry in (e.strip() for e in text.split(",")):
+        if not entry:
+            continue
+        try:
+            networks.append(ipaddress.ip_network(entry, strict=False))
+        except ValueError:
+            raise ValueError(
+                f"{setting}: {entry[:64]!r} is not an IP address or network (CIDR), e.g. "
+                "10.0.0.0/8 or 192.0.2.10"
+            ) from None
+    return tuple(networks)
 
 
 def _window_ms(text: str) -> int:
