@@ -184,6 +184,23 @@ class Settings(BaseSettings):
         "subtask, at most 1000 records, at a time), and how many bodies are built for the "
         "cache at once (1-64; default 1).",
     )
+    stream_concurrency: int = Field(
+        default=8,
+        ge=1,
+        le=1024,
+        description="How many result bodies are written from the store at once (1-1024; "
+        "default 8). Each holds about one page of records (1 MiB of record data, or one "
+        "record when a single one is larger) and one 256 KiB chunk. Bodies sent from the "
+        "result cache need no slot.",
+    )
+    stream_wait_seconds: float = Field(
+        default=30.0,
+        ge=0,
+        le=600,
+        description="How long a request waits for a free stream_concurrency slot before it "
+        "is answered 503 with Retry-After, seconds (0-600; default 30; 0 = refuse at once). "
+        "A waiting request holds no records and no thread.",
+    )
     catalog_max_names: int = Field(
         default=10_000,
         ge=1,
