@@ -13,6 +13,7 @@ import ipaddress
 from enum import StrEnum
 from functools import cached_property
 from pathlib import Path
+from typing import Literal
 
 import platformdirs
 from pydantic import Field, SecretStr, field_validator, model_validator
@@ -139,7 +140,21 @@ class Settings(BaseSettings):
     )
     round_workers: int = Field(default=8, ge=1, description="Threads running rounds.")
     datasample_ttl_seconds: int = Field(
-        default=600, ge=0, description="Kubernetes mode: ttlSecondsAfterFinished of DataSamples."
+        default=600,
+        ge=10,
+        le=31_536_000,
+        description="Kubernetes mode: ttlSecondsAfterFinished of the DataSamples the service "
+        "creates, seconds (10-31536000; default 600). At least 10: the service checks that "
+        "the DataSample it created still exists (its uid) when it reads the round's result.",
+    )
+    datasample_results: Literal["auto", "store", "status"] = Field(
+        default="auto",
+        description="Kubernetes execution mode: where a round's records come from. store: "
+        "only from the result the operator saved in the shared store (the DataSample's "
+        "status, which anyone with patch datasamples/status can write, only ever fails a "
+        "round); status: from the DataSample's status, for an operator without a store. "
+        "auto (default): store with a PostgreSQL database (the chart gives the operator the "
+        "same one), status otherwise.",
     )
     public_url: str | None = Field(
         default=None,
@@ -312,6 +327,13 @@ class Settings(BaseSettings):
     def sampling_window_ms(self) -> int | None:
         """``sampling_window`` in milliseconds (1000–30000), or ``None`` when unset."""
         return None if self.sampling_window is None else _window_ms(self.sampling_window)
+
+    @property
+    def datasample_results_source(self) -> str:
+        """``datasample_results`` with ``auto`` resolved: ``store`` or ``status``."""
+        if self.datasample_results != "auto":
+            return self.datasample_results
+        return "store" if self.resolved_database_url.startswith("postgresql") else "status"
 
     @cached_property
     def resolved_database_url(self) -> str:
