@@ -23,7 +23,6 @@ from starlette.middleware.gzip import GZipMiddleware
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from sparkglass import __version__
-from sparkglass.runtime.contract.sample_result import DataSampleResult, SampleStatus
 
 from .audit import AuditWriter, audit_denials
 from .auth import Authenticator
@@ -32,7 +31,7 @@ from .auth.local import LocalAuthenticator
 from .catalog import KubernetesCatalog
 from .driver_trust import DriverTrust
 from .execution import RoundExecutor
-from .execution.kubernetes import DataSampleExecutor
+from .execution.kubernetes import DataSampleExecutor, ResultSource, store_lookup
 from .execution.local import LocalDriverExecutor
 from .kube import make_api_client
 from .metrics import ServiceMetrics
@@ -131,18 +130,11 @@ def build_state(
     if executor is None:
         if settings.execution_mode is ExecutionMode.KUBERNETES:
             assert api_client is not None
-
-            def stored(round_id: str) -> DataSampleResult | None:
-                # The operator saved the records; the round's outcome is all the service
-                # needs, not up to ~50 MB of records.
-                with sessions() as session:
-                    row = repository.get_round(session, round_id)
-                    if row is None or row.status == SampleStatus.PENDING.value:
-                        return None
-                    return repository.round_head(row)
-
             executor = DataSampleExecutor(
-                api_client, stored, ttl_seconds=settings.datasample_ttl_seconds
+                api_client,
+                store_lookup(sessions),
+                ttl_seconds=settings.datasample_ttl_seconds,
+                source=ResultSource(settings.datasample_results_source),
             )
         else:
             executor = LocalDriverExecutor(trust=trust)
@@ -235,6 +227,9 @@ def create_app(
         AuthFailureLimiter,
         limit=settings.auth_failure_limit,
         window_s=settings.auth_failure_window_seconds,
+        token_limit=settings.auth_failure_token_limit,
+        known_s=settings.auth_known_token_seconds,
+        trusted_proxies=settings.trusted_proxy_networks,
     )
     app.add_middleware(SecurityHeadersMiddleware)
     app.add_middleware(_MetricsMiddleware, metrics=state.metrics)

@@ -4,7 +4,10 @@
   ``PUT /api/v1/namespaces/local/applications/{app}``) with their driver control URL and
   token; the pipeline and sampling settings are read from the driver.
 - Kubernetes mode: applications are ``SparkApplication`` resources; the vertices come from
-  their status (resolved by the operator) or spec, and are mirrored into the store.
+  their ``spec.pipeline`` and are mirrored into the store. The ``status`` is never a source
+  of what exists or where anything is: anyone granted ``patch sparkapplications/status``
+  can write it (review item A9). Only ``status.progress`` is read, as display data (numbers
+  and the vertices of the spec's pipeline; see :func:`published_progress`).
 """
 
 from __future__ import annotations
@@ -113,11 +116,12 @@ SPARKAPP_PLURAL = "sparkapplications"
 
 
 def description_from_sparkapplication(obj: dict[str, Any]) -> PipelineDescription:
-    """The pipeline of a ``SparkApplication``: resolved ``status.vertices`` when the operator
-    wrote them, else ``spec.pipeline.vertices``. Unknown fields are ignored."""
-    status = obj.get("status") or {}
+    """The pipeline of a ``SparkApplication``: ``spec.pipeline.vertices`` (validated by the
+    CRD and the operator). ``status.vertices`` is not read: it is the operator's view of the
+    same spec, and anyone who may patch the status could plant vertices there. Unknown
+    fields are ignored."""
     spec = obj.get("spec") or {}
-    raw = status.get("vertices") or (spec.get("pipeline") or {}).get("vertices") or []
+    raw = (spec.get("pipeline") or {}).get("vertices") or []
     vertices = []
     for v in raw:
         if not isinstance(v, dict) or "name" not in v:
@@ -141,6 +145,37 @@ def description_from_sparkapplication(obj: dict[str, Any]) -> PipelineDescriptio
         )
     name = (obj.get("metadata") or {}).get("name", "")
     return PipelineDescription(name=name, vertices=vertices)
+
+
+#: Longest ``failed`` text of published progress passed on (the operator writes
+#: ``"<sink>: <exception>"``; the page shows it).
+MAX_FAILED_CHARS = 1024
+
+
+def published_progress(obj: dict[str, Any]) -> dict[str, Any] | None:
+    """``status.progress`` of a SparkApplication as display data, or ``None`` when it has
+    none: the operator copies the driver's metrics there, but anyone who may patch the
+    status can write it too. So only the spec's pipeline vertices are kept (a planted name
+    does not reach the page), and ``failed`` is cut to :data:`MAX_FAILED_CHARS`; the shape
+    is checked by the reader (:class:`~sparkglass.runtime.contract.pipeline_metrics.PipelineMetrics`
+    keeps numbers and known fields only)."""
+    progress = (obj.get("status") or {}).get("progress")
+    if not isinstance(progress, dict):
+        return None
+    names = {
+        v["name"]
+        for v in ((obj.get("spec") or {}).get("pipeline") or {}).get("vertices") or []
+        if isinstance(v, dict) and isinstance(v.get("name"), str)
+    }
+    shown = dict(progress)
+    vertices = progress.get("vertices")
+    shown["vertices"] = (
+        {k: v for k, v in vertices.items() if k in names} if isinstance(vertices, dict) else {}
+    )
+    failed = progress.get("failed")
+    if isinstance(failed, str) and len(failed) > MAX_FAILED_CHARS:
+        shown["failed"] = failed[: MAX_FAILED_CHARS - 1] + "…"
+    return shown
 
 
 class KubernetesCatalog:
@@ -190,8 +225,7 @@ class KubernetesCatalog:
             ) from None
         except (HTTPError, OSError):
             raise CatalogError(f"cannot read SparkApplication {namespace}/{name}") from None
-        progress = (obj.get("status") or {}).get("progress")
-        return progress if isinstance(progress, dict) else None
+        return published_progress(obj)
 
     def remembered(self) -> int:
         """How many (namespace, name) keys the catalog currently remembers."""

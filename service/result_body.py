@@ -9,11 +9,18 @@ large result:
 * :func:`plan_body` reads only the head of the round (the round row) and how many records
   each subtask stored, and applies the ``subtaskIndex``/``maxRecords`` post-filters to
   those counts with the contract's own :func:`fair_truncate`;
-* :func:`render_body` writes the body from the plan, reading ``PAGE_RECORDS`` records per
-  store query and yielding chunks of about ``CHUNK_BYTES``: a response being sent holds one
-  page and one chunk whatever the result's size, and no database transaction stays open
-  between pages. The bytes are exactly ``model_dump_json(by_alias=True)`` of the
-  post-filtered :class:`DataSampleResult`;
+* :func:`render_body` writes the body from the plan, a page of records per store query and
+  chunks of about ``CHUNK_BYTES``: a response being sent holds one page and one chunk
+  whatever the result's size, and no database transaction stays open between pages. A page
+  is planned by :func:`plan_pages` from the records' sizes in the store: at most
+  ``PAGE_BYTES`` (1 MiB) of record data (``data`` and ``dataType``, UTF-8), or one record
+  when a single one is larger (a record may be ``max-record-length``, 1,000,000 characters:
+  a page of 100 such records was ~100 MB, review item A4). The bytes are exactly
+  ``model_dump_json(by_alias=True)`` of the post-filtered :class:`DataSampleResult`;
+* :class:`StreamGate` bounds how many bodies are written from the store at once
+  (``stream_concurrency``); a request beyond waits for a slot, holding no record, up to
+  ``stream_wait_seconds``, then gets 503 with ``Retry-After``. Bodies sent from the cache
+  need no slot (they copy a chunk of a body the cache already holds);
 * :class:`ResultBodies` keeps finished bodies, per (round, post-filters), of at most a
   quarter of ``result_cache_bytes`` each in a :class:`~sparkglass.service.byte_cache.ByteLRU`
   of ``result_cache_bytes``. A cached body is sent by copying one chunk at a time out of the
@@ -26,15 +33,19 @@ large result:
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
 import io
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections import deque
+from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
-from fastapi import Response
+from fastapi import HTTPException, Response
 from fastapi.responses import StreamingResponse
 from pydantic import TypeAdapter
+from sqlalchemy import ColumnElement, LargeBinary, cast, func, select
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.concurrency import iterate_in_threadpool, run_in_threadpool
 
@@ -48,9 +59,14 @@ from sparkglass.runtime.contract.sample_result import (
 
 from .byte_cache import ByteLRU
 from .store import repository
+from .store.orm import SampleRecord
 
-#: Records read per store query while a body is written.
-PAGE_RECORDS = 100
+#: Record data (``data`` and ``dataType``, UTF-8 bytes) read per store query while a body is
+#: written; a page holds at least one record, so one larger than this is a page of its own.
+PAGE_BYTES = 1024 * 1024
+#: Most records per store query, whatever their size (a page of tiny records stays a
+#: reasonable query).
+PAGE_MAX_RECORDS = 1000
 #: Bodies are handed to the server in pieces of about this size, bytes.
 CHUNK_BYTES = 256 * 1024
 #: A body is cached only when it takes at most this share of the cache's budget, so the
@@ -66,7 +82,10 @@ _SIZE_ENTRY_BYTES = 128
 CACHE_CONTROL = "no-store"
 
 _RECORD = TypeAdapter(SampledRecord)
+
 _SAMPLES = b'"samples":['
+#: Seconds a client refused for want of a stream slot is told to wait.
+_RETRY_AFTER_S = 2
 _MEDIA_TYPE = "application/json"
 
 
@@ -168,9 +187,113 @@ def plan_body(
     return BodyPlan(filtered, tuple(counts))
 
 
+@dataclass(frozen=True)
+class Page:
+    """One store query of a body: the ``count`` records of a subtask after record
+    ``after_id`` (``None``: from its first) up to record ``last_id``, ``size`` bytes of
+    record data in all."""
+
+    after_id: int | None
+    last_id: int
+    count: int
+    size: int
+
+
+def plan_pages(sizes: Iterable[tuple[int, int]], budget: int | None = None) -> list[Page]:
+    """Split records ``(id, bytes of data and dataType)``, in body order, into pages of at
+    most ``budget`` bytes (``PAGE_BYTES`` when ``None``) and ``PAGE_MAX_RECORDS`` records; a
+    record larger than ``budget`` is a page of its own (never split, never skipped)."""
+    budget = PAGE_BYTES if budget is None else budget
+    pages: list[Page] = []
+    after: int | None = None
+    first_after: int | None = None
+    last, count, size = 0, 0, 0
+    for record_id, record_size in sizes:
+        if count and (size + record_size > budget or count >= PAGE_MAX_RECORDS):
+            pages.append(Page(first_after, last, count, size))
+            count, size = 0, 0
+        if not count:
+            first_after = after
+        last, count, size = record_id, count + 1, size + record_size
+        after = record_id
+    if count:
+        pages.append(Page(first_after, last, count, size))
+    return pages
+
+
+def _size(session: Session) -> ColumnElement[int]:
+    """The UTF-8 size of a record's ``data`` plus ``dataType``, computed by the database."""
+    if session.get_bind().dialect.name == "postgresql":
+        return func.octet_length(SampleRecord.data) + func.octet_length(SampleRecord.data_type)
+    # SQLite before 3.43 has no octet_length; the length of a text cast to a blob is its
+    # size in bytes.
+    return func.length(cast(SampleRecord.data, LargeBinary)) + func.length(
+        cast(SampleRecord.data_type, LargeBinary)
+    )
+
+
+def record_sizes(
+    session: Session, round_id: str, subtask_index: int, limit: int
+) -> list[tuple[int, int]]:
+    """``(id, bytes)`` of the first ``limit`` records of a subtask of round ``round_id``, in
+    stored order (sizes as :func:`_size`; no record reaches the service)."""
+    rows = session.execute(
+        select(SampleRecord.id, _size(session))
+        .where(SampleRecord.round_id == round_id, SampleRecord.subtask_index == subtask_index)
+        .order_by(SampleRecord.id)
+        .limit(limit)
+    ).all()
+    return [(int(i), int(n or 0)) for i, n in rows]
+
+
+def read_page(
+    session: Session, round_id: str, subtask_index: int, page: Page
+) -> Sequence[tuple[int, int, str, str, bool]]:
+    """The records of ``page`` as ``(id, sample_timestamp, data, data_type, truncated)``.
+
+    What was planned may have changed since (the round saved again: SQLite may even give
+    new records the old ids), so the page is bounded where it is read, in one statement:
+    records within the planned ids whose running size stays within the planned size (or
+    ``PAGE_BYTES``, when larger). A page never holds more than that; when it comes back
+    short, the caller ends the subtask there, as for a round deleted meanwhile."""
+    in_range = [
+        SampleRecord.round_id == round_id,
+        SampleRecord.subtask_index == subtask_index,
+        SampleRecord.id <= page.last_id,
+    ]
+    if page.after_id is not None:
+        in_range.append(SampleRecord.id > page.after_id)
+    # Ids and running sizes only: the window never holds record data.
+    sized = (
+        select(
+            SampleRecord.id.label("id"),
+            func.sum(_size(session)).over(order_by=SampleRecord.id).label("running"),
+        )
+        .where(*in_range)
+        .order_by(SampleRecord.id)
+        .limit(page.count)
+        .subquery()
+    )
+    q = (
+        select(
+            SampleRecord.id,
+            SampleRecord.sample_timestamp,
+            SampleRecord.data,
+            SampleRecord.data_type,
+            SampleRecord.truncated,
+        )
+        .join(sized, sized.c.id == SampleRecord.id)
+        .where(sized.c.running <= max(page.size, PAGE_BYTES))
+        .order_by(SampleRecord.id)
+    )
+    return [(int(i), int(ts), d, t, bool(tr)) for i, ts, d, t, tr in session.execute(q).all()]
+
+
 def render_body(sessions: sessionmaker[Session], plan: BodyPlan) -> Iterator[bytes]:
     """The JSON body of ``plan`` in chunks of about ``CHUNK_BYTES`` (a chunk exceeds it by at
-    most one record). Each page of records is one short session of ``sessions``.
+    most one record). Each subtask's sizes, and each page of its records, is one short
+    session of ``sessions``; a page holds at most ``PAGE_BYTES`` of record data, or one
+    record (:func:`plan_pages`).
 
     A round deleted meanwhile (retention, its application removed) ends its records early:
     the body stays valid JSON with fewer records than ``totalRecordCount`` says.
@@ -181,20 +304,16 @@ def render_body(sessions: sessionmaker[Session], plan: BodyPlan) -> Iterator[byt
     round_id = plan.head.round_id or ""
     for n, (subtask, quota) in enumerate(plan.quotas):
         buf += b'%s{"subtaskIndex":%d,"records":[' % (b"," if n else b"", subtask)
-        sent = 0
-        after: int | None = None
-        while sent < quota:
+        if quota:
             with sessions() as session:
-                page = repository.record_page(
-                    session,
-                    round_id,
-                    subtask,
-                    after_id=after,
-                    limit=min(PAGE_RECORDS, quota - sent),
-                )
-            if not page:
-                break
-            for record_id, ts, data, data_type, truncated in page:
+                pages = plan_pages(record_sizes(session, round_id, subtask, quota))
+        else:
+            pages = []
+        sent = 0
+        for planned in pages:
+            with sessions() as session:
+                page = read_page(session, round_id, subtask, planned)
+            for _, ts, data, data_type, truncated in page:
                 if sent:
                     buf += b","
                 buf += _RECORD.dump_json(
@@ -204,14 +323,109 @@ def render_body(sessions: sessionmaker[Session], plan: BodyPlan) -> Iterator[byt
                     by_alias=True,
                 )
                 sent += 1
-                after = record_id
                 if len(buf) >= CHUNK_BYTES:
                     yield bytes(buf)
                     buf.clear()
+            short = len(page) < planned.count
             del page
+            if short:  # saved again or deleted meanwhile: end the subtask here
+                break
         buf += b"]}"
     buf += head[split:]
     yield bytes(buf)
+
+
+class StreamGate:
+    """At most ``slots`` bodies written from the store at once, across threads and event
+    loops; waiters are served first come, first served, and wait on their event loop (no
+    thread is held while waiting)."""
+
+    def __init__(self, slots: int) -> None:
+        if slots < 1:
+            raise ValueError(f"slots must be at least 1, got {slots}")
+        self.slots = slots
+        self._free = slots
+        self._lock = threading.Lock()
+        self._waiters: deque[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = deque()
+
+    @property
+    def in_use(self) -> int:
+        """Slots held now."""
+        with self._lock:
+            return self.slots - self._free
+
+    async def acquire(self, timeout_s: float | None) -> bool:
+        """Take a slot, waiting at most ``timeout_s`` seconds (``None``: as long as it
+        takes); whether one was taken. Cancelled while waiting, it takes none."""
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            if self._free and not self._waiters:
+                self._free -= 1
+                return True
+            if timeout_s is not None and timeout_s <= 0:
+                return False
+            granted: asyncio.Future[None] = loop.create_future()
+            self._waiters.append((loop, granted))
+        try:
+            await asyncio.wait_for(asyncio.shield(granted), timeout_s)
+        except BaseException as exc:  # the wait timed out or was cancelled
+            with self._lock:
+                # _grant runs on this loop, so it cannot run in between: either the slot was
+                # handed over already, or this waiter leaves the queue now.
+                owned = granted.done() and not granted.cancelled()
+                if not owned:
+                    granted.cancel()
+                    with contextlib.suppress(ValueError):  # popped by release(): _grant passes on
+                        self._waiters.remove((loop, granted))
+            if isinstance(exc, TimeoutError):
+                return owned
+            if owned:
+                self.release()
+            raise
+        return True
+
+    def release(self) -> None:
+        """Give a slot back: to the first waiter still waiting, else to the pool."""
+        with self._lock:
+            while self._waiters:
+                loop, granted = self._waiters.popleft()
+                if granted.done():
+                    continue
+                loop.call_soon_threadsafe(self._grant, granted)
+                return
+            self._free += 1
+
+    def _grant(self, granted: asyncio.Future[None]) -> None:
+        if granted.done():  # gave up meanwhile: the slot goes on
+            self.release()
+        else:
+            granted.set_result(None)
+
+
+class _Held:
+    """One slot of a :class:`StreamGate`, given back exactly once."""
+
+    def __init__(self, gate: StreamGate) -> None:
+        self._gate: StreamGate | None = gate
+
+    def release(self) -> None:
+        gate, self._gate = self._gate, None
+        if gate is not None:
+            gate.release()
+
+    def __del__(self) -> None:
+        # A response built but never sent (its route failed after) still gives its slot back.
+        self.release()
+
+
+async def _gated(chunks: Iterator[bytes], held: _Held) -> AsyncIterator[bytes]:
+    """``chunks`` (a blocking iterator) from the thread pool; the slot ``held`` is given back
+    when they end, fail or the client goes away."""
+    try:
+        async for chunk in iterate_in_threadpool(chunks):
+            yield chunk
+    finally:
+        held.release()
 
 
 def _skip(chunks: Iterator[bytes], offset: int) -> Iterator[bytes]:
@@ -233,14 +447,23 @@ class ResultBodies:
 
     ``max_bytes`` is ``result_cache_bytes`` (0: nothing is cached); ``gate`` the service's
     memory gate (``result_concurrency``): a body is built for the cache only while a pass
-    is free, otherwise it is sent from the store (nobody waits for memory).
+    is free, otherwise it is sent from the store. ``streams`` bounds the bodies sent from
+    the store at once (``stream_concurrency``): a request beyond waits ``stream_wait_s``
+    for a slot, then gets 503 with ``Retry-After``.
     """
 
     def __init__(
-        self, sessions: sessionmaker[Session], max_bytes: int, gate: threading.Semaphore
+        self,
+        sessions: sessionmaker[Session],
+        max_bytes: int,
+        gate: threading.Semaphore,
+        streams: StreamGate | None = None,
+        stream_wait_s: float = 30.0,
     ) -> None:
         self._sessions = sessions
         self._gate = gate
+        self._streams = streams or StreamGate(8)
+        self._stream_wait_s = stream_wait_s
         self._cache: ByteLRU[_BodyKey, bytes] = ByteLRU(max_bytes)
         self._entry_max = max_bytes // ENTRY_SHARE
         #: key -> body size, for bodies found too large for the cache, so the next request
@@ -253,6 +476,30 @@ class ResultBodies:
     def cache(self) -> ByteLRU[_BodyKey, bytes]:
         """The cache of rendered bodies (its ``bytes`` never exceed ``max_bytes``)."""
         return self._cache
+
+    @property
+    def streams(self) -> StreamGate:
+        """The gate of bodies sent from the store."""
+        return self._streams
+
+    async def stream(self, plan: BodyPlan, headers: dict[str, str]) -> Response:
+        """The body of ``plan`` written from the store a page at a time, once a slot of the
+        stream gate is free: waits up to ``stream_wait_s`` on the event loop (no thread, no
+        record held), else raises 503 with ``Retry-After``. The slot is given back when the
+        body ends, fails or its client goes away."""
+        if not await self._streams.acquire(self._stream_wait_s):
+            raise HTTPException(
+                503,
+                detail=f"{self._streams.slots} result bodies are being sent from the store "
+                "(stream_concurrency); retry shortly",
+                headers={"Retry-After": str(_RETRY_AFTER_S)},
+            )
+        held = _Held(self._streams)
+        return StreamingResponse(
+            _gated(render_body(self._sessions, plan), held),
+            media_type=_MEDIA_TYPE,
+            headers=headers,
+        )
 
     def plan(
         self, head: DataSampleResult, subtask_index: int | None, max_records: int | None
@@ -293,12 +540,7 @@ class ResultBodies:
             if size is not None:
                 self._record_counts.put(key, plan.record_count, _SIZE_ENTRY_BYTES)
                 return self._from_cache(key, size, head, headers), plan.record_count
-        return (
-            StreamingResponse(
-                render_body(self._sessions, plan), media_type=_MEDIA_TYPE, headers=headers
-            ),
-            plan.record_count,
-        )
+        return await self.stream(plan, headers), plan.record_count
 
     def _records_of(self, key: _BodyKey, head: DataSampleResult) -> int:
         """Records in the cached body of ``key`` (for the audit log)."""
@@ -342,9 +584,13 @@ class ResultBodies:
             while offset < size:
                 body = self._cache.get(key)
                 if body is None:  # evicted meanwhile: the rest comes from the store
+                    # Under the stream gate like any body from the store; the answer has
+                    # started, so it waits as long as it takes (holding nothing meanwhile).
+                    await self._streams.acquire(None)
+                    held = _Held(self._streams)
                     plan = await run_in_threadpool(self.plan, head, subtask_index, max_records)
                     rest = _skip(render_body(self._sessions, plan), offset)
-                    async for chunk in iterate_in_threadpool(rest):
+                    async for chunk in _gated(rest, held):
                         yield chunk
                     return
                 # A copy of one chunk: the body itself is not kept across the send.

@@ -9,9 +9,11 @@ Nothing here is ever logged whole: it may hold a database password in ``database
 
 from __future__ import annotations
 
+import ipaddress
 from enum import StrEnum
 from functools import cached_property
 from pathlib import Path
+from typing import Literal
 
 import platformdirs
 from pydantic import Field, SecretStr, field_validator, model_validator
@@ -27,6 +29,9 @@ from .store.cipher import StoreCipher
 LOCAL_NAMESPACE = "local"
 
 MiB = 1024 * 1024
+
+#: An address or network of ``trusted_proxies``.
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
 class AuthMode(StrEnum):
@@ -135,7 +140,21 @@ class Settings(BaseSettings):
     )
     round_workers: int = Field(default=8, ge=1, description="Threads running rounds.")
     datasample_ttl_seconds: int = Field(
-        default=600, ge=0, description="Kubernetes mode: ttlSecondsAfterFinished of DataSamples."
+        default=600,
+        ge=10,
+        le=31_536_000,
+        description="Kubernetes mode: ttlSecondsAfterFinished of the DataSamples the service "
+        "creates, seconds (10-31536000; default 600). At least 10: the service checks that "
+        "the DataSample it created still exists (its uid) when it reads the round's result.",
+    )
+    datasample_results: Literal["auto", "store", "status"] = Field(
+        default="auto",
+        description="Kubernetes execution mode: where a round's records come from. store: "
+        "only from the result the operator saved in the shared store (the DataSample's "
+        "status, which anyone with patch datasamples/status can write, only ever fails a "
+        "round); status: from the DataSample's status, for an operator without a store. "
+        "auto (default): store with a PostgreSQL database (the chart gives the operator the "
+        "same one), status otherwise.",
     )
     public_url: str | None = Field(
         default=None,
@@ -180,6 +199,23 @@ class Settings(BaseSettings):
         "subtask, at most 1000 records, at a time), and how many bodies are built for the "
         "cache at once (1-64; default 1).",
     )
+    stream_concurrency: int = Field(
+        default=8,
+        ge=1,
+        le=1024,
+        description="How many result bodies are written from the store at once (1-1024; "
+        "default 8). Each holds about one page of records (1 MiB of record data, or one "
+        "record when a single one is larger) and one 256 KiB chunk. Bodies sent from the "
+        "result cache need no slot.",
+    )
+    stream_wait_seconds: float = Field(
+        default=30.0,
+        ge=0,
+        le=600,
+        description="How long a request waits for a free stream_concurrency slot before it "
+        "is answered 503 with Retry-After, seconds (0-600; default 30; 0 = refuse at once). "
+        "A waiting request holds no records and no thread.",
+    )
     catalog_max_names: int = Field(
         default=10_000,
         ge=1,
@@ -200,7 +236,35 @@ class Settings(BaseSettings):
         default=60.0,
         gt=0,
         le=86_400,
-        description="The window of auth_failure_limit, seconds (>0-86400; default 60).",
+        description="The window of auth_failure_limit and auth_failure_token_limit, seconds "
+        "(>0-86400; default 60).",
+    )
+    auth_failure_token_limit: int = Field(
+        default=10,
+        ge=1,
+        le=1_000_000,
+        description="Failed authentications one client address may make with one token per "
+        "auth_failure_window_seconds (1-1000000; default 10); beyond it that token alone is "
+        "answered 429, so a client retrying a bad token does not use up its address's "
+        "auth_failure_limit for the other users behind that address.",
+    )
+    auth_known_token_seconds: float = Field(
+        default=900.0,
+        ge=0,
+        le=86_400,
+        description="How long a token that authenticated is let past the failed-"
+        "authentication limiter, seconds (0-86400; default 900; 0 = never): users behind a "
+        "shared address (an Ingress) keep being served while someone there sends garbage "
+        "tokens. It is still authenticated on every request; a 401 forgets it.",
+    )
+    trusted_proxies: str = Field(
+        default="",
+        max_length=4096,
+        description="Comma-separated addresses or networks (CIDR) of the reverse proxies in "
+        "front of the service (e.g. the Ingress controller's Pod network); a request from one "
+        "of them is counted by the failed-authentication limiter under the client address in "
+        "X-Forwarded-For (the rightmost one not itself a trusted proxy). Default: none, every "
+        "request is counted under the address it came from.",
     )
     store_key: SecretStr | None = Field(
         default=None,
@@ -230,6 +294,18 @@ class Settings(BaseSettings):
             )
         return self
 
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _check_trusted_proxies(cls, value: str) -> str:
+        # Checked at start-up, naming the setting and the entry that is not an address.
+        parse_networks(value, "trusted_proxies")
+        return value
+
+    @property
+    def trusted_proxy_networks(self) -> tuple[IPNetwork, ...]:
+        """``trusted_proxies`` parsed (empty when unset)."""
+        return parse_networks(self.trusted_proxies, "trusted_proxies")
+
     @field_validator("store_key")
     @classmethod
     def _check_store_key(cls, value: SecretStr | None) -> SecretStr | None:
@@ -252,10 +328,34 @@ class Settings(BaseSettings):
         """``sampling_window`` in milliseconds (1000–30000), or ``None`` when unset."""
         return None if self.sampling_window is None else _window_ms(self.sampling_window)
 
+    @property
+    def datasample_results_source(self) -> str:
+        """``datasample_results`` with ``auto`` resolved: ``store`` or ``status``."""
+        if self.datasample_results != "auto":
+            return self.datasample_results
+        return "store" if self.resolved_database_url.startswith("postgresql") else "status"
+
     @cached_property
     def resolved_database_url(self) -> str:
         """``database_url`` or the SQLite default."""
         return self.database_url or default_database_url()
+
+
+def parse_networks(text: str, setting: str) -> tuple[IPNetwork, ...]:
+    """The comma-separated addresses or CIDR networks in ``text``; ``ValueError`` naming
+    ``setting`` and the entry for one that is neither."""
+    networks = []
+    for entry in (e.strip() for e in text.split(",")):
+        if not entry:
+            continue
+        try:
+            networks.append(ipaddress.ip_network(entry, strict=False))
+        except ValueError:
+            raise ValueError(
+                f"{setting}: {entry[:64]!r} is not an IP address or network (CIDR), e.g. "
+                "10.0.0.0/8 or 192.0.2.10"
+            ) from None
+    return tuple(networks)
 
 
 def _window_ms(text: str) -> int:

@@ -42,7 +42,7 @@ from sparkglass.runtime.contract.sampling_settings import (
 
 from .execution.base import RoundExecutor, RoundRequest, failed
 from .metrics import ServiceMetrics
-from .result_body import ResultBodies
+from .result_body import ResultBodies, StreamGate
 from .settings import Settings
 from .store import repository
 from .store.orm import Application, Round
@@ -105,8 +105,15 @@ class SharedRounds:
         #: bodies being built for the cache, at once; bodies sent from the store or the
         #: cache need no pass.
         self._memory_gate = threading.BoundedSemaphore(settings.result_concurrency)
-        #: Bodies of stored rounds, cached within result_cache_bytes.
-        self.bodies = ResultBodies(sessions, settings.result_cache_bytes, self._memory_gate)
+        #: Bodies of stored rounds, cached within result_cache_bytes; at most
+        #: stream_concurrency written from the store at once.
+        self.bodies = ResultBodies(
+            sessions,
+            settings.result_cache_bytes,
+            self._memory_gate,
+            StreamGate(settings.stream_concurrency),
+            settings.stream_wait_seconds,
+        )
 
     @property
     def memory_gate(self) -> threading.BoundedSemaphore:

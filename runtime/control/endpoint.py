@@ -16,11 +16,15 @@ Hardening (the endpoint listens on the Pod network in Kubernetes):
 * No route takes a body: a ``Content-Length`` above ``max-body-bytes`` gets 413, a
   malformed one (``-1``, not a number, several that differ) 400, ``Transfer-Encoding`` 411;
   each closes the connection unread.
-* Every connection has a socket timeout: an idle or stalled client is disconnected after
-  ``connection-timeout``; at most ``max-connections`` are served at once (one thread each),
-  further ones are closed as soon as they are accepted.
+* Every request has a deadline: its whole head and body must arrive within
+  ``connection-timeout`` of the moment the endpoint starts waiting for it (each read waits
+  only for what is left), so a client sending a byte now and then cannot hold a connection;
+  an idle keep-alive connection is closed after the same time. At most ``max-connections``
+  are served at once (one thread each), and at most ``max-connections-per-address`` from one
+  peer address, so one client cannot take every slot from the operator; further ones are
+  closed as soon as they are accepted.
 * With ``tls.cert-file`` and ``tls.key-file`` it serves HTTPS only (TLS 1.2+; the handshake
-  runs in the connection's thread, under its timeout).
+  runs in the connection's thread, within ``connection-timeout`` as a whole).
 
 Conf (read when the endpoint starts):
 
@@ -32,10 +36,15 @@ Conf (read when the endpoint starts):
 ``spark.sparkglass.control.enabled``            serve even with sampling off (answers ``DISABLED``)
 ``spark.sparkglass.control.max-body-bytes``     0–65536, default ``1024``: larger request
                                                 bodies get 413 unread
-``spark.sparkglass.control.connection-timeout`` 1s–10min, default ``10s``: socket timeout of
-                                                each connection (idle, handshake, each read)
+``spark.sparkglass.control.connection-timeout`` 1s–10min, default ``10s``: the deadline of
+                                                the TLS handshake, of each request's head and
+                                                body, and of an idle keep-alive connection
 ``spark.sparkglass.control.max-connections``    1–1024, default ``64``: connections served at
                                                 once; more are closed on accept
+``spark.sparkglass.control.max-connections-per-address``
+                                                1–1024, default half of ``max-connections``:
+                                                connections one peer address may hold; more
+                                                from it are closed on accept
 ``spark.sparkglass.control.tls.cert-file``      PEM certificate (chain) to serve HTTPS with;
                                                 default none (plain HTTP); needs ``key-file``
 ``spark.sparkglass.control.tls.key-file``       PEM private key of ``cert-file``
@@ -48,6 +57,7 @@ Once started, the endpoint's URL (``http://`` or ``https://``) is also in the ru
 from __future__ import annotations
 
 import hmac
+import io
 import json
 import logging
 import os
@@ -57,10 +67,11 @@ import socket
 import ssl
 import sys
 import threading
+import time
 from dataclasses import dataclass
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from sparkglass.runtime.contract.errors import InvalidParameterError
@@ -72,6 +83,9 @@ from sparkglass.runtime.sampling.rounds import (
     UnknownRoundError,
     UnknownVertexError,
 )
+
+if TYPE_CHECKING:
+    from _typeshed import WriteableBuffer
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +99,7 @@ DEFAULT_CONNECTION_TIMEOUT_MS = 10_000
 CONNECTION_TIMEOUT_RANGE_MS = (1_000, 600_000)
 DEFAULT_MAX_CONNECTIONS = 64
 MAX_CONNECTIONS_LIMIT = 1024
+MAX_CONNECTIONS_PER_ADDRESS_LIMIT = 1024
 
 _ROUNDS = re.compile(r"^/api/v1/vertices/([^/]+)/rounds$")
 _DATA_SAMPLE = re.compile(r"^/api/v1/vertices/([^/]+)/data-sample$")
@@ -97,9 +112,10 @@ class ControlSettings:
     """Where the endpoint listens, the token it requires and its limits.
 
     ``max_body_bytes``: 0–65536; ``connection_timeout_s``: seconds, 1–600;
-    ``max_connections``: 1–1024; ``tls_cert_file``/``tls_key_file``: PEM paths, both or
-    neither (HTTPS when set). Raises :class:`SamplingSettingsError` naming the conf key for a
-    value out of range or a half-configured TLS pair.
+    ``max_connections``: 1–1024; ``max_connections_per_address``: 1–1024, ``None`` for half
+    of ``max_connections`` (at least 1); ``tls_cert_file``/``tls_key_file``: PEM paths,
+    both or neither (HTTPS when set). Raises :class:`SamplingSettingsError` naming the conf
+    key for a value out of range or a half-configured TLS pair.
     """
 
     host: str = "127.0.0.1"
@@ -110,6 +126,7 @@ class ControlSettings:
     max_connections: int = DEFAULT_MAX_CONNECTIONS
     tls_cert_file: str | None = None
     tls_key_file: str | None = None
+    max_connections_per_address: int | None = None
 
     def __post_init__(self) -> None:
         _check_range(CONF_PREFIX + "port", self.port, 0, 65535)
@@ -117,6 +134,13 @@ class ControlSettings:
         _check_range(
             CONF_PREFIX + "max-connections", self.max_connections, 1, MAX_CONNECTIONS_LIMIT
         )
+        if self.max_connections_per_address is not None:
+            _check_range(
+                CONF_PREFIX + "max-connections-per-address",
+                self.max_connections_per_address,
+                1,
+                MAX_CONNECTIONS_PER_ADDRESS_LIMIT,
+            )
         low, high = (ms / 1000 for ms in CONNECTION_TIMEOUT_RANGE_MS)
         if not low <= self.connection_timeout_s <= high:
             key = CONF_PREFIX + "connection-timeout"
@@ -136,6 +160,15 @@ class ControlSettings:
     def tls(self) -> bool:
         """Whether the endpoint serves HTTPS."""
         return bool(self.tls_cert_file)
+
+    @property
+    def per_address_limit(self) -> int:
+        """Connections one peer address may hold at once: ``max_connections_per_address``,
+        by default half of ``max_connections`` (so that one client, however many
+        connections it opens, leaves the other half to the operator and the service)."""
+        if self.max_connections_per_address is not None:
+            return self.max_connections_per_address
+        return max(1, self.max_connections // 2)
 
     @classmethod
     def from_spark(cls, spark: Any) -> ControlSettings:
@@ -175,6 +208,16 @@ class ControlSettings:
             ),
             tls_cert_file=conf("tls.cert-file"),
             tls_key_file=conf("tls.key-file"),
+            max_connections_per_address=(
+                _int_conf(
+                    "max-connections-per-address",
+                    per_address,
+                    0,
+                    f"1–{MAX_CONNECTIONS_PER_ADDRESS_LIMIT}",
+                )
+                if (per_address := conf("max-connections-per-address")) is not None
+                else None
+            ),
         )
 
 
@@ -232,10 +275,40 @@ _PLAIN_HTTP_TO_TLS = (
 )
 
 
+class _DeadlineReader(io.RawIOBase):
+    """The reading side of a connection, each read bounded by what is left of the current
+    request's deadline.
+
+    A socket timeout bounds one read: a client sending one byte every ``timeout - 1``
+    seconds would never trip it and would hold its connection (and thread) forever. Here
+    every read waits at most until :attr:`deadline`, so the request as a whole has to arrive
+    in time. ``deadline`` ``None`` means the plain socket timeout (between requests the
+    handler sets a new deadline; while it answers, there is none).
+    """
+
+    def __init__(self, sock: socket.socket) -> None:
+        super().__init__()
+        self._sock = sock
+        #: ``time.monotonic()`` by which the current request must have been read.
+        self.deadline: float | None = None
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: WriteableBuffer) -> int:
+        if self.deadline is not None:
+            left = self.deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("the request did not arrive within connection-timeout")
+            self._sock.settimeout(left)
+        return self._sock.recv_into(buffer)
+
+
 class _ControlServer(ThreadingHTTPServer):
-    """One thread per connection, at most ``max_connections`` at once, each with a socket
-    timeout; TLS is negotiated in the connection's thread so that a client that never
-    completes a handshake blocks neither the accept loop nor other clients."""
+    """One thread per connection, at most ``max_connections`` at once and at most
+    ``per_address_limit`` from one peer address, each request read under a deadline; TLS is
+    negotiated in the connection's thread so that a client that never completes a handshake
+    blocks neither the accept loop nor other clients."""
 
     daemon_threads = True
     # socketserver's default backlog of 5 makes the kernel drop SYNs under a burst of
@@ -253,20 +326,51 @@ class _ControlServer(ThreadingHTTPServer):
         super().__init__(address, handler)
         self.connection_timeout_s = settings.connection_timeout_s
         self.ssl_context = ssl_context
-        self._slots = threading.BoundedSemaphore(settings.max_connections)
         self._max_connections = settings.max_connections
+        self._per_address = settings.per_address_limit
+        #: Connections open in all, and per peer address; changed under ``_lock`` only (the
+        #: accept loop takes, connection threads give back).
+        self._open = 0
+        self._by_address: dict[str, int] = {}
+        self._lock = threading.Lock()
         self.refused_connections = 0
 
+    @staticmethod
+    def _address(client_address: Any) -> str:
+        return str(client_address[0]) if isinstance(client_address, tuple) else ""
+
+    def _take(self, address: str) -> str | None:
+        """Count a new connection from ``address``; why not, when a cap is reached."""
+        with self._lock:
+            held = self._by_address.get(address, 0)
+            if self._open >= self._max_connections:
+                return f"{self._max_connections} connections open (max-connections)"
+            if held >= self._per_address:
+                return f"{held} connections open from one address (max-connections-per-address)"
+            self._open += 1
+            self._by_address[address] = held + 1
+            return None
+
+    def _give_back(self, address: str) -> None:
+        with self._lock:
+            self._open -= 1
+            held = self._by_address.get(address, 0) - 1
+            if held > 0:
+                self._by_address[address] = held
+            else:
+                self._by_address.pop(address, None)
+
     def process_request(self, request: Any, client_address: Any) -> None:
-        if not self._slots.acquire(blocking=False):
+        address = self._address(client_address)
+        refused = self._take(address)
+        if refused is not None:
             # Closing at once, rather than queueing, keeps a flood of idle connections from
             # holding memory or threads; legitimate clients (operator, service) retry.
             self.refused_connections += 1
             if self.refused_connections == 1 or self.refused_connections % 1000 == 0:
                 log.warning(
-                    "control endpoint: %d connections open (the maximum); closed %d new "
-                    "ones so far",
-                    self._max_connections,
+                    "control endpoint: %s; closed %d new connections so far",
+                    refused,
                     self.refused_connections,
                 )
             self.shutdown_request(request)
@@ -274,14 +378,14 @@ class _ControlServer(ThreadingHTTPServer):
         try:
             super().process_request(request, client_address)
         except BaseException:
-            self._slots.release()
+            self._give_back(address)
             raise
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
         try:
             super().process_request_thread(request, client_address)
         finally:
-            self._slots.release()
+            self._give_back(self._address(client_address))
 
     def finish_request(self, request: Any, client_address: Any) -> None:
         request.settimeout(self.connection_timeout_s)
@@ -415,11 +519,38 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("control: " + format, *args)
 
+    # ------------------------------------------------------------- deadlines
+    def setup(self) -> None:
+        super().setup()
+        # Reads go through the deadline reader; writes keep the plain socket timeout.
+        self._reader = _DeadlineReader(self.connection)
+        self.rfile = io.BufferedReader(self._reader)
+
+    def handle_one_request(self) -> None:
+        # From here the request line, the headers and the body must all arrive within the
+        # timeout (waiting for a keep-alive connection's next request included).
+        self._reader.deadline = time.monotonic() + self._timeout_s()
+        super().handle_one_request()
+
+    def _timeout_s(self) -> float:
+        return float(getattr(self.server, "connection_timeout_s", 10.0))
+
+    def _answering(self) -> None:
+        """The request is read (or refused): the reads' shrinking timeouts must not cut the
+        answer short, so the socket gets the whole timeout back for writing."""
+        self._reader.deadline = None
+        self.connection.settimeout(self._timeout_s())
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        self._answering()
+        super().send_error(code, message, explain)
+
     # ---------------------------------------------------------------- plumbing
     def _send(
         self, status: int, body: Any, headers: dict[str, str] | None = None, *, close: bool = False
     ) -> None:
         data = json.dumps(body).encode()
+        self._answering()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))

@@ -5,11 +5,27 @@ application's namespace (spec: ``applicationRef.name``, ``vertex``, ``maxRecords
 ``samplingWindow``, ``ttlSecondsAfterFinished``; annotation ``sparkglass.io/round-id`` = the
 service's round id; ``sparkglass.io/results-url`` = where the service serves the full
 result, when ``public_url`` is set), then reads its ``status.phase`` until it is terminal.
-The operator saves the full result in the shared store under that round id
-(``store.save_round``) once it checked that the DataSample is the service's (its name is
-:func:`datasample_name` of the round, and the round is the application's); when it has not,
-the bounded samples of the status are used (read with
-:func:`sparkglass.runtime.contract.datasample_status.decode`).
+
+Where the records come from (``datasample_results``, review items A2/A9). A DataSample's
+``status`` can be written by anyone granted ``patch datasamples/status``, so it is not the
+operator's word:
+
+* ``store``: the operator saves the full result in the store the service reads
+  (``store.save_round`` under the round-id annotation, once it checked that the service
+  created that DataSample for that round: its name is :func:`datasample_name` of the round).
+  The service serves only that row, after checking that it is its round's, of its
+  (namespace, application, vertex), saved for its DataSample (``external_ref``, the
+  DataSample's name) and that the DataSample by that name is still the one it created
+  (``metadata.uid``: a DataSample deleted and created again under the name is another
+  one). The status only ever tells that a round ended without records (``NoData``,
+  ``Disabled``, ``Failed``, ``Abandoned``); a status claiming records the store does not
+  hold fails the round.
+* ``status``: the operator has no store (the chart's SQLite store lives on the service's
+  volume). Records come from the status (read with
+  :func:`sparkglass.runtime.contract.datasample_status.decode`), byte-bounded by the
+  operator, checked against the contract's caps and taken only from the DataSample the
+  service created (its uid); whoever may patch its status can still plant records there
+  (docs/security.md).
 """
 
 from __future__ import annotations
@@ -18,19 +34,26 @@ import logging
 import re
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from sqlalchemy.orm import Session, sessionmaker
 from urllib3.exceptions import HTTPError
 
 from sparkglass.runtime.contract.datasample_status import decode
+from sparkglass.runtime.contract.result_caps import ResultCaps, ResultRejected
 from sparkglass.runtime.contract.sample_result import (
     MAX_RECORDS_PER_RESPONSE,
     DataSampleResult,
     ErrorCode,
+    SampleStatus,
 )
 
+from ..store import repository
+from ..store.orm import Application
 from .base import RoundOutcome, RoundRequest, failed
 
 log = logging.getLogger(__name__)
@@ -44,9 +67,55 @@ RESULTS_URL_ANNOTATION = "sparkglass.io/results-url"
 APPLICATION_LABEL = "sparkglass.io/application"
 VERTEX_LABEL = "sparkglass.io/vertex"
 
-#: Given a round id, the outcome of the round the operator saved in the store, if it did
-#: (the records may be left out: they stay in the store).
-StoredResultLookup = Callable[[str], DataSampleResult | None]
+
+class ResultSource(StrEnum):
+    """Where a DataSample's records are taken from (the module docstring)."""
+
+    STORE = "store"
+    """Only from the row the operator saved in the shared store."""
+    STATUS = "status"
+    """From the DataSample's status (the operator has no store)."""
+
+
+@dataclass(frozen=True)
+class StoredRound:
+    """A finished round row: its outcome without records (they stay in the store), whose
+    it is, and who saved it (``external_ref``: the DataSample's name when the operator did)."""
+
+    head: DataSampleResult
+    namespace: str
+    application: str
+    vertex: str
+    external_ref: str | None
+
+
+#: Given a round id, the finished round the store holds under it, if any.
+StoredRoundLookup = Callable[[str], StoredRound | None]
+
+
+def store_lookup(sessions: sessionmaker[Session]) -> StoredRoundLookup:
+    """A :data:`StoredRoundLookup` reading ``sessions``' store (one short session each)."""
+
+    def lookup(round_id: str) -> StoredRound | None:
+        # The operator saved the records; the round's outcome is all the service needs,
+        # not up to ~50 MB of records.
+        with sessions() as session:
+            row = repository.get_round(session, round_id)
+            if row is None or row.status == SampleStatus.PENDING.value:
+                return None
+            app = session.get(Application, row.application_id)
+            if app is None:
+                return None
+            return StoredRound(
+                repository.round_head(row), app.namespace, app.name, row.vertex, row.external_ref
+            )
+
+    return lookup
+
+
+class _NotOurs(Exception):
+    """What the service reads is not (or no longer) the round it asked for; the message
+    says why."""
 
 
 def datasample_name(application: str, vertex: str, round_id: str) -> str:
@@ -54,7 +123,9 @@ def datasample_name(application: str, vertex: str, round_id: str) -> str:
 
     Part of the round-id handshake: the operator saves under the ``sparkglass.io/round-id``
     annotation only a DataSample bearing exactly this name for that round (annotations are
-    user-settable, names are unique per namespace), so changing this changes the operator.
+    user-settable; a name belongs to one existing object of the namespace, but can be taken
+    again once that object is deleted, which is why the service also checks the uid of the
+    DataSample it created), so changing this changes the operator.
     """
     raw = f"{application}-{vertex}"[:240].lower()
     raw = re.sub(r"[^a-z0-9.-]", "-", raw).strip("-.")
@@ -66,7 +137,9 @@ def datasample_body(request: RoundRequest, ttl_seconds: int) -> dict[str, Any]:
     name = datasample_name(request.application, request.vertex, request.round_id)
     annotations = {ROUND_ID_ANNOTATION: request.round_id}
     if request.results_url:
-        # The operator copies it into status.resultsURL (the full result lives here).
+        # For whoever reads the DataSample (kubectl): where the service serves the full
+        # result. The operator does not copy it into status.resultsURL, which it builds from
+        # its own --service-url: an annotation is user-writable and must not pick a link.
         annotations[RESULTS_URL_ANNOTATION] = request.results_url
     if request.requested_by:
         annotations[REQUESTED_BY_ANNOTATION] = request.requested_by[:253]
@@ -93,18 +166,28 @@ def datasample_body(request: RoundRequest, ttl_seconds: int) -> dict[str, Any]:
 
 
 class DataSampleExecutor:
-    """Creates DataSamples and waits for the operator to finish them."""
+    """Creates DataSamples and waits for the operator to finish them; takes the result from
+    the store or the status as ``source`` says (module docstring)."""
 
     def __init__(
         self,
         api_client: client.ApiClient,
-        stored_result: StoredResultLookup,
+        stored: StoredRoundLookup,
         *,
         ttl_seconds: int = 600,
+        source: ResultSource = ResultSource.STORE,
     ) -> None:
         self._api = client.CustomObjectsApi(api_client)
-        self._stored_result = stored_result
+        self._stored = stored
         self._ttl = ttl_seconds
+        self._source = source
+        if source is ResultSource.STATUS:
+            log.warning(
+                "records of rounds are taken from DataSample status (datasample_results="
+                "status): whoever may patch datasamples/status in a namespace can plant "
+                "records there; with a store shared with the operator (PostgreSQL) use "
+                "datasample_results=store (docs/security.md)"
+            )
 
     def run(self, request: RoundRequest) -> RoundOutcome:
         """Create the DataSample, poll its status until terminal or ``timeout_s``."""
@@ -112,26 +195,37 @@ class DataSampleExecutor:
         name = body["metadata"]["name"]
         deadline = time.monotonic() + request.timeout_s
         try:
-            self._api.create_namespaced_custom_object(
+            created: dict[str, Any] = self._api.create_namespaced_custom_object(  # type: ignore[assignment]
                 GROUP, VERSION, request.namespace, PLURAL, body, _request_timeout=10
             )
+            uid = _uid(created)
+            if uid is None:
+                # The client decodes only a 201 answer (the API server's); for a 200 it
+                # hands back nothing, so the uid is read back at once.
+                uid = _uid(self._read(request, name))
             while time.monotonic() < deadline:
                 time.sleep(request.poll_interval_s)
-                stored = self._stored_result(request.round_id)
-                if stored is not None:
-                    return RoundOutcome(stored, external_ref=name, saved=True)
-                obj: dict[str, Any] = self._api.get_namespaced_custom_object(  # type: ignore[assignment]
-                    GROUP, VERSION, request.namespace, PLURAL, name, _request_timeout=10
-                )
-                status = (obj or {}).get("status") or {}
-                result = decode(status, request.round_id)
-                if result is not None:
-                    # The operator may store the full result right after the status: prefer it.
-                    stored = self._stored_result(request.round_id)
-                    if stored is not None:
-                        return RoundOutcome(stored, external_ref=name, saved=True)
-                    return RoundOutcome(result, external_ref=name)
+                saved = self._saved(request, name, uid)
+                if saved is not None:
+                    return saved
+                obj = self._read(request, name)
+                self._check_ours(request, name, uid, obj)
+                result = decode((obj or {}).get("status") or {}, request.round_id)
+                if result is None:
+                    continue
+                # The operator stores the full result before it writes the status: prefer it.
+                saved = self._saved(request, name, uid)
+                if saved is not None:
+                    return saved
+                if self._source is ResultSource.STORE:
+                    return RoundOutcome(_outcome_only(result, request, name), external_ref=name)
+                return RoundOutcome(_checked(result, request, name), external_ref=name)
             return RoundOutcome(failed(ErrorCode.TIMEOUT, request.round_id), external_ref=name)
+        except _NotOurs as exc:
+            log.warning("DataSample %s/%s: %s; the round fails", request.namespace, name, exc)
+            # Not saved: the service stores the failure under its round id, over anything
+            # written there for another DataSample.
+            return RoundOutcome(failed(ErrorCode.INTERNAL_ERROR, request.round_id), name)
         except (ApiException, HTTPError, OSError) as exc:
             log.warning(
                 "DataSample %s/%s: API error %s",
@@ -140,3 +234,94 @@ class DataSampleExecutor:
                 getattr(exc, "status", ""),
             )
             return RoundOutcome(failed(ErrorCode.INTERNAL_ERROR, request.round_id), name)
+
+    def _read(self, request: RoundRequest, name: str) -> dict[str, Any] | None:
+        """The DataSample ``name``, or ``None`` when it is gone (404)."""
+        try:
+            obj: dict[str, Any] = self._api.get_namespaced_custom_object(  # type: ignore[assignment]
+                GROUP, VERSION, request.namespace, PLURAL, name, _request_timeout=10
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return obj
+
+    @staticmethod
+    def _check_ours(
+        request: RoundRequest, name: str, uid: str | None, obj: dict[str, Any] | None
+    ) -> None:
+        """:class:`_NotOurs` unless ``obj`` is the DataSample the service created (its uid;
+        without one from the API server, its name is all there is to check)."""
+        if obj is None:
+            raise _NotOurs("it was deleted before its result was read")
+        if uid is not None and _uid(obj) != uid:
+            raise _NotOurs(
+                "it was deleted and created again by someone else (another uid) before its "
+                "result was read"
+            )
+
+    def _saved(self, request: RoundRequest, name: str, uid: str | None) -> RoundOutcome | None:
+        """The outcome the operator saved for this round, once it checked out: the row is of
+        this (namespace, application, vertex), saved for this DataSample, and the DataSample
+        is still the one the service created (checked after the row was found, so the save
+        happened while it held the name). ``None`` while there is none."""
+        stored = self._stored(request.round_id)
+        if stored is None:
+            return None
+        owner = (stored.namespace, stored.application, stored.vertex)
+        if owner != (request.namespace, request.application, request.vertex):
+            raise _NotOurs(f"the stored round belongs to {'/'.join(owner)}")
+        if stored.external_ref != name:
+            raise _NotOurs(
+                f"the stored round was saved for {stored.external_ref!r}, not for this DataSample"
+            )
+        self._check_ours(request, name, uid, self._read(request, name))
+        return RoundOutcome(stored.head, external_ref=name, saved=True)
+
+
+def _uid(obj: dict[str, Any] | None) -> str | None:
+    """``metadata.uid`` of ``obj``, ``None`` without one."""
+    return str(((obj or {}).get("metadata") or {}).get("uid") or "") or None
+
+
+def _outcome_only(result: DataSampleResult, request: RoundRequest, name: str) -> DataSampleResult:
+    """Store mode: what a status may say without the store: that the round ended without
+    records (no record, no counter is taken from it). A status claiming records the operator
+    did not store fails the round: someone else wrote it, or the operator has no store."""
+    if result.status in (SampleStatus.COMPLETE, SampleStatus.PARTIAL):
+        log.warning(
+            "DataSample %s/%s is %s in its status but no result of it is in the store; "
+            "records are taken from the store only (datasample_results=store): the status "
+            "was written by someone else than the operator, or the operator has no store "
+            "(then set datasample_results=status)",
+            request.namespace,
+            name,
+            result.status.value,
+        )
+        return failed(ErrorCode.INTERNAL_ERROR, request.round_id)
+    return DataSampleResult(
+        status=result.status,
+        error_code=result.error_code,
+        no_data_reason=result.no_data_reason,
+        round_id=request.round_id,
+        end_timestamp=repository.now_ms(),
+    )
+
+
+def _checked(result: DataSampleResult, request: RoundRequest, name: str) -> DataSampleResult:
+    """Status mode: the status's result if it keeps the contract's caps (the application's
+    ``max-record-length``, 5000 records, 1000 per subtask), else a failure."""
+    caps = ResultCaps(request.max_record_length)
+    try:
+        for sub in result.samples:
+            caps.check(sub)
+    except ResultRejected as exc:
+        log.warning(
+            "DataSample %s/%s: its status breaks the result caps (%s); the round fails",
+            request.namespace,
+            name,
+            exc,
+        )
+        return failed(ErrorCode.INTERNAL_ERROR, request.round_id)
+    return result

@@ -32,11 +32,11 @@ from ..dependencies import (
 )
 from ..lookups import application_or_404, vertex_or_404
 from ..result_body import (
+    BodyPlan,
     entity_tag,
     not_modified,
     not_modified_response,
     plan_body,
-    render_body,
     validator_headers,
 )
 from ..schemas import ErrorBody, RoundSummary, round_summary
@@ -322,48 +322,54 @@ def round_history(
 
 
 @router.get("/rounds/{round_id}", response_model=DataSampleResult, responses=_ERRORS)
-def round_result(
+async def round_result(
     namespace: str,
     application: str,
     round_id: str,
     state: StateDep,
-    session: SessionDep,
     principal: ReaderDep,
     subtask_index: SubtaskIndex = None,
     max_records: MaxRecords = None,
     if_none_match: IfNoneMatch = None,
 ) -> Response:
     """One round's full stored result (the ``resultsURL`` of a DataSample), with a weak
-    ``ETag``: ``If-None-Match`` naming it answers ``304`` with no body."""
-    app = application_or_404(state, namespace, application, session)
-    row = repository.get_round(session, round_id)
-    if row is None or row.application_id != app.id:
-        raise HTTPException(
-            status.HTTP_404_NOT_FOUND,
-            detail=f"no round {round_id!r} in application {application!r}",
-        )
-    head = repository.round_head(row)
-    etag = entity_tag(head, subtask_index, max_records)
-    if not_modified(if_none_match, etag):
+    ``ETag``: ``If-None-Match`` naming it answers ``304`` with no body. The body is written
+    from the store under the service's stream gate (503 with ``Retry-After`` when
+    ``stream_concurrency`` bodies are being sent and none ends within
+    ``stream_wait_seconds``)."""
+
+    def load() -> tuple[str, BodyPlan | None, str]:
+        with state.sessions() as session:
+            app = application_or_404(state, namespace, application, session)
+            row = repository.get_round(session, round_id)
+            if row is None or row.application_id != app.id:
+                raise HTTPException(
+                    status.HTTP_404_NOT_FOUND,
+                    detail=f"no round {round_id!r} in application {application!r}",
+                )
+            head = repository.round_head(row)
+            etag = entity_tag(head, subtask_index, max_records)
+            if not_modified(if_none_match, etag):
+                return etag, None, row.vertex
+            # A stored result may be ~50 MB: its body is written from the store a page at
+            # a time.
+            return etag, plan_body(session, head, subtask_index, max_records), row.vertex
+
+    etag, plan, vertex = await run_in_threadpool(load)
+    if plan is None:
         return not_modified_response(etag)
-    # A stored result may be ~50 MB: its body is written from the store a page at a time.
-    plan = plan_body(session, head, subtask_index, max_records)
-    result = plan.head
+    response = await state.coordinator.bodies.stream(plan, validator_headers(etag))
     state.audit.record(
         AuditRecord(
             actor=principal.user,
             action="read",
             namespace=namespace,
             application=application,
-            vertex=row.vertex,
-            round_id=row.id,
+            vertex=vertex,
+            round_id=round_id,
             record_count=plan.record_count,
-            status=result.status.value,
+            status=plan.head.status.value,
             at=repository.now_ms(),
         )
     )
-    return StreamingResponse(
-        render_body(state.sessions, plan),
-        media_type="application/json",
-        headers=validator_headers(etag),
-    )
+    return response

@@ -227,6 +227,13 @@ def test_hardening_confs_defaults_and_values(monkeypatch):
     )
     assert (s.max_body_bytes, s.connection_timeout_s, s.max_connections) == (0, 90.0, 8)
     assert s.tls and s.tls_key_file == "/etc/control/tls.key"
+    # One peer address gets half of max-connections unless told otherwise.
+    assert (s.max_connections_per_address, s.per_address_limit) == (None, 4)
+    s = ControlSettings.from_spark(
+        FakeSpark({"spark.sparkglass.control.max-connections-per-address": "3"})
+    )
+    assert (s.max_connections_per_address, s.per_address_limit) == (3, 3)
+    assert ControlSettings(token="t", max_connections=1).per_address_limit == 1
 
 
 @pytest.mark.parametrize(
@@ -237,6 +244,16 @@ def test_hardening_confs_defaults_and_values(monkeypatch):
         ("max-body-bytes", "1kb", r"max-body-bytes: expected an integer in 0–65536, got '1kb'"),
         ("max-connections", "0", r"max-connections=0 is out of range: allowed 1–1024"),
         ("max-connections", "5000", r"max-connections=5000 is out of range: allowed 1–1024"),
+        (
+            "max-connections-per-address",
+            "0",
+            r"max-connections-per-address=0 is out of range: allowed 1–1024",
+        ),
+        (
+            "max-connections-per-address",
+            "many",
+            r"max-connections-per-address: expected an integer in 1–1024, got 'many'",
+        ),
         ("connection-timeout", "500ms", r"connection-timeout=0.5s is out of range: allowed 1s–10m"),
         ("connection-timeout", "11m", r"connection-timeout=660.0s is out of range: allowed 1s–10m"),
         ("connection-timeout", "soon", r"connection-timeout: expected a duration"),

@@ -53,8 +53,10 @@ def test_garbage_tokens_get_429_with_retry_after(service: ServiceProcess) -> Non
         retry = int(limited[0].headers["retry-after"])
         assert 1 <= retry <= 5
         assert "too many failed authentications" in limited[0].json()["detail"]
-        # The address is blocked as a whole while its budget is empty (a valid token
-        # included); other routes than the API stay up.
+        # The address is blocked for tokens the limiter has not seen authenticate while its
+        # budget is empty (this valid one included: it was never used before; tokens that
+        # were keep being served, see test_service_auth_limiter_shared_address.py); other
+        # routes than the API stay up.
         assert http.get(LIST, headers=bearer("viewer")).status_code == 429
         assert http.get("/healthz").status_code == 200
         # The budget refills at limit/window per second: the valid token works again.
