@@ -109,7 +109,11 @@ def serve(
     else:
         typer.echo(f"Data Sample page: http://{shown}:{port}/ui/")
     if settings.workers == 1:
-        uvicorn.run(app, host=host, port=port, log_level="info")
+        # proxy_headers=False: uvicorn would take X-Forwarded-For from FORWARDED_ALLOW_IPS
+        # (127.0.0.1 by default) before the service sees the request, so a local client could
+        # pick its own address for the failed-authentication limiter; the service honours
+        # the header only from its own `trusted_proxies`.
+        uvicorn.run(app, host=host, port=port, log_level="info", proxy_headers=False)
         return
     if settings.database_url.startswith("sqlite://") and ":memory:" in settings.database_url:
         raise fail("--workers needs a shared store: a SQLite file or PostgreSQL, not :memory:")
@@ -122,5 +126,11 @@ def serve(
         os.environ[EPHEMERAL_TOKEN_VARIABLE] = token
     typer.echo(f"{settings.workers} worker processes")
     uvicorn.run(
-        FACTORY, factory=True, host=host, port=port, workers=settings.workers, log_level="info"
+        FACTORY,
+        factory=True,
+        host=host,
+        port=port,
+        workers=settings.workers,
+        log_level="info",
+        proxy_headers=False,
     )
