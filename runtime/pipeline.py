@@ -64,6 +64,7 @@ from sparkglass.runtime.contract.expectations import (
     parse_expectation_overrides,
 )
 from sparkglass.runtime.contract.pipeline_metrics import (
+    ExpectationMetrics,
     PipelineMetrics,
     QueryState,
     VertexMetrics,
@@ -830,8 +831,19 @@ class Pipeline:
     def metrics(self) -> PipelineMetrics:
         """:meth:`progress` in the wire form the driver control endpoint serves at
         ``GET /api/v1/progress``
-        (:class:`~sparkglass.runtime.contract.pipeline_metrics.PipelineMetrics`)."""
+        (:class:`~sparkglass.runtime.contract.pipeline_metrics.PipelineMetrics`), with each
+        vertex's expectation counts (last micro-batch and totals) under its
+        ``expectations``."""
         p = self.progress()
+        by_vertex: dict[str, dict[str, ExpectationMetrics]] = {}
+        for c in p.expectations:  # declaration order, every vertex that declares any
+            by_vertex.setdefault(c.vertex, {})[c.name] = ExpectationMetrics(
+                action=c.action,
+                passed_last_micro_batch=c.passed_last_batch,
+                failed_last_micro_batch=c.failed_last_batch,
+                passed_total=c.passed,
+                failed_total=c.failed,
+            )
         if p.failed is not None:
             state = QueryState.FAILED
         elif p.active_queries:
@@ -854,8 +866,14 @@ class Pipeline:
                     rows_last_micro_batch=v.rows_last_batch,
                     rows_per_second=v.rows_per_second,
                     rows_total=v.rows_total,
+                    expectations=by_vertex.get(name, {}),
                 )
-                for name, v in p.vertices.items()
+                # Vertices with expectations are listed before their first micro-batch too,
+                # so the page can offer their names.
+                for name, v in {
+                    **{name: VertexProgress() for name in by_vertex},
+                    **p.vertices,
+                }.items()
             },
         )
 
