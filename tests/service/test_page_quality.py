@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -27,7 +26,9 @@ from .browser import artifacts_dir, chromium_page
 pytestmark = [pytest.mark.browser, pytest.mark.spark]
 
 COLUMNS = ["carrier", "flight", "tailnum", "origin", "dest", "dep_delay"]
-SCHEMA = "carrier STRING, flight BIGINT, tailnum STRING, origin STRING, dest STRING, dep_delay DOUBLE"
+SCHEMA = (
+    "carrier STRING, flight BIGINT, tailnum STRING, origin STRING, dest STRING, dep_delay DOUBLE"
+)
 #: An error message with markup: the page must show it as text.
 MARKUP = '<img src=x onerror="window.__xss=1">'
 _CONF = {
