@@ -14,15 +14,38 @@ neighbours (error rows leave between the passes).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
 
 import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql.types import StringType, StructField, StructType
 
-from sparkglass.runtime.contract.error_rows import ERROR_COLUMN, error_row, error_text
+from sparkglass.runtime.contract.error_rows import ERROR_COLUMN, error_text
 from sparkglass.runtime.contract.errors import PipelineError
 from sparkglass.runtime.optimizations.fusion import ArrowBatchFunction
+
+
+def error_row(
+    record: Mapping[str, Any], schema: Iterable[pa.Field], message: str
+) -> dict[str, Any]:
+    """The error row of ``record`` for an output whose Arrow fields are ``schema`` (a
+    ``pyarrow.Schema``; the async vertex uses it too): ``record``'s values for the output's
+    columns that convert to their Arrow type (the others null: a value of another type must
+    not fail the task that is skipping its record) and ``message`` in :data:`ERROR_COLUMN`."""
+    row: dict[str, Any] = {}
+    for f in schema:
+        if f.name == ERROR_COLUMN:
+            continue
+        value = record.get(f.name)
+        if value is not None:
+            try:
+                pa.array([value], type=f.type)
+            except (pa.ArrowException, TypeError, ValueError, OverflowError):
+                value = None
+        row[f.name] = value
+    row[ERROR_COLUMN] = message
+    return row
 
 
 def output_type(schema: StructType | str) -> StructType:

@@ -69,7 +69,8 @@ from sparkglass.runtime.async_ops.retry import (
     validation_message,
 )
 from sparkglass.runtime.async_ops.worker_loop import AsyncFunction, opened_function, worker_loop
-from sparkglass.runtime.contract.error_rows import ERROR_COLUMN, OnFailure, error_row, error_text
+from sparkglass.runtime.contract.error_rows import ERROR_COLUMN, OnFailure, error_text
+from sparkglass.runtime.python_errors import error_row
 
 __all__ = [
     "AsyncFunction",

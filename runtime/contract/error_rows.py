@@ -79,25 +79,3 @@ def scrub(text: str, record: Mapping[str, Any], secrets: Iterable[str]) -> str:
     for value in sorted(values, key=len, reverse=True):
         text = text.replace(value, MASK)
     return text[:MAX_ERROR_CHARS]
-
-
-def error_row(record: Mapping[str, Any], schema: Any, message: str) -> dict[str, Any]:
-    """The error row of ``record`` for an output of Arrow schema ``schema``
-    (``pyarrow.Schema``): ``record``'s values for the output's columns that convert to their
-    Arrow type (the others null: a value of another type must not fail the task that is
-    skipping its record) and ``message`` in :data:`ERROR_COLUMN`."""
-    import pyarrow as pa  # executors have it (Arrow batches); the operator never calls this
-
-    row: dict[str, Any] = {}
-    for f in schema:
-        if f.name == ERROR_COLUMN:
-            continue
-        value = record.get(f.name)
-        if value is not None:
-            try:
-                pa.array([value], type=f.type)
-            except (pa.ArrowException, TypeError, ValueError, OverflowError):
-                value = None
-        row[f.name] = value
-    row[ERROR_COLUMN] = message
-    return row

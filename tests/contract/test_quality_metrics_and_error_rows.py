@@ -11,13 +11,13 @@ from sparkglass.runtime.contract.error_rows import (
     ERROR_COLUMN,
     MAX_ERROR_CHARS,
     OnFailure,
-    error_row,
     error_text,
     parse_on_failure,
     scrub,
 )
 from sparkglass.runtime.contract.expectations import MAX_EXPECTATIONS_PER_VERTEX
 from sparkglass.runtime.contract.pipeline_metrics import PipelineMetrics
+from sparkglass.runtime.python_errors import error_row
 
 
 def test_expectation_counts_round_trip_in_camel_case() -> None:
