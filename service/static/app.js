@@ -212,8 +212,12 @@ function renderMetrics(m) {
     renderExpectationChooser();
     renderExpectationTable();
   }
+  const bounded = new Set(((state.detail && state.detail.vertices) || [])
+    .filter((d) => d.bounded).map((d) => d.name));
   for (const [vertex, text] of state.metricNodes) {
-    const v = m.vertices[vertex];
+    let v = m.vertices[vertex];
+    // A bounded vertex is listed for its expectations only: no micro-batch counts its rows.
+    if (v && bounded.has(vertex) && !v.rowsTotal) v = undefined;
     text.textContent = v
       ? `${v.rowsLastMicroBatch.toLocaleString("en-US")} rows · ${formatRate(v.rowsPerSecond)}/s`
       : "";
