@@ -20,6 +20,7 @@ Example::
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import tempfile
 import threading
@@ -53,6 +54,7 @@ from sparkglass.runtime.contract.description import (
     check_vertex_name,
     topological_order,
 )
+from sparkglass.runtime.contract.error_rows import OnFailure, parse_on_failure
 from sparkglass.runtime.contract.errors import PipelineError, PlanError
 from sparkglass.runtime.contract.expectations import (
     EXPECTATIONS_CONF,
@@ -64,6 +66,7 @@ from sparkglass.runtime.contract.expectations import (
     parse_expectation_overrides,
 )
 from sparkglass.runtime.contract.pipeline_metrics import (
+    ExpectationMetrics,
     PipelineMetrics,
     QueryState,
     VertexMetrics,
@@ -77,7 +80,14 @@ from sparkglass.runtime.optimizations.fusion import (
 )
 from sparkglass.runtime.optimizations.latest_per_key import latest_per_key
 from sparkglass.runtime.optimizations.materialize import materialize
-from sparkglass.runtime.quality import EXPECTATION_PREFIX, ROWS_METRIC, apply_expectations
+from sparkglass.runtime.python_errors import map_with_error_rows
+from sparkglass.runtime.quality import (
+    EXPECTATION_PREFIX,
+    ROWS_METRIC,
+    apply_expectations,
+    route_errors,
+)
+from sparkglass.runtime.sampling.programs import redacted_column_names
 from sparkglass.runtime.sampling.rounds import MicroBatches
 from sparkglass.runtime.sampling.tap import detach, install_materialized_tap, install_tap
 
@@ -383,6 +393,7 @@ class Pipeline:
         schema: StructType | str,
         *,
         attributes: VertexAttributes | None = None,
+        on_error: OnFailure | str = OnFailure.FAIL,
     ) -> str:
         """Add a Python batch vertex: ``fn(batch)`` on each Arrow batch of ``input``.
 
@@ -391,8 +402,34 @@ class Pipeline:
         Adjacent Python batch vertices that both declare ``not_cache_record`` run fused in
         one Python pass (:mod:`sparkglass.runtime.optimizations.fusion`). Attributes come from
         ``attributes`` or the decorators on ``fn``. Returns ``name``.
+
+        ``on_error``: ``"fail"`` (default: an exception in ``fn`` fails the task) or
+        ``"emit_error"``: the rows ``fn`` raises on are skipped and kept as error rows, with
+        the exception's type and message, for rounds of kind ``errors``
+        (:mod:`sparkglass.runtime.python_errors`; such a vertex is not fused). Raises
+        :class:`PipelineError` for another value.
         """
+        try:
+            mode = parse_on_failure(on_error, "on_error")
+        except ValueError as exc:
+            raise PipelineError(f"python vertex {name!r}: {exc}", vertex=name) from None
         declared = attributes or attributes_of(fn)
+        if mode is OnFailure.EMIT_ERROR:
+
+            def skipping(df: DataFrame) -> DataFrame:
+                return map_with_error_rows(df, name, fn, schema, redacted_column_names(df))
+
+            # The decorators' attributes stay readable on the vertex function (the planner's
+            # order_by of an idempotent vertex reads them).
+            functools.update_wrapper(skipping, fn)
+            return self.vertex(
+                name,
+                input,
+                skipping,
+                attributes=declared,
+                python=True,
+                expectations=expectations_of(fn),
+            )
         wrapped = ArrowVertexFunction(name=name, fn=fn, schema=schema)
         return self.vertex(
             name, input, wrapped, attributes=declared, python=True, expectations=expectations_of(fn)
@@ -461,6 +498,8 @@ class Pipeline:
                 raise PipelineError(
                     f"vertex {name!r} returned {type(df).__name__}, not a DataFrame", vertex=name
                 )
+            # Error rows go to the vertex's errors output first: expectations judge good rows.
+            df = route_errors(self, name, df)
             df = apply_expectations(self, name, df, self.expectations(name))
             df = self._apply_plan(step, df)
         df = self._instrument(name, df)
@@ -830,8 +869,19 @@ class Pipeline:
     def metrics(self) -> PipelineMetrics:
         """:meth:`progress` in the wire form the driver control endpoint serves at
         ``GET /api/v1/progress``
-        (:class:`~sparkglass.runtime.contract.pipeline_metrics.PipelineMetrics`)."""
+        (:class:`~sparkglass.runtime.contract.pipeline_metrics.PipelineMetrics`), with each
+        vertex's expectation counts (last micro-batch and totals) under its
+        ``expectations``."""
         p = self.progress()
+        by_vertex: dict[str, dict[str, ExpectationMetrics]] = {}
+        for c in p.expectations:  # declaration order, every vertex that declares any
+            by_vertex.setdefault(c.vertex, {})[c.name] = ExpectationMetrics(
+                action=c.action,
+                passed_last_micro_batch=c.passed_last_batch,
+                failed_last_micro_batch=c.failed_last_batch,
+                passed_total=c.passed,
+                failed_total=c.failed,
+            )
         if p.failed is not None:
             state = QueryState.FAILED
         elif p.active_queries:
@@ -854,8 +904,14 @@ class Pipeline:
                     rows_last_micro_batch=v.rows_last_batch,
                     rows_per_second=v.rows_per_second,
                     rows_total=v.rows_total,
+                    expectations=by_vertex.get(name, {}),
                 )
-                for name, v in p.vertices.items()
+                # Vertices with expectations are listed before their first micro-batch too,
+                # so the page can offer their names.
+                for name, v in {
+                    **{name: VertexProgress() for name in by_vertex},
+                    **p.vertices,
+                }.items()
             },
         )
 
@@ -872,6 +928,7 @@ class Pipeline:
         retry: Any = None,
         output_schema: Any = None,
         on_timeout: Callable[..., Any] | None = None,
+        on_failure: OnFailure | str = OnFailure.FAIL,
     ) -> str:
         """Add a vertex calling ``await fn(record)`` per row of ``input``. Returns ``name``.
 
@@ -879,8 +936,11 @@ class Pipeline:
         retries included; ``retry``: a :mod:`sparkglass.runtime.async_ops.retry` strategy (default
         none); ``output_schema``: ``StructType``, DDL, or a function of the input's
         schema (default: the input's schema);
-        ``on_timeout(record)``: a fallback instead of failing. Bad parameters raise
-        ``AsyncConfigError`` here, before anything runs. See
+        ``on_timeout(record)``: a fallback instead of failing. ``on_failure``: ``"fail"``
+        (default: a request that fails for good fails the task, and Spark replays it) or
+        ``"emit_error"``: the record is skipped and kept as an error row, with the error,
+        for rounds of kind ``errors`` (values of redacted columns masked in the message).
+        Bad parameters raise ``AsyncConfigError`` here, before anything runs. See
         :func:`sparkglass.runtime.async_ops.async_vertex.async_map`.
         """
         strategy = NO_RETRY if retry is None else retry
@@ -891,6 +951,7 @@ class Pipeline:
                 ordered=ordered,
                 retry=strategy,
                 on_timeout=on_timeout,
+                on_failure=on_failure,
             )
         except AsyncConfigError as exc:
             raise AsyncConfigError(f"async vertex {name!r}: {exc}") from None
@@ -905,6 +966,12 @@ class Pipeline:
                 retry=strategy,
                 on_timeout=on_timeout,
                 output_schema=output_schema,
+                on_failure=on_failure,
+                secret_columns=(
+                    redacted_column_names(df)
+                    if OnFailure(on_failure) is OnFailure.EMIT_ERROR
+                    else ()
+                ),
             )
 
         return self.vertex(name, input, build, python=True)

@@ -15,6 +15,9 @@ goes through, in this order:
 4. ``expect_or_drop``: failing rows are filtered out.
 
 A row passes when the condition is true; false and NULL fail.
+
+Error rows (:mod:`sparkglass.runtime.contract.error_rows`) are split off before any of this by
+:func:`route_errors`: the errors tap sees them, expectations and everything downstream do not.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from typing import Any
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from sparkglass.runtime.contract.error_rows import ERROR_COLUMN, MAX_ERROR_CHARS
 from sparkglass.runtime.contract.errors import PlanError
 from sparkglass.runtime.contract.expectations import Expectation, ExpectationAction
 from sparkglass.runtime.contract.round_request import INTERNAL_PREFIX, RoundKind
@@ -107,6 +111,33 @@ def apply_expectations(
     for condition in drops:
         df = df.filter(condition)
     return df
+
+
+def route_errors(pipeline: Any, vertex: str, df: DataFrame) -> DataFrame:
+    """``df`` without its error rows and without :data:`ERROR_COLUMN` (``df`` itself when it
+    has no such column).
+
+    With sampling enabled an ``errors`` tap sits before the split: rounds of kind ``errors``
+    capture error rows there (the row redacted like any other, the error as the label). The
+    split itself is one null check per row, evaluated by Spark's generated code.
+    """
+    if ERROR_COLUMN not in df.columns:
+        return df
+    if settings_from_spark(df.sparkSession).enabled:
+        from sparkglass.runtime.sampling.tap import install_tap  # Spark-side, with the plugin
+
+        df = install_tap(
+            pipeline,
+            vertex,
+            df,
+            kind=RoundKind.ERRORS,
+            label=(f"substring(`{ERROR_COLUMN}`, 1, {MAX_ERROR_CHARS})", ERROR_LABEL_COLUMN),
+        )
+    return df.filter(F.col(ERROR_COLUMN).isNull()).drop(ERROR_COLUMN)
+
+
+#: The errors tap's label column (the error of an error row).
+ERROR_LABEL_COLUMN = f"{INTERNAL_PREFIX}error_label"
 
 
 def _fail_check(df: DataFrame, vertex: str, e: Expectation) -> Column:

@@ -5,6 +5,8 @@ Example::
     from sparkglass.service.client import ServiceClient
     with ServiceClient("http://127.0.0.1:8080", token) as c:
         result = c.sample("flights", "parse", max_records=20)   # waits for the round
+        bad = c.sample("flights", "parse",
+                       request=round_request(kind="violations", filter="carrier = 'UA'"))
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from types import TracebackType
 import httpx
 
 from sparkglass.runtime.contract.errors import SparkglassError
+from sparkglass.runtime.contract.round_request import RoundRequest
 from sparkglass.runtime.contract.sample_result import DataSampleResult, SampleStatus
 
 from .settings import LOCAL_NAMESPACE
@@ -62,14 +65,18 @@ class ServiceClient:
         namespace: str = LOCAL_NAMESPACE,
         subtask_index: int | None = None,
         max_records: int | None = None,
+        request: RoundRequest | None = None,
     ) -> DataSampleResult:
         """One ``GET .../data-sample`` (may start a round and answer ``PENDING``). The body of
         the previous poll of the same request is revalidated with its ``ETag``: an unchanged
         result costs the service a ``304`` and is returned from memory.
 
-        Raises :class:`ServiceError` for a refusal and ``httpx.HTTPError`` when unreachable.
+        ``request``: the round's ``kind``, ``filter``, ``columns`` and ``expectation``
+        (:func:`~sparkglass.runtime.contract.round_request.round_request`; local mode, the
+        token needs the sampler role). Raises :class:`ServiceError` for a refusal (422 names
+        the parameter that does not fit the vertex) and ``httpx.HTTPError`` when unreachable.
         """
-        params: dict[str, int] = {}
+        params: dict[str, int | str] = dict(request.query_params()) if request else {}
         if subtask_index is not None:
             params["subtaskIndex"] = subtask_index
         if max_records is not None:
@@ -107,9 +114,10 @@ class ServiceClient:
         max_records: int | None = None,
         wait_seconds: float = 60.0,
         poll_seconds: float = 1.0,
+        request: RoundRequest | None = None,
     ) -> DataSampleResult:
         """Poll until the answer is a finished, non-stale result (or ``wait_seconds`` pass,
-        then the last answer is returned as is)."""
+        then the last answer is returned as is). ``request``: as for :meth:`poll`."""
         deadline = time.monotonic() + wait_seconds
         while True:
             result = self.poll(
@@ -118,6 +126,7 @@ class ServiceClient:
                 namespace=namespace,
                 subtask_index=subtask_index,
                 max_records=max_records,
+                request=request,
             )
             finished = result.status is not SampleStatus.PENDING and not result.stale
             if finished or time.monotonic() >= deadline:

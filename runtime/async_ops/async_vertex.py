@@ -24,6 +24,15 @@ requests of one task outstanding at a time. It is a ``mapInArrow`` over the inpu
   retries the task and, past ``spark.task.maxFailures``, fails the micro-batch; the
   query then restarts from its last committed offsets. A slow outlier holds its task, and
   a failure recomputes the whole partition: see ``docs/async-operators.md``.
+- **Skipping failed requests** (opt-in, ``on_failure="emit_error"``): a request that fails
+  for good (its retries spent, or its timeout passed without an ``on_timeout`` hook) does
+  not fail the task; its record becomes one *error row* in its place (ordered mode: in
+  input order) — the output columns with the input's values of the same name and the error
+  in the extra string column ``__sg_error``
+  (:mod:`sparkglass.runtime.contract.error_rows`); good rows have it null. A pipeline's
+  async vertex routes error rows to its ``errors`` output (rounds of kind ``errors``) and
+  drops the column; a direct caller of :func:`async_map` filters on it. The record is then
+  *not* retried by Spark: choose this only when skipping a record is acceptable.
 
 ``fn`` gets each row as a ``dict`` (column → Python value) and returns a ``dict`` for one
 output row (missing columns become null), ``None`` for no row, or a ``list`` of dicts.
@@ -60,6 +69,8 @@ from sparkglass.runtime.async_ops.retry import (
     validation_message,
 )
 from sparkglass.runtime.async_ops.worker_loop import AsyncFunction, opened_function, worker_loop
+from sparkglass.runtime.contract.error_rows import ERROR_COLUMN, OnFailure, error_text
+from sparkglass.runtime.python_errors import error_row
 
 __all__ = [
     "AsyncFunction",
@@ -98,6 +109,9 @@ class AsyncOptions(BaseModel):
     retry: RetryStrategy = NO_RETRY
     on_timeout: TimeoutHook | None = None
     max_batch_rows: int = Field(default=10_000, ge=1, le=1_000_000)
+    on_failure: OnFailure = OnFailure.FAIL
+    #: Input columns whose values are masked in error messages (the application's redaction).
+    secret_columns: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -130,13 +144,18 @@ def async_map(
     on_timeout: TimeoutHook | None = None,
     output_schema: OutputSchema = None,
     max_batch_rows: int = 10_000,
+    on_failure: OnFailure | str = OnFailure.FAIL,
+    secret_columns: tuple[str, ...] = (),
 ) -> DataFrame:
     """``df`` mapped through ``await fn(record)`` (see the module docstring).
 
     ``capacity``: outstanding requests per task (1–100000). ``timeout_s``: seconds per
     request including retries (> 0). ``output_schema``: a ``StructType``, a DDL string, or
     a function of the input schema returning one (default: ``df.schema``).
-    ``max_batch_rows``: rows per output Arrow batch.
+    ``max_batch_rows``: rows per output Arrow batch. ``on_failure``: ``"fail"`` (default:
+    a request failing for good fails the task) or ``"emit_error"`` (it becomes an error row;
+    the output then has the extra string column ``__sg_error``, see the module docstring).
+    ``secret_columns``: input columns whose values are replaced by ``***`` in error messages.
     Raises :class:`AsyncConfigError` for a bad parameter, ``TypeError`` if ``fn`` is not
     an async callable. Works on batch and streaming DataFrames.
     """
@@ -149,8 +168,16 @@ def async_map(
         retry=retry,
         on_timeout=on_timeout,
         max_batch_rows=max_batch_rows,
+        on_failure=on_failure,
+        secret_columns=secret_columns,
     )
     schema = _resolve_schema(df, output_schema)
+    if options.on_failure is OnFailure.EMIT_ERROR:
+        from pyspark.sql.types import StringType, StructField
+
+        if ERROR_COLUMN in schema.names:
+            raise AsyncConfigError(f"output_schema may not have a column named {ERROR_COLUMN!r}")
+        schema = StructType([*schema.fields, StructField(ERROR_COLUMN, StringType(), True)])
     plan = _Plan(key=uuid.uuid4().hex, fn=fn, options=options, schema=schema)
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -196,6 +223,15 @@ class _Failure:
         self.attempts = attempts
 
 
+class _ErrorRow:
+    """A request that failed for good, emitted as an error row (``on_failure=emit_error``)."""
+
+    __slots__ = ("row",)
+
+    def __init__(self, row: Record) -> None:
+        self.row = row
+
+
 class _TaskRun:
     """One task's requests. The task thread feeds input and takes output; everything
     per request — starting, retrying, completing, ordering, refilling free slots — runs
@@ -208,8 +244,16 @@ class _TaskRun:
     ``("error", failure)`` for a request that failed for good.
     """
 
-    def __init__(self, plan: _Plan, loop: asyncio.AbstractEventLoop, fn: RecordFunction) -> None:
+    def __init__(
+        self,
+        plan: _Plan,
+        loop: asyncio.AbstractEventLoop,
+        fn: RecordFunction,
+        arrow_schema: pa.Schema | None = None,
+    ) -> None:
         self.options = plan.options
+        #: The output's Arrow types: an error row keeps only input values that fit them.
+        self.arrow_schema = arrow_schema
         self.loop = loop
         self.fn = fn
         self.events: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
@@ -280,7 +324,7 @@ class _TaskRun:
         except asyncio.CancelledError:
             raise
         except BaseException as exc:  # reported to the task thread, which raises it
-            outcome = _Failure(exc, attempts.count)
+            outcome = self._failed(exc, record, attempts)
         finally:
             self.tasks.pop(index, None)
         if self.failed:
@@ -289,6 +333,16 @@ class _TaskRun:
             self._complete(index, outcome)
         except Exception as exc:  # a bad return value of fn: fail the task with it
             self._complete(index, _Failure(exc, attempts.count))
+
+    def _failed(self, exc: BaseException, record: Record, attempts: Attempts) -> Any:
+        """A request's final failure: a :class:`_Failure` failing the task, or (opted in, for
+        an ``Exception``) an :class:`_ErrorRow` taking the record's place."""
+        if self.options.on_failure is OnFailure.EMIT_ERROR and isinstance(exc, Exception):
+            failure = _request_error(_Failure(exc, attempts.count))
+            message = error_text(failure, record, self.options.secret_columns)
+            schema = self.arrow_schema if self.arrow_schema is not None else ()
+            return _ErrorRow(error_row(record, schema, message))
+        return _Failure(exc, attempts.count)
 
     def _complete(self, index: int, outcome: Any) -> None:
         if isinstance(outcome, _Failure):
@@ -344,7 +398,9 @@ def _add_rows(rows: list[Record], outcome: Any) -> None:
     """Append ``fn``'s result to ``rows``; ``TypeError`` for a result of the wrong shape."""
     if outcome is None:
         return
-    if isinstance(outcome, Mapping):
+    if isinstance(outcome, _ErrorRow):
+        rows.append(outcome.row)
+    elif isinstance(outcome, Mapping):
         rows.append(dict(outcome))
     elif isinstance(outcome, list):
         for row in outcome:
@@ -387,7 +443,7 @@ def run_partition(plan: _Plan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa
 
     arrow_schema = to_arrow_schema(plan.schema, timezone="UTC")
     loop = worker_loop()
-    run = _TaskRun(plan, loop, opened_function(plan.key, plan.fn))
+    run = _TaskRun(plan, loop, opened_function(plan.key, plan.fn), arrow_schema)
     finished = False
 
     def until(wanted: str) -> Iterator[pa.RecordBatch]:

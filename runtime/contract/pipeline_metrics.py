@@ -4,15 +4,23 @@ of the service's ``GET /api/v1/namespaces/{ns}/applications/{app}/progress``.
 One model for both, so the page, the service and the driver agree. JSON keys are camelCase;
 rates are rows per second, timestamps ms since the epoch. The numbers come from Spark's
 ``StreamingQueryProgress`` and the pipeline's observed metrics (one ``count`` per vertex
-output, see ``sparkglass.runtime.Pipeline``).
+output, see ``sparkglass.runtime.Pipeline``), and the pass and fail counts of each expectation
+(``sparkglass.runtime.quality``).
 """
 
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
+
+from sparkglass.runtime.contract.expectations import (
+    MAX_EXPECTATIONS_PER_VERTEX,
+    NAME_PATTERN,
+    ExpectationAction,
+)
 
 
 class QueryState(StrEnum):
@@ -38,6 +46,27 @@ class _Model(BaseModel):
         return self.model_dump(mode="json", by_alias=True)
 
 
+class ExpectationMetrics(_Model):
+    """Rows that passed and failed one expectation of a vertex.
+
+    ``passed_last_micro_batch`` / ``failed_last_micro_batch``: in the latest micro-batch that
+    ran the vertex; ``passed_total`` / ``failed_total``: since the pipeline started. Counted by
+    Spark's observed metrics, so on streaming vertices only (a bounded vertex's stay 0). A row
+    that fails several expectations counts as failed for each.
+    """
+
+    action: ExpectationAction
+    passed_last_micro_batch: int = Field(default=0, ge=0)
+    failed_last_micro_batch: int = Field(default=0, ge=0)
+    passed_total: int = Field(default=0, ge=0)
+    failed_total: int = Field(default=0, ge=0)
+
+
+#: An expectation's name as a key (a DNS-1123 label, like the vertex names): the service puts
+#: these names into metric labels and URLs, so the contract checks them on the way in.
+ExpectationName = Annotated[str, Field(min_length=1, max_length=63, pattern=NAME_PATTERN)]
+
+
 class VertexMetrics(_Model):
     """Rows at one vertex's output.
 
@@ -51,6 +80,10 @@ class VertexMetrics(_Model):
     rows_last_micro_batch: int = Field(default=0, ge=0)
     rows_per_second: float = Field(default=0.0, ge=0)
     rows_total: int = Field(default=0, ge=0)
+    #: Per expectation name, in declaration order (empty: the vertex declares none).
+    expectations: dict[ExpectationName, ExpectationMetrics] = Field(
+        default_factory=dict, max_length=MAX_EXPECTATIONS_PER_VERTEX
+    )
 
 
 class PipelineMetrics(_Model):
@@ -60,7 +93,9 @@ class PipelineMetrics(_Model):
     and ``processed_rows_per_second``: the largest of the queries' last reported rates.
     ``last_micro_batch_timestamp``: when the latest micro-batch ended (ms), ``None`` before the
     first. ``observed_at``: when the driver took the snapshot (ms). ``vertices``: per vertex
-    name, for the vertices a micro-batch counted rows at (bounded vertices are absent).
+    name, for the vertices a micro-batch counted rows at and the vertices that declare
+    expectations (there with their counts, 0 before the first micro-batch and on bounded
+    vertices); other bounded vertices are absent.
     """
 
     state: QueryState = QueryState.NOT_STARTED

@@ -6,7 +6,9 @@ vertex output, every column), so the request is an addition to the FLIP fields:
 - ``kind``: ``output`` (the vertex's output rows), ``violations`` (only rows that failed an
   expectation of the vertex, before any ``expect_or_drop`` dropped them, each with the
   names of the expectations it failed; ``expectation`` narrows to one) or ``errors`` (rows
-  the vertex could not process: corrupt CSV/JSON records, each with its error).
+  the vertex could not process, each with its error: corrupt CSV/JSON records, and the error
+  rows of vertices that skip what they cannot process, see
+  :mod:`sparkglass.runtime.contract.error_rows`).
 - ``filter``: a Spark SQL predicate over the vertex's (redacted) columns, evaluated on the
   executors only for rows the gate admits; the rate limit counts matching rows.
 - ``columns``: the columns to return, in order.

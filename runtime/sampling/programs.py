@@ -7,7 +7,8 @@ row, serialized and sent to the executors with the round:
 
 - the filter (the request's, and for ``violations``/``errors`` rounds the runtime's own),
 - the rendering of the requested columns with ``to_json`` (null fields included),
-- the label (the failed expectations, or the error of a corrupt record).
+- the label (the failed expectations; the error of a corrupt record, or the error of an
+  error row a vertex emitted, see :mod:`sparkglass.runtime.contract.error_rows`).
 
 The request is checked here against the tap's row: an unknown column or a predicate that
 does not parse or resolve raises :class:`RoundProgramError` (``field`` ``filter`` or
@@ -36,7 +37,7 @@ from sparkglass.runtime.contract.redaction import (
     redacted_columns,
     redacted_select,
 )
-from sparkglass.runtime.contract.round_request import RoundKind, RoundRequest
+from sparkglass.runtime.contract.round_request import INTERNAL_PREFIX, RoundKind, RoundRequest
 
 #: The Java class that compiles and runs programs.
 PROGRAM_CLASS = "io.sparkglass.sampling.RowProgram"
@@ -86,6 +87,14 @@ def _corrupt_record_column(spark: SparkSession) -> str:
     return str(spark.conf.get("spark.sql.columnNameOfCorruptRecord", "_corrupt_record"))
 
 
+def redacted_column_names(df: DataFrame) -> tuple[str, ...]:
+    """The columns of ``df`` the application's redaction rules name (any action): their
+    values are masked in error messages (:mod:`sparkglass.runtime.contract.error_rows`)."""
+    spark = df.sparkSession
+    rules = parse_redaction(spark.conf.get(REDACT_CONF, None))
+    return tuple(redacted_columns(rules, df.columns, _corrupt_record_column(spark)))
+
+
 def tap_view(
     df: DataFrame,
     *,
@@ -95,14 +104,16 @@ def tap_view(
     """The redacted row of ``df`` (rules from ``spark.sparkglass.sampling.redact``).
 
     ``label``: ``(SQL expression, column name)`` added last (the violations tap's failed
-    expectation names). Raises :class:`~sparkglass.runtime.contract.errors.SamplingSettingsError`
-    for bad rules.
+    expectation names, the errors tap's error). The runtime's own columns (``__sg_*``, such
+    as the error column) are never part of the row. Raises
+    :class:`~sparkglass.runtime.contract.errors.SamplingSettingsError` for bad rules.
     """
     spark = df.sparkSession
     rules = parse_redaction(spark.conf.get(REDACT_CONF, None))
     corrupt = _corrupt_record_column(spark)
-    redacted = redacted_columns(rules, df.columns, corrupt)
-    select = redacted_select(df.columns, redacted)
+    visible = [c for c in df.columns if not c.lower().startswith(INTERNAL_PREFIX)]
+    redacted = redacted_columns(rules, visible, corrupt)
+    select = redacted_select(visible, redacted)
     plain = df.selectExpr(*select)
     data_type = plain.schema.simpleString()
     if label is not None:
@@ -187,7 +198,8 @@ def compile_program(
     jvm: Any = spark._jvm
     gateway: Any = spark.sparkContext._gateway
     array = None
-    if columns is not None:
+    # The label column (a tap's own) is never rendered: name the columns unless all are.
+    if columns is not None or view.label_column is not None:
         array = gateway.new_array(jvm.java.lang.String, len(chosen))
         for i, name in enumerate(chosen):
             array[i] = name
@@ -251,11 +263,18 @@ def program_compiler(
             else:
                 filters.append(f"size({col}) > 0")
             label = f"array_join({col}, ',')"
+        elif request.kind is RoundKind.ERRORS and view.label_column is not None:
+            # The errors tap of a vertex that emits error rows: its label is the error.
+            col = quote(view.label_column)
+            filters.append(f"{col} IS NOT NULL")
+            label = col
         elif request.kind is RoundKind.ERRORS:
             if view.corrupt_column is None:
                 raise RoundProgramError(
                     f"kind: vertex {vertex!r} has no error rows to sample (no corrupt-record "
-                    "column; read CSV/JSON with mode PERMISSIVE and the column in the schema)",
+                    "column: read CSV/JSON with mode PERMISSIVE and the column in the schema; "
+                    "or an async vertex with on_failure='emit_error', a Python vertex with "
+                    "on_error='emit_error')",
                     field="kind",
                 )
             filters.append(f"{quote(view.corrupt_column)} IS NOT NULL")

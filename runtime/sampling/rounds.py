@@ -172,8 +172,9 @@ class TapInfo:
     )
     #: Set for an end-of-input vertex whose output was materialized (rounds read it there).
     materialized: MaterializedOutput | None = field(default=None, compare=False)
-    #: Which rounds the tap serves: ``output`` (the vertex output; also ``errors`` rounds)
-    #: or ``violations`` (a tap before the vertex's expectations drop rows).
+    #: Which rounds the tap serves: ``output`` (the vertex output; also ``errors`` rounds of
+    #: corrupt records), ``violations`` (a tap before the vertex's expectations drop rows) or
+    #: ``errors`` (a tap before the vertex's error rows are split off).
     kind: str = "output"
     #: Compiles a round request into the program the executors run (JVM taps); ``None``: the
     #: tap takes plain rounds only.
@@ -245,7 +246,7 @@ class RoundCoordinator:
         self._counter = itertools.count(1)
         self._lock = threading.RLock()
         self._taps: dict[str, TapInfo] = {}
-        #: Taps serving other round kinds, by (vertex, kind) (``violations``).
+        #: Taps serving other round kinds, by (vertex, kind) (``violations``, ``errors``).
         self._kind_taps: dict[tuple[str, str], TapInfo] = {}
         self._known: set[str] = set()
         self._running: dict[str, _Round] = {}
@@ -305,7 +306,8 @@ class RoundCoordinator:
         return DataSampleResult(status=SampleStatus.DISABLED)
 
     def _tap_for(self, vertex: str, request: RoundRequest) -> TapInfo:
-        """The tap serving ``request`` on ``vertex`` (its output tap unless ``violations``).
+        """The tap serving ``request`` on ``vertex``: its output tap, or the tap of its own a
+        ``violations`` round (and an ``errors`` round of a vertex emitting error rows) needs.
 
         Raises :class:`InvalidParameterError` when the vertex has no such tap or the request
         does not fit it (``field`` names the parameter)."""
@@ -325,6 +327,12 @@ class RoundCoordinator:
                     field="expectation",
                 )
             return tap
+        if request.kind is RoundKind.ERRORS:
+            # A vertex emitting error rows has a tap of its own before they are split off;
+            # others serve errors rounds from their output (corrupt records).
+            errors = self._kind_taps.get((vertex, RoundKind.ERRORS.value))
+            if errors is not None:
+                return errors
         tap = self._taps[vertex]
         if not request.is_plain() and tap.compile is None:
             raise InvalidParameterError(

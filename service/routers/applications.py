@@ -236,6 +236,7 @@ def delete_application(
         detail=f"deleted with {rounds} rounds",
     )
     state.coordinator.forget(app.id)
+    state.metrics.expectations.forget(namespace, application)
     state.driver_trust.forget(namespace, application)
     state.applications.invalidate(namespace, application)
     return Response(status_code=status.HTTP_204_NO_CONTENT)

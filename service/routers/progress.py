@@ -30,9 +30,11 @@ def get_progress(
 ) -> PipelineMetrics:
     """The whole pipeline's metrics in one answer (read permission): query state,
     micro-batch count, and per vertex the rows in the last micro-batch, rows/s and rows in
-    all. Local mode: read from the driver, at most one second old. Kubernetes mode: read
-    from the SparkApplication's ``status.progress``, which the operator refreshes from the
-    driver every ``--progress-seconds`` (10 s by default).
+    all, and per expectation of the vertex the rows that passed and failed it (last
+    micro-batch and in all; ``/metrics`` exports the latest reading). Local mode: read from
+    the driver, at most one second old. Kubernetes mode: read from the SparkApplication's
+    ``status.progress``, which the operator refreshes from the driver every
+    ``--progress-seconds`` (10 s by default).
 
     404 for an unknown application; 502 when the driver cannot be read, or the operator has
     published no metrics (yet), with the reason in ``detail``."""
@@ -44,6 +46,10 @@ def get_progress(
             return repository.driver_token(session, app)
 
     try:
-        return state.progress.read(app, state.driver_trust.get(namespace, application), token)
+        metrics = state.progress.read(app, state.driver_trust.get(namespace, application), token)
     except ProgressUnavailable as exc:
         raise HTTPException(status.HTTP_502_BAD_GATEWAY, detail=str(exc)) from None
+    # /metrics exports the expectation counts of this latest reading (names bounded there).
+    vertices = {v.name for v in app.vertices}
+    state.metrics.expectations.record(namespace, application, vertices, metrics)
+    return metrics

