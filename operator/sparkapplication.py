@@ -56,6 +56,13 @@ from .driver_state import (
 )
 from .metrics import APPLICATION_TRANSITIONS, DRIVER_PODS_CREATED, RECONCILES
 from .pipeline_status import InvalidPipeline, resolve
+from .pod_privileges import (
+    PodPrivilegeRefused,
+    check_secret_names,
+    check_service_accounts,
+    is_operator_secret,
+    refuse_secret,
+)
 from .specs import SparkApplicationSpec
 
 log = structlog.get_logger(__name__)
@@ -138,6 +145,13 @@ async def _reconcile(ctx: OperatorContext, namespace: str, name: str) -> None:
         return
     except InvalidPipeline as exc:
         await _invalid(ctx, app, exc.reason, exc.message)
+        return
+
+    try:
+        await _check_pod_privileges(ctx, app, spec)
+    except PodPrivilegeRefused as exc:
+        await _refused(ctx, app, resolved, str(exc))
+        await _expire(ctx, app, spec, status)  # timeToLiveSeconds still counts from its end
         return
 
     uid = meta.get("uid") or ""
@@ -441,6 +455,49 @@ async def _ensure_children(
                 svc_patch.setdefault("metadata", {})[key] = want
         if svc_patch:
             await cluster.patch(SERVICES, namespace, names.service_name(name), svc_patch)
+
+
+async def _check_pod_privileges(
+    ctx: OperatorContext, app: dict[str, Any], spec: SparkApplicationSpec
+) -> None:
+    """Raise :class:`PodPrivilegeRefused` when the Pods would run as a ServiceAccount outside
+    the allowlist or reach a Secret the operator created for an application (by name, then
+    by the labels of each other referenced Secret, read from the API)."""
+    check_service_accounts(spec, ctx.config.allowed_service_accounts)
+    namespace = app["metadata"]["namespace"]
+    seen: set[str] = set()
+    for field, name in check_secret_names(spec):
+        if name in seen:
+            continue
+        seen.add(name)
+        secret = await ctx.cluster.find(SECRETS, namespace, name)
+        if secret is not None and is_operator_secret(secret):
+            raise refuse_secret(field, name, "carries the labels of the operator's Secrets")
+
+
+async def _refused(
+    ctx: OperatorContext, app: dict[str, Any], resolved: dict[str, Any], message: str
+) -> None:
+    """The Pods would get rights the user may not hand out: stop the driver if one runs (it
+    was started before the rule, or under a wider allowlist), create nothing, and report
+    ``SUBMISSION_FAILED`` naming the field. ``specHash`` is cleared, so that once the spec or
+    the allowlist changes, the next pass submits again."""
+    name, namespace = app["metadata"]["name"], app["metadata"]["namespace"]
+    pod = await ctx.cluster.find(PODS, namespace, names.driver_pod_name(name))
+    owned = pod is not None and owned_by(pod, app, names.ROLE_DRIVER)
+    if owned and pod is not None and not pod["metadata"].get("deletionTimestamp"):
+        await ctx.cluster.delete(PODS, namespace, names.driver_pod_name(name))
+    new: dict[str, Any] = {
+        "vertices": resolved["vertices"],
+        "edges": resolved["edges"],
+        "observedGeneration": app["metadata"].get("generation"),
+        "applicationState": {"state": AppState.SUBMISSION_FAILED.value, "errorMessage": message},
+        "driverInfo": _driver_info(name, None, ended=True),
+        "specHash": None,
+    }
+    if _state(app.get("status") or {}) != AppState.SUBMISSION_FAILED.value:
+        log.warning("submission refused", namespace=namespace, name=name, reason=message)
+    await _write(ctx, app, new, AppState.SUBMISSION_FAILED, message)
 
 
 class ChildNotOwned(Exception):

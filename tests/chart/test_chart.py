@@ -636,6 +636,30 @@ def test_driver_manages_executors_in_its_namespace_only(rendered: Rendered) -> N
         assert not subjects
 
 
+def _allowed_accounts(docs: list[dict[str, Any]]) -> str:
+    operator = _containers(one(docs, "Deployment", "sparkglass-operator"))[0]
+    return str(_env(operator)["SPARKGLASS_ALLOWED_SERVICE_ACCOUNTS"]["value"])
+
+
+def test_operator_accepts_the_driver_account_or_the_listed_ones() -> None:
+    """SparkApplications may run as the chart's driver account by default, as the listed
+    accounts when given, and never as the chart's own operator or service account."""
+    helm = pytest.importorskip("helm_python")
+    assert _allowed_accounts(manifests({})) == "spark-driver"
+    assert _allowed_accounts(manifests({"driver": {"serviceAccount": {"name": "spark"}}})) == (
+        "spark"
+    )
+    listed = {"operator": {"allowedServiceAccounts": ["spark-driver", "etl-runner"]}}
+    assert _allowed_accounts(manifests(listed)) == "spark-driver,etl-runner"
+    for own in ("sparkglass-operator", "sparkglass-service"):
+        with pytest.raises(helm.HelmError, match=f"allowedServiceAccounts lists {own}"):
+            render({"operator": {"allowedServiceAccounts": ["spark-driver", own]}})
+    chart = load_chart()
+    for bad in (["Spark_Driver"], ["a", "a"]):
+        with pytest.raises(helm.HelmValuesError):
+            chart.validate_schema(chart.merge_values({"operator": {"allowedServiceAccounts": bad}}))
+
+
 def test_example_application_runs_as_the_chart_driver_account() -> None:
     example = yaml.safe_load((REPO / "examples" / "flights-sparkapplication.yaml").read_text())
     values = yaml.safe_load((CHART / "values.yaml").read_text())
@@ -774,10 +798,18 @@ def test_operator_command_parses(rendered: Rendered, variant: str) -> None:
     assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
     assert params["health_port"] == 8080 and params["metrics_port"] == 9090
     assert params["runtime_jar"] == "local:///opt/sparkglass/sparkglass-tap.jar"
-    # Every SPARKGLASS_* variable the chart sets is one the command reads.
+    # Every SPARKGLASS_* variable the chart sets is one the command reads, or one the
+    # operator's configuration reads itself (OperatorConfig's defaults), with a valid value.
+    from sparkglass.operator.pod_privileges import (
+        ALLOWED_SERVICE_ACCOUNTS_ENV,
+        parse_service_accounts,
+    )
+
     envvars = {p.envvar for p in ctx.command.params if p.envvar}
-    for name in _env(container):
-        if name.startswith("SPARKGLASS_"):
+    for name, entry in _env(container).items():
+        if name == ALLOWED_SERVICE_ACCOUNTS_ENV:
+            assert parse_service_accounts(entry["value"]), entry
+        elif name.startswith("SPARKGLASS_"):
             assert name in envvars, f"`sparkglass operator run` does not read {name}"
 
 
