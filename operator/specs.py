@@ -84,6 +84,14 @@ OPERATOR_OWNED_CONF_KEYS = frozenset(
         # the operator's allowlist (pod_privileges), are the only way to choose them.
         "spark.kubernetes.authenticate.driver.serviceAccountName",
         "spark.kubernetes.authenticate.executor.serviceAccountName",
+        # Spark's RPC authentication (security A6): the chart's NetworkPolicy admits every Pod
+        # of the namespace labelled as some application's executor to the driver's RPC and
+        # block-manager ports, so only the application's own secret keeps another
+        # application's executors out. On Kubernetes Spark generates the secret per
+        # application and hands it to its executors itself; a fixed spark.authenticate.secret
+        # would sit in the ConfigMap that the namespace's view role reads.
+        "spark.authenticate",
+        "spark.authenticate.secret",
     }
 )
 #: Prefixes of operator-owned keys: the control endpoint (port, host, token, TLS files)...
