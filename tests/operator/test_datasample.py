@@ -590,7 +590,9 @@ async def test_operator_restart_mid_round_neither_loses_nor_duplicates(
     driver.release()
     operator.start()
     assert await wait_final(kube, "restart", operator) == "Complete"
-    assert driver.calls["open:parse"] == 1  # the new process continued the same round
+    # The new process asked the driver again with the DataSample's uid (status is not input)
+    # and got the same round: asked twice, opened once, continued.
+    assert driver.calls["open:parse"] == 2 and list(driver.rounds) == ["r1-parse"]
     assert status(kube, "restart")["roundId"] == "r1-parse"
     assert status(kube, "restart")["totalRecordCount"] == 6
     await eventually(
