@@ -49,7 +49,9 @@ class OperatorContext:
     * ``applications`` / ``driver_pods``: kopf indexes of SparkApplications and of the driver
       Pods (the latter watched with a server-side label selector), keyed by
       ``(namespace, name)``; set by the first DataSample event (kopf passes indexes to
-      handlers only), None in unit tests (then reads go to the API);
+      handlers only), None in unit tests (then reads go to the API); ``executor_pods``:
+      the executor Pods Spark created for each application, keyed by ``(namespace, app)``
+      (same watch; set by the first SparkApplication or executor Pod handler call);
     * ``queue``: the DataSample work queue (None until :func:`datasample.start_engine`);
     * ``driver_access``: per DataSample, the driver access found when its round was opened
       and the driver Pod version it was read from (so polls do not read the Secret again);
@@ -62,6 +64,7 @@ class OperatorContext:
     samples: ObjectCache = field(default_factory=lambda: ObjectCache(drop=(("status", "samples"),)))
     applications: Mapping[Any, Any] | None = None
     driver_pods: Mapping[Any, Any] | None = None
+    executor_pods: Mapping[Any, Any] | None = None
     queue: WorkQueue | None = None
     engine_task: asyncio.Task[None] | None = None
     driver_access: dict[tuple[str, str], tuple[Any, Any]] = field(default_factory=dict)

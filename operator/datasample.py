@@ -116,8 +116,9 @@ _DEADLINE_GRACE_SECONDS = 30.0
 MAX_RETRY_DELAY_SECONDS = 60.0
 
 
-#: Labels of the driver Pods the operator created; the Pod watch asks the API server for
-#: these only (``settings.watching.label_selectors``), not for every Pod of the namespace.
+#: Labels of the driver Pods the operator created; the index and handlers filter on them
+#: within the Pod watch, which the API server already narrows to Pods labelled with an
+#: application (``executors.POD_WATCH_SELECTOR``), not every Pod of the namespace.
 DRIVER_POD_LABELS = {names.LABEL_ROLE: names.ROLE_DRIVER, names.LABEL_MANAGED_BY: names.MANAGED_BY}
 #: Seconds between checks of a DataSample waiting for its application to start (events of
 #: the application and its driver Pod wake it sooner).
@@ -126,11 +127,6 @@ WAIT_RECHECK_SECONDS = 5.0
 API_RETRY_SECONDS = 2.0
 #: Queue workers: steps mostly wait on the network (driver, API server, store).
 ENGINE_WORKERS = 16
-
-
-def driver_pod_selector() -> str:
-    """The server-side label selector of the driver Pod watch."""
-    return ",".join(f"{k}={v}" for k, v in sorted(DRIVER_POD_LABELS.items()))
 
 
 def register(registry: kopf.OperatorRegistry) -> None:

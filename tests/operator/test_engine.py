@@ -201,7 +201,7 @@ def test_next_step_only_polls_rounds_in_flight_and_expires_finished_ones() -> No
     assert gone.next_step_in() is None
 
 
-def test_driver_pod_watch_selects_the_operators_driver_pods_server_side() -> None:
+def test_pod_watch_selects_the_applications_pods_server_side() -> None:
     from kopf._cogs.structs.references import Resource
 
     from sparkglass.operator.app import build_settings
@@ -210,9 +210,8 @@ def test_driver_pod_watch_selects_the_operators_driver_pods_server_side() -> Non
     # What kopf's watcher sends as labelSelector for the Pod watch (its own lookup), and
     # nothing for other resources.
     pods = Resource(group="", version="v1", plural="pods", kind="Pod", namespaced=True)
-    assert settings.watching.label_selectors.collect(pods) == [
-        "app.kubernetes.io/managed-by=sparkglass-operator,sparkglass.io/role=driver"
-    ]
+    # Driver and executor Pods alike carry the application label (one watch per resource).
+    assert settings.watching.label_selectors.collect(pods) == ["sparkglass.io/application"]
     services = Resource(group="", version="v1", plural="services", kind="Service")
     assert settings.watching.label_selectors.collect(services) == []
 
