@@ -26,7 +26,7 @@ import kopf
 import structlog
 from prometheus_client import start_http_server
 
-from . import datasample, sparkapplication
+from . import datasample, executors, sparkapplication
 from .cluster import Cluster
 from .context import OperatorContext
 from .leader_election import LeaderElector
@@ -57,7 +57,7 @@ def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
 
 def build_settings(config: OperatorConfig) -> kopf.OperatorSettings:
     """kopf settings: annotation-only progress storage, our finalizer, no peering, posting,
-    the driver Pod watch's label selector."""
+    the Pod watch's label selector."""
     settings = kopf.OperatorSettings()
     settings.persistence.finalizer = FINALIZER
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="sparkglass.io")
@@ -79,10 +79,12 @@ def build_settings(config: OperatorConfig) -> kopf.OperatorSettings:
     settings.background.cancellation_polling = 1.0
     settings.networking.request_timeout = 60
     settings.watching.server_timeout = 300
-    # Only the operator's driver Pods, selected by the API server: not every Pod's events.
+    # Only Pods labelled with an application (the operator's driver Pods and the executor
+    # Pods Spark labels for it), selected by the API server: not every Pod's events. kopf
+    # opens one watch per resource, so both share this selector; handlers filter further.
     # kopf matches a key by its parts: ("v1", "pods") selects core Pods, while the one string
     # "v1/pods" would name a resource that matches nothing (and the watch goes unfiltered).
-    settings.watching.label_selectors["v1", "pods"] = datasample.driver_pod_selector()
+    settings.watching.label_selectors["v1", "pods"] = executors.POD_WATCH_SELECTOR
     return settings
 
 

@@ -112,6 +112,22 @@ class Cluster:
             if all((i.get("metadata", {}).get("labels") or {}).get(k) == v for k, v in want.items())
         ]
 
+    async def get_path(self, path: str) -> dict[str, Any]:
+        """GET any API path (a cluster-scoped object too); raises like :meth:`get`."""
+        return await self._call("GET", path)
+
+    async def apply(self, path: str, body: dict[str, Any], *, field_manager: str) -> dict[str, Any]:
+        """Server-side apply ``body`` at ``path`` (created when missing), taking over fields
+        other managers own (``force``): the CRD upgrade hook's way, as ``kubectl apply
+        --server-side --force-conflicts`` does."""
+        return await self._call(
+            "PATCH",
+            path,
+            body=body,
+            query=[("fieldManager", field_manager), ("force", "true")],
+            content_type="application/apply-patch+yaml",
+        )
+
     async def create(self, kind: Kind, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
         """Create ``body``; raises :class:`Conflict` when it exists."""
         return await self._call("POST", kind.path(namespace), body=body)

@@ -16,6 +16,28 @@ from .work_queue import WorkQueue
 
 
 @dataclass
+class SampleRecord:
+    """What the operator itself knows about one DataSample (by uid), instead of reading it
+    back from the status, which whoever may patch ``datasamples/status`` can write
+    (:mod:`.datasample`, "Status is output"). Times are epoch seconds of this process's clock.
+
+    * ``round_id``: the round the driver gave for this DataSample's idempotency key (its uid);
+      ``claimed_round_id``: the one a predecessor's status names, until the driver confirms it;
+    * ``opened_at``: when that round was opened (or re-learned, after a restart);
+    * ``retries`` / ``next_attempt_at``: transient failures counted here, and when to retry;
+    * ``finished_at``: when this process wrote the final phase, or first saw it final.
+    """
+
+    round_id: str | None = None
+    #: A round id taken from the status at first sight: not read until the driver confirms it.
+    claimed_round_id: str | None = None
+    opened_at: float | None = None
+    retries: int = 0
+    next_attempt_at: float = 0.0
+    finished_at: float | None = None
+
+
+@dataclass
 class OperatorContext:
     """The configuration, the API client, the result store (if configured), one lock per
     object so that a queue worker, a change handler and a Pod event never reconcile the same
@@ -27,10 +49,13 @@ class OperatorContext:
     * ``applications`` / ``driver_pods``: kopf indexes of SparkApplications and of the driver
       Pods (the latter watched with a server-side label selector), keyed by
       ``(namespace, name)``; set by the first DataSample event (kopf passes indexes to
-      handlers only), None in unit tests (then reads go to the API);
+      handlers only), None in unit tests (then reads go to the API); ``executor_pods``:
+      the executor Pods Spark created for each application, keyed by ``(namespace, app)``
+      (same watch; set by the first SparkApplication or executor Pod handler call);
     * ``queue``: the DataSample work queue (None until :func:`datasample.start_engine`);
     * ``driver_access``: per DataSample, the driver access found when its round was opened
-      and the driver Pod version it was read from (so polls do not read the Secret again).
+      and the driver Pod version it was read from (so polls do not read the Secret again);
+    * ``records``: the operator's own :class:`SampleRecord` of each DataSample, by uid.
     """
 
     config: OperatorConfig
@@ -39,9 +64,11 @@ class OperatorContext:
     samples: ObjectCache = field(default_factory=lambda: ObjectCache(drop=(("status", "samples"),)))
     applications: Mapping[Any, Any] | None = None
     driver_pods: Mapping[Any, Any] | None = None
+    executor_pods: Mapping[Any, Any] | None = None
     queue: WorkQueue | None = None
     engine_task: asyncio.Task[None] | None = None
     driver_access: dict[tuple[str, str], tuple[Any, Any]] = field(default_factory=dict)
+    records: dict[str, SampleRecord] = field(default_factory=dict)
     _locks: dict[tuple[str, str, str], asyncio.Lock] = field(
         default_factory=lambda: defaultdict(asyncio.Lock)
     )

@@ -11,12 +11,24 @@ while a round is in flight, at ``nextAttemptTime`` after a transient failure, an
 Nothing else runs for a finished DataSample, and steps read the DataSample, its application
 and driver Pod from memory, not from the API.
 
-Every fact a step needs later (``roundId``, ``retries``, ``nextAttemptTime``) is in the
-status, so a restarted operator (or the other replica after a failover) continues the same
-round instead of opening a second one. A crash between opening a round and writing its id is
-covered by the idempotency key: the round is opened with the DataSample's uid, and the driver
-answers the round it already opened for that key. Saving the result is keyed by the round id
-(saving twice replaces).
+Status is output. Whoever may patch ``datasamples/status`` can write it, so the operator
+never takes from it which round to read, how long to keep a DataSample, or how often to
+retry. It keeps its own record per DataSample uid (``ctx.records``, :class:`SampleRecord`):
+the round the driver opened for it, when, the retries, when it finished. A process meeting a
+DataSample mid-flight (restart, failover) takes its predecessor's bookkeeping from the status
+once, within bounds where a false value can only end the DataSample sooner (:meth:`_Step._adopt`),
+and the round it reads is always the one the driver gives for the DataSample's uid: rounds are
+opened with the uid as idempotency key, so asking again (:meth:`_Step._relearn`) answers the
+round already opened, and a crash between opening a round and writing its id opens no second
+one. A claimed ``roundId`` the driver does not confirm (a later driver run, or a planted one)
+is never read: the DataSample ends ``Abandoned``. The TTL counts from the operator's record of
+the completion (a ``completionTime`` pushed into the future keeps nothing longer). Saving the
+result is keyed by the round id (saving twice replaces).
+
+Why not an annotation or another object: an annotation is as writable as the status, and an
+object of the operator's own per DataSample would double the API writes of every round. The
+driver already binds the uid to its round, and memory holds the rest; what a restart costs is
+the bounded adoption above.
 
 An application that is still starting (``SUBMITTED``, ``PENDING_RERUN``, no state yet) is
 waited for, up to ``spec.applicationStartTimeout`` after the DataSample's creation (default
@@ -43,7 +55,7 @@ Abandoned    the application is not running (over, or not started within
 
 Transient failures are retried with exponential back-off (1 s, 2 s, 4 s... at most 60 s)
 up to ``spec.backoffLimit`` times. Finished DataSamples are deleted
-``ttlSecondsAfterFinished`` after ``completionTime``.
+``ttlSecondsAfterFinished`` after they finished (the operator's record, see above).
 """
 
 from __future__ import annotations
@@ -74,7 +86,7 @@ from sparkglass.runtime.control.client import (
 from . import names
 from .cluster import APPS, PODS, SAMPLES, ApiError
 from .conditions import now_rfc3339, set_condition
-from .context import OperatorContext
+from .context import OperatorContext, SampleRecord
 from .driver_access import control_endpoint, driver_access
 from .driver_state import TERMINAL, run_end
 from .metrics import (
@@ -104,8 +116,9 @@ _DEADLINE_GRACE_SECONDS = 30.0
 MAX_RETRY_DELAY_SECONDS = 60.0
 
 
-#: Labels of the driver Pods the operator created; the Pod watch asks the API server for
-#: these only (``settings.watching.label_selectors``), not for every Pod of the namespace.
+#: Labels of the driver Pods the operator created; the index and handlers filter on them
+#: within the Pod watch, which the API server already narrows to Pods labelled with an
+#: application (``executors.POD_WATCH_SELECTOR``), not every Pod of the namespace.
 DRIVER_POD_LABELS = {names.LABEL_ROLE: names.ROLE_DRIVER, names.LABEL_MANAGED_BY: names.MANAGED_BY}
 #: Seconds between checks of a DataSample waiting for its application to start (events of
 #: the application and its driver Pod wake it sooner).
@@ -114,11 +127,6 @@ WAIT_RECHECK_SECONDS = 5.0
 API_RETRY_SECONDS = 2.0
 #: Queue workers: steps mostly wait on the network (driver, API server, store).
 ENGINE_WORKERS = 16
-
-
-def driver_pod_selector() -> str:
-    """The server-side label selector of the driver Pod watch."""
-    return ",".join(f"{k}={v}" for k, v in sorted(DRIVER_POD_LABELS.items()))
 
 
 def register(registry: kopf.OperatorRegistry) -> None:
@@ -172,6 +180,7 @@ async def on_sample_event(event: Any, body: kopf.Body, memo: Any, **kwargs: Any)
     if event.get("type") == "DELETED":
         ctx.samples.remove(namespace, name)
         ctx.driver_access.pop((namespace, name), None)
+        ctx.records.pop(str(body.metadata.uid), None)
         if ctx.queue is not None:
             ctx.queue.forget((namespace, name))
         return
@@ -200,7 +209,12 @@ def wake_application(ctx: OperatorContext, namespace: str, app: str) -> int:
         return 0
     woken = 0
     for (ns, name), obj in ctx.samples.items():
-        if ns != namespace or ((obj.get("status") or {}).get("phase") in FINAL):
+        if ns != namespace:
+            continue
+        # Finished by the operator's own record where it has one (the status is not input).
+        own = ctx.records.get(str((obj.get("metadata") or {}).get("uid")))
+        phase = (obj.get("status") or {}).get("phase")
+        if (own.finished_at is not None) if own is not None else phase in FINAL:
             continue
         if ((obj.get("spec") or {}).get("applicationRef") or {}).get("name") == app:
             ctx.queue.add((ns, name))
@@ -252,6 +266,21 @@ def _parse_time(text: str | None) -> float:
     return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
 
+def _safe_time(value: Any) -> float:
+    """An RFC 3339 timestamp a user may have written as epoch seconds; 0 when absent or not
+    a timestamp."""
+    try:
+        return _parse_time(value) if isinstance(value, str) else 0.0
+    except ValueError:
+        return 0.0
+
+
+def _within(value: Any, low: float, high: float) -> float:
+    """The timestamp ``value`` clamped to ``[low, high]``; ``high`` when it is not one."""
+    at = _safe_time(value)
+    return min(max(at, low), high) if at else high
+
+
 def _indexed(index: Any, key: tuple[str, str]) -> dict[str, Any] | None:
     """The one object a kopf index holds under ``key`` (None when absent or no index)."""
     if index is None:
@@ -287,6 +316,52 @@ class _Step:
         self.gone = False
         #: Seconds until the next check of a DataSample waiting for its application.
         self.wait_for: float | None = None
+        self._own: SampleRecord | None = None
+
+    @property
+    def record(self) -> SampleRecord:
+        """The operator's own record of this DataSample (by uid): made at first sight, from
+        the status within bounds (:meth:`_adopt`), and kept by this process from then on."""
+        if self._own is None:
+            meta = self.body.get("metadata") or {}
+            key = str(meta.get("uid") or f"{self.namespace}/{self.name}")
+            found = self.ctx.records.get(key)
+            if found is None:
+                found = self.ctx.records[key] = self._adopt()
+            self._own = found
+        return self._own
+
+    def _adopt(self) -> SampleRecord:
+        """A record for a DataSample this process meets for the first time: a new one (empty
+        status), or one a predecessor worked on (a restart, a failover). The predecessor's
+        bookkeeping is in the status, which whoever may patch ``datasamples/status`` can
+        write, so it is taken once and only within bounds where a false value can end this
+        DataSample sooner but never keep it, or anything, longer, nor pick another round:
+
+        * ``completionTime``: not before the DataSample's creation and not after now (missing:
+          now), so the TTL ends at the latest ``ttlSecondsAfterFinished`` from now;
+        * ``retries`` as written (more only gives up sooner); ``nextAttemptTime`` at most the
+          longest back-off (60 s) from now;
+        * ``roundId`` only as the claim that a round was opened: the round read is the one the
+          driver gives for this DataSample's uid (:meth:`_relearn`); ``startTime`` within
+          creation and now (the round's deadline can only come sooner).
+        """
+        status, now = self.status, time.time()
+        created = _parse_time((self.body.get("metadata") or {}).get("creationTimestamp"))
+        record = SampleRecord()
+        if status.get("phase") in FINAL:
+            record.finished_at = _within(status.get("completionTime"), created, now)
+            return record
+        retries = status.get("retries")
+        record.retries = retries if isinstance(retries, int) and retries > 0 else 0
+        record.next_attempt_at = min(
+            _safe_time(status.get("nextAttemptTime")), now + MAX_RETRY_DELAY_SECONDS
+        )
+        claimed = status.get("roundId")
+        if isinstance(claimed, str) and claimed:
+            record.claimed_round_id = claimed
+            record.opened_at = _within(status.get("startTime"), created, now)
+        return record
 
     async def _read(self) -> dict[str, Any] | None:
         """The DataSample from the engine's cache; from the API when the cache lacks it
@@ -304,10 +379,10 @@ class _Step:
         if self.gone or not self.status:
             return None
         now = time.time()
-        if self.status.get("phase") in FINAL:
+        if self.record.finished_at is not None:
             at = self._expires_at()
             return None if at is None else max(0.0, at - now)
-        retry_at = _parse_time(self.status.get("nextAttemptTime"))
+        retry_at = self.record.next_attempt_at
         if retry_at > now:
             return retry_at - now
         if self.wait_for is not None:
@@ -319,13 +394,24 @@ class _Step:
         if body is None or body["metadata"].get("deletionTimestamp"):
             self.ctx.forget(names.SAMPLE_KIND, self.namespace, self.name)
             self.ctx.driver_access.pop((self.namespace, self.name), None)
+            if body is not None:
+                self.ctx.records.pop(str(body["metadata"].get("uid")), None)
             self.gone = True
             return
         self.body, self.status = body, body.get("status") or {}
         phase = self.status.get("phase")
-        if phase in FINAL:
+        # Finished by the operator's own record, not by the phase in status: a phase written
+        # by someone else neither stops a round in flight nor reopens a finished one.
+        if self.record.finished_at is not None:
             await self._expire()
             return
+        if phase in FINAL:
+            log.warning(
+                "status.phase was written by someone else; the round goes on",
+                namespace=self.namespace,
+                name=self.name,
+                phase=phase,
+            )
         try:
             self.spec = DataSampleSpec.parse(body.get("spec"))
         except ValidationError as exc:
@@ -338,7 +424,7 @@ class _Step:
             return
         if phase is None:
             await self._patch({"phase": PENDING, "message": "accepted", "retries": 0}, PENDING)
-        if time.time() < _parse_time(self.status.get("nextAttemptTime")):
+        if time.time() < self.record.next_attempt_at:
             return
         await self._advance()
 
@@ -389,14 +475,16 @@ class _Step:
         # for this application (see ``driver_access``), never from the application's status:
         # whoever may patch a status must not pick where the token goes.
         access = await self._driver_access(app)
+        record = self.record
+        opened = record.round_id or record.claimed_round_id
         if isinstance(access, str):
             state = ((app.get("status") or {}).get("applicationState") or {}).get("state") or ""
-            if state in TERMINAL or self.status.get("roundId"):
+            if state in TERMINAL or opened:
                 await self._finish("Abandoned", "ApplicationNotRunning", access)
             else:  # still starting: worth waiting for, up to applicationStartTimeout
                 await self._wait_for_start(app_name, state, access)
             return
-        if round_id := self.status.get("roundId"):
+        if round_id := opened:
             # A round dies with its driver run, and the Pod shows that before the application's
             # status may (operator/README.md, "When the driver dies mid-round").
             pod = await self._driver_pod(app_name)
@@ -422,7 +510,10 @@ class _Step:
             timeout_s=self.ctx.config.control_timeout_seconds,
             tls=access.tls,
         ) as client:
-            if self.status.get("roundId"):
+            claimed = record.claimed_round_id
+            if record.round_id is None and claimed and not await self._relearn(client, claimed):
+                return
+            if record.round_id is not None:
                 await self._poll(client, app_spec)
             else:
                 await self._open(client, app_spec)
@@ -515,6 +606,7 @@ class _Step:
         if result.status is not SampleStatus.PENDING or not result.round_id:
             await self._record(result, app_spec.sampling.max_record_length)
             return
+        self.record.round_id, self.record.opened_at = result.round_id, time.time()
         await self._patch(
             {
                 "phase": IN_PROGRESS,
@@ -531,9 +623,47 @@ class _Step:
         self._event("Normal", "RoundStarted", f"round {result.round_id} opened at {spec.vertex}")
         log.info("round opened", namespace=self.namespace, name=self.name, round=result.round_id)
 
+    async def _relearn(self, client: AsyncControlClient, claimed: str) -> bool:
+        """After a restart: which round did this DataSample open? Asked of the driver with the
+        same idempotency key as the open (the DataSample's uid, set by the API server): a
+        driver run that opened a round for it answers that round and opens nothing. The
+        status' ``roundId`` is only the claim that one was opened; when the driver's answer
+        is another round (a later driver run, which does not know the key, or a status
+        written by someone else), that round is not read and the DataSample ends
+        ``Abandoned`` (``RoundLost``). True when the round is known again."""
+        spec, uid = self._spec, self.body["metadata"].get("uid")
+        request = spec.round_request()
+        try:
+            result = await client.open_round(
+                spec.vertex,
+                sampling_window=spec.sampling_window,
+                request=None if request.is_plain() else request,
+                idempotency_key=str(uid) if uid else None,
+            )
+        except ControlUnavailable as exc:
+            await self._transient(_unavailable(exc), str(exc), final="Failed")
+            return False
+        except ControlRejected as exc:
+            await self._finish(
+                "Abandoned", "RoundLost", f"the driver refused round {claimed}: {exc}"
+            )
+            return False
+        if result.status is SampleStatus.PENDING and result.round_id == claimed:
+            self.record.round_id = claimed
+            log.info("round re-learned", namespace=self.namespace, name=self.name, round=claimed)
+            return True
+        await self._finish(
+            "Abandoned",
+            "RoundLost",
+            f"the driver does not know round {claimed[:128]} as this DataSample's (it answered "
+            f"{result.round_id or result.status.value}): a later driver run, or a status "
+            "written by someone else; that round is not read",
+        )
+        return False
+
     async def _poll(self, client: AsyncControlClient, app_spec: SparkApplicationSpec) -> None:
         spec = self._spec
-        round_id = str(self.status["roundId"])
+        round_id = str(self.record.round_id)
         try:
             result = await client.get_round(
                 round_id, max_records=spec.max_records, subtask_index=spec.subtask_index
@@ -555,7 +685,7 @@ class _Step:
                 )
                 / 1000
             )
-            if time.time() > _parse_time(self.status.get("startTime")) + limit:
+            if time.time() > (self.record.opened_at or time.time()) + limit:
                 await self._finish(
                     "Failed",
                     "Timeout",
@@ -586,6 +716,10 @@ class _Step:
         # Without a store the claim only names a link (the service saves its own copy).
         round_id = str(claimed or result.round_id or meta.get("uid") or self.name)
         extra = encode(result, self.ctx.config.status_record_bytes)
+        if self.record.round_id:
+            # Written again with the result: status is output, and a value someone else put
+            # there since the open is replaced by the round the records come from.
+            extra["roundId"] = self.record.round_id
         if self.ctx.store is not None:
             try:
                 round_id = await self.ctx.store.save(
@@ -599,7 +733,7 @@ class _Step:
                         uid=str(meta.get("uid") or self.name),
                         created_ms=int(_parse_time(meta.get("creationTimestamp")) * 1000),
                     ),
-                    started_at_ms=int(_parse_time(self.status.get("startTime")) * 1000) or None,
+                    started_at_ms=int((self.record.opened_at or 0) * 1000) or None,
                 )
             except RoundIdConflict as exc:
                 await self._finish("Failed", "RoundIdConflict", f"saving the result: {exc}")
@@ -614,7 +748,7 @@ class _Step:
                 self.ctx.config.service_url, self.namespace, spec.application_ref.name, round_id
             )
         phase = phase_of(result)
-        started = _parse_time(self.status.get("startTime"))
+        started = self.record.opened_at
         if started:
             ROUND_SECONDS.observe(max(0.0, time.time() - started))
         message = {
@@ -644,7 +778,8 @@ class _Step:
     ) -> None:
         """Count a transient failure: retry later with back-off, or end in ``final``."""
         limit = self.spec.backoff_limit if self.spec else 0
-        retries = int(self.status.get("retries") or 0) + 1
+        retries = self.record.retries + 1
+        self.record.retries = retries
         SAMPLE_RETRIES.labels(reason).inc()
         codes = {"errorCode": error_code.value} if error_code else {}
         if retries > limit:
@@ -656,12 +791,15 @@ class _Step:
             )
             return
         delay = min(MAX_RETRY_DELAY_SECONDS, 2.0 ** (retries - 1))
-        phase = (extra or {}).get("phase") or self.status.get("phase") or PENDING
+        self.record.next_attempt_at = time.time() + delay
+        phase = (extra or {}).get("phase") or (
+            IN_PROGRESS if self.record.round_id or self.record.claimed_round_id else PENDING
+        )
         await self._patch(
             {
                 **(extra or {}),
                 "retries": retries,
-                "nextAttemptTime": _rfc3339(time.time() + delay),
+                "nextAttemptTime": _rfc3339(self.record.next_attempt_at),
                 "message": f"retry {retries}/{limit} in {delay:.0f}s: {message}",
             },
             phase,
@@ -680,6 +818,8 @@ class _Step:
             "nextAttemptTime": None,
         }
         await self._patch(fields, phase, condition=(phase in _SUCCESS, reason, message))
+        # Once written: a failed write leaves the DataSample unfinished, to be tried again.
+        self.record.finished_at = _parse_time(fields["completionTime"]) or time.time()
         self.ctx.driver_access.pop((self.namespace, self.name), None)
         SAMPLES_FINISHED.labels(phase).inc()
         normal = phase in ("Complete", "NoData", "Disabled")
@@ -749,8 +889,8 @@ class _Step:
             return None
         if ttl is None:  # kubectl-made samples too: records must not stay in etcd forever
             ttl = self.ctx.config.default_ttl_seconds_after_finished
-        done = _parse_time(self.status.get("completionTime"))
-        return done + ttl if done else None
+        done = self.record.finished_at
+        return done + ttl if done is not None else None
 
     async def _expire(self) -> None:
         at = self._expires_at()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .leader_election import ElectionConfig
+from .pod_privileges import allowed_service_accounts_from_env, parse_service_accounts
 from .spark_conf import DriverEnvironment
 
 #: Default ``ttlSecondsAfterFinished`` of DataSamples whose spec sets none: one hour.
@@ -27,7 +28,10 @@ class OperatorConfig:
     a DataSample then fails with a message saying to restart the application. ``standalone``:
     no leader election, this process acts at once (one replica, or tests); otherwise
     ``election`` says which Lease the replicas compete for (:func:`app.operate` raises
-    ``ValueError`` when it is missing then).
+    ``ValueError`` when it is missing then). ``allowed_service_accounts``: the ServiceAccounts
+    a SparkApplication's driver and executors may run as (:mod:`.pod_privileges`); read from
+    ``SPARKGLASS_ALLOWED_SERVICE_ACCOUNTS`` when not given, because ``sparkglass operator
+    run`` has no option for it yet and the chart sets the variable.
     """
 
     namespaces: tuple[str, ...] = ()
@@ -48,8 +52,15 @@ class OperatorConfig:
     records_in_status: bool = True
     default_ttl_seconds_after_finished: int = DEFAULT_TTL_SECONDS
     allow_cleartext_control: bool = False
+    allowed_service_accounts: tuple[str, ...] = field(
+        default_factory=allowed_service_accounts_from_env
+    )
 
     def __post_init__(self) -> None:
+        # Checked like the variable: a typo in a hand-built config must not pass silently.
+        parse_service_accounts(
+            ",".join(self.allowed_service_accounts), setting="allowed_service_accounts"
+        )
         ttl = self.default_ttl_seconds_after_finished
         if not 0 <= ttl <= MAX_TTL_SECONDS:
             raise ValueError(

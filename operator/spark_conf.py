@@ -5,8 +5,9 @@ for ``spark-submit --deploy-mode client`` against the Kubernetes master, adds th
 plugin and sampling settings, then applies ``spec.sparkConf`` on top (so users can override
 anything but the plugin and jar lists, which are merged rather than replaced, and the keys
 the operator owns (``specs.operator_owned``: master, deploy mode, namespace, driver Pod name,
-host and ports, executor Pod template, the control endpoint), which the CRD and the spec's
-validation refuse and which are set again after the user's properties anyway).
+host and ports, executor Pod template, the control endpoint, the ServiceAccounts and
+``spark.authenticate``), which the CRD and the spec's validation refuse and which are set
+again after the user's properties anyway).
 ``spec.hadoopConf`` entries become ``spark.hadoop.<key>``, before ``spec.sparkConf``.
 """
 
@@ -32,6 +33,8 @@ PLUGIN_CLASS = "io.sparkglass.sampling.SamplingPlugin"
 #: the driver serve a certificate the operator does not pin, or no TLS at all.
 CONTROL_TLS_CERT_FILE = "spark.sparkglass.control.tls.cert-file"
 CONTROL_TLS_KEY_FILE = "spark.sparkglass.control.tls.key-file"
+#: Spark's RPC authentication, always on (see ``specs.OPERATOR_OWNED_CONF_KEYS``).
+AUTHENTICATE = "spark.authenticate"
 
 
 @dataclass(frozen=True)
@@ -159,6 +162,12 @@ def spark_properties(
         conf[REDACT_CONF] = json.dumps(
             [r.to_json_dict() for r in s.redact], separators=(",", ":"), sort_keys=True
         )
+    # Always, after sparkConf (which may not set it): the driver's RPC and block manager
+    # accept only peers holding this application's secret. With a k8s:// master Spark makes
+    # the secret in the driver (SecurityManager.initializeAuth) and puts it into each
+    # executor Pod it creates (BasicExecutorFeatureStep), or reads it from the files named by
+    # spark.authenticate.secret.{driver,executor}.file when the user mounts a Secret there.
+    conf[AUTHENTICATE] = "true"
     conf[CONTROL_TLS_CERT_FILE] = f"{names.CONTROL_TLS_DIR}/{CERT_KEY}"
     conf[CONTROL_TLS_KEY_FILE] = f"{names.CONTROL_TLS_DIR}/{KEY_KEY}"
     return conf

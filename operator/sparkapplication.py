@@ -26,6 +26,7 @@ Steps of a pass:
 from __future__ import annotations
 
 import contextlib
+import copy
 import secrets
 import time
 from datetime import UTC, datetime
@@ -35,7 +36,7 @@ import kopf
 import structlog
 from pydantic import ValidationError
 
-from . import children, names
+from . import children, executors, names
 from .certificates import ControlCertificate, issue_control_certificate, reissue_reason
 from .cluster import APPS, CONFIG_MAPS, PODS, SECRETS, SERVICES, ApiError, Conflict
 from .conditions import get_condition, now_rfc3339, set_condition
@@ -56,6 +57,13 @@ from .driver_state import (
 )
 from .metrics import APPLICATION_TRANSITIONS, DRIVER_PODS_CREATED, RECONCILES
 from .pipeline_status import InvalidPipeline, resolve
+from .pod_privileges import (
+    PodPrivilegeRefused,
+    check_secret_names,
+    check_service_accounts,
+    is_operator_secret,
+    refuse_secret,
+)
 from .specs import SparkApplicationSpec
 
 log = structlog.get_logger(__name__)
@@ -89,19 +97,65 @@ def register(registry: kopf.OperatorRegistry, resync_seconds: float) -> None:
         registry=registry,
         id="driver-pod",
     )(on_driver_pod)
+    # Executor Pods (Spark's, labelled with the application): an index for the status, and
+    # an event handler that brings a change of state into it without waiting for the resync.
+    executor_labels = {**executors.EXECUTOR_POD_LABELS, names.LABEL_APP: kopf.PRESENT}
+    kopf.index("", "v1", "pods", labels=executor_labels, registry=registry, id="sg_executor_pods")(
+        index_executor_pod
+    )
+    kopf.on.event("", "v1", "pods", labels=executor_labels, registry=registry, id="executor-pod")(
+        on_executor_pod
+    )
 
 
-async def on_application(namespace: str | None, name: str, memo: Any, **_: Any) -> None:
+def _adopt_executor_index(ctx: OperatorContext, kwargs: dict[str, Any]) -> None:
+    # kopf hands its indexes to handlers only; reconcile passes read them through ``ctx``.
+    if ctx.executor_pods is None and "sg_executor_pods" in kwargs:
+        ctx.executor_pods = kwargs["sg_executor_pods"]
+
+
+def index_executor_pod(namespace: str | None, labels: Any, body: kopf.Body, **_: Any) -> Any:
+    """kopf index ``sg_executor_pods``: ``(namespace, application)`` → the executor Pods
+    (their :func:`executors.summary`)."""
+    return {(namespace, labels.get(names.LABEL_APP)): executors.summary(dict(body))}
+
+
+async def on_application(namespace: str | None, name: str, memo: Any, **kwargs: Any) -> None:
     """Create / resume / spec change / resync: one reconcile pass."""
+    _adopt_executor_index(memo, kwargs)
     if namespace:
         await reconcile(memo, namespace, name)
 
 
-async def on_driver_pod(body: kopf.Body, memo: Any, **_: Any) -> None:
+async def on_driver_pod(body: kopf.Body, memo: Any, **kwargs: Any) -> None:
     """Any event of a driver Pod: reconcile its application (named by the Pod's label)."""
+    _adopt_executor_index(memo, kwargs)
     app = (body.metadata.labels or {}).get(names.LABEL_APP)
     if app and body.metadata.namespace:
         await reconcile(memo, body.metadata.namespace, app)
+
+
+async def on_executor_pod(body: kopf.Body, memo: Any, **kwargs: Any) -> None:
+    """An executor Pod changed: reconcile its application when the status shows another
+    state for it (most events of a Pod change nothing the status says; the resync timer
+    records the rest, e.g. a Pod gone)."""
+    _adopt_executor_index(memo, kwargs)
+    namespace, app = body.metadata.namespace, (body.metadata.labels or {}).get(names.LABEL_APP)
+    if not namespace or not app:
+        return
+    known = None
+    apps = kwargs.get("sg_applications")
+    if apps is not None and (found := apps.get((namespace, app))):
+        known = next(iter(found), None)
+    status = (known or {}).get("status") or {}
+    shown = (status.get("executorState") or {}).get(body.metadata.name)
+    if (
+        known is not None
+        and shown == executors.pod_state(dict(body))
+        and status.get("sparkApplicationId")
+    ):
+        return
+    await reconcile(memo, namespace, app)
 
 
 async def reconcile(ctx: OperatorContext, namespace: str, name: str) -> None:
@@ -140,6 +194,13 @@ async def _reconcile(ctx: OperatorContext, namespace: str, name: str) -> None:
         await _invalid(ctx, app, exc.reason, exc.message)
         return
 
+    try:
+        await _check_pod_privileges(ctx, app, spec)
+    except PodPrivilegeRefused as exc:
+        await _refused(ctx, app, resolved, str(exc))
+        await _expire(ctx, app, spec, status)  # timeToLiveSeconds still counts from its end
+        return
+
     uid = meta.get("uid") or ""
     hash = children.spec_hash(app.get("spec") or {})
     try:
@@ -159,6 +220,7 @@ async def _reconcile(ctx: OperatorContext, namespace: str, name: str) -> None:
         "vertices": resolved["vertices"],
         "edges": resolved["edges"],
         "observedGeneration": generation,
+        **await _executor_fields(ctx, app, pod, state),
     }
 
     if spec.suspend:
@@ -334,6 +396,9 @@ async def _submit(
         name, namespace, uid, spec, hash=hash, attempt=attempt, env=ctx.config.driver
     )
     new.update(
+        # A new run: its executors and Spark application id are new too.
+        executorState=None,
+        sparkApplicationId=None,
         specHash=hash,
         restarts=restarts,
         submissionAttempts=int(status.get("submissionAttempts") or 0) + 1,
@@ -441,6 +506,82 @@ async def _ensure_children(
                 svc_patch.setdefault("metadata", {})[key] = want
         if svc_patch:
             await cluster.patch(SERVICES, namespace, names.service_name(name), svc_patch)
+
+
+async def _check_pod_privileges(
+    ctx: OperatorContext, app: dict[str, Any], spec: SparkApplicationSpec
+) -> None:
+    """Raise :class:`PodPrivilegeRefused` when the Pods would run as a ServiceAccount outside
+    the allowlist or reach a Secret the operator created for an application (by name, then
+    by the labels of each other referenced Secret, read from the API)."""
+    check_service_accounts(spec, ctx.config.allowed_service_accounts)
+    namespace = app["metadata"]["namespace"]
+    seen: set[str] = set()
+    for field, name in check_secret_names(spec):
+        if name in seen:
+            continue
+        seen.add(name)
+        secret = await ctx.cluster.find(SECRETS, namespace, name)
+        if secret is not None and is_operator_secret(secret):
+            raise refuse_secret(field, name, "carries the labels of the operator's Secrets")
+
+
+async def _refused(
+    ctx: OperatorContext, app: dict[str, Any], resolved: dict[str, Any], message: str
+) -> None:
+    """The Pods would get rights the user may not hand out: stop the driver if one runs (it
+    was started before the rule, or under a wider allowlist), create nothing, and report
+    ``SUBMISSION_FAILED`` naming the field. ``specHash`` is cleared, so that once the spec or
+    the allowlist changes, the next pass submits again."""
+    name, namespace = app["metadata"]["name"], app["metadata"]["namespace"]
+    pod = await ctx.cluster.find(PODS, namespace, names.driver_pod_name(name))
+    owned = pod is not None and owned_by(pod, app, names.ROLE_DRIVER)
+    if owned and pod is not None and not pod["metadata"].get("deletionTimestamp"):
+        await ctx.cluster.delete(PODS, namespace, names.driver_pod_name(name))
+    new: dict[str, Any] = {
+        "vertices": resolved["vertices"],
+        "edges": resolved["edges"],
+        "observedGeneration": app["metadata"].get("generation"),
+        "applicationState": {"state": AppState.SUBMISSION_FAILED.value, "errorMessage": message},
+        "driverInfo": _driver_info(name, None, ended=True),
+        "specHash": None,
+    }
+    if _state(app.get("status") or {}) != AppState.SUBMISSION_FAILED.value:
+        log.warning("submission refused", namespace=namespace, name=name, reason=message)
+    await _write(ctx, app, new, AppState.SUBMISSION_FAILED, message)
+
+
+async def _executor_fields(
+    ctx: OperatorContext, app: dict[str, Any], pod: dict[str, Any] | None, state: AppState
+) -> dict[str, Any]:
+    """``executorState`` and ``sparkApplicationId`` for the status (:mod:`.executors`): the
+    executor Pods of the current driver Pod, from kopf's index (the API without one). Keys
+    are left out when there is nothing to say, so a pass writes nothing new."""
+    name, namespace = app["metadata"]["name"], app["metadata"]["namespace"]
+    pods: list[dict[str, Any]] = []
+    if pod is not None:
+        if ctx.executor_pods is not None:
+            pods = [copy.deepcopy(p) for p in ctx.executor_pods.get((namespace, name)) or []]
+        else:
+            labels = {names.LABEL_APP: name, executors.LABEL_SPARK_ROLE: executors.ROLE_EXECUTOR}
+            pods = await ctx.cluster.list_objects(PODS, namespace, labels=labels)
+    own = executors.of_driver(pods, pod)
+    status = app.get("status") or {}
+    if pod is not None:
+        driver_state = state_of(pod).value
+    else:
+        driver_state = "SUCCEEDING" if state is AppState.COMPLETED else "FAILING"
+    out: dict[str, Any] = {}
+    previous = status.get("executorState")
+    shown = executors.executor_state(
+        own, previous if isinstance(previous, dict) else None, driver_state=driver_state
+    )
+    if shown:
+        out["executorState"] = shown
+    app_id = executors.application_id(pod, own)
+    if app_id:
+        out["sparkApplicationId"] = app_id
+    return out
 
 
 class ChildNotOwned(Exception):

@@ -64,7 +64,8 @@ def _duration(value: str, info: ValidationInfo) -> str:
 #: master and deploy mode make ``spark-submit`` start something else; the namespace, Pod name,
 #: host and ports are what the driver's headless Service and the executors rely on; the
 #: executor Pod template carries the restricted security defaults and ``spec.executor``'s Pod
-#: settings; the control endpoint's address, token and TLS files are what the operator pins.
+#: settings; the control endpoint's address, token and TLS files are what the operator pins;
+#: the ServiceAccount properties would go around the operator's allowlist.
 OPERATOR_OWNED_CONF_KEYS = frozenset(
     {
         "spark.master",
@@ -79,6 +80,18 @@ OPERATOR_OWNED_CONF_KEYS = frozenset(
         "spark.kubernetes.executor.podTemplateFile",
         "spark.kubernetes.executor.podTemplateContainerName",
         "spark.kubernetes.executor.label.sparkglass.io/application",
+        # The accounts the Pods run as: spec.driver/executor.serviceAccount, checked against
+        # the operator's allowlist (pod_privileges), are the only way to choose them.
+        "spark.kubernetes.authenticate.driver.serviceAccountName",
+        "spark.kubernetes.authenticate.executor.serviceAccountName",
+        # Spark's RPC authentication (security A6): the chart's NetworkPolicy admits every Pod
+        # of the namespace labelled as some application's executor to the driver's RPC and
+        # block-manager ports, so only the application's own secret keeps another
+        # application's executors out. On Kubernetes Spark generates the secret per
+        # application and hands it to its executors itself; a fixed spark.authenticate.secret
+        # would sit in the ConfigMap that the namespace's view role reads.
+        "spark.authenticate",
+        "spark.authenticate.secret",
     }
 )
 #: Prefixes of operator-owned keys: the control endpoint (port, host, token, TLS files)...

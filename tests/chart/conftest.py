@@ -19,7 +19,8 @@ CHART = REPO / "charts" / "sparkglass"
 RELEASE = "sparkglass"
 NAMESPACE = "sparkglass-system"
 
-#: The three value sets the README documents, plus the namespaced and local-auth variants.
+#: The three value sets the README documents, plus the cluster-wide, namespaced and local-auth
+#: variants. "default" is namespaced too: the release namespace only.
 VARIANTS: dict[str, dict[str, Any]] = {
     "default": {},
     "postgresql-ingress-metrics": {
@@ -45,6 +46,10 @@ VARIANTS: dict[str, dict[str, Any]] = {
             "type": "postgresql",
             "postgresql": {"url": "postgresql+psycopg://sg:not-a-real-password@db:5432/sg"},
         },
+    },
+    "cluster-wide": {
+        "operator": {"clusterWide": True},
+        "driver": {"namespaces": ["spark-jobs", "spark-batch"]},
     },
     "namespaced": {
         "watchNamespaces": ["spark-jobs", "spark-batch"],

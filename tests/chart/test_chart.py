@@ -219,6 +219,7 @@ BAD_VALUES: dict[str, dict[str, Any]] = {
         "ingress": {"hosts": [{"host": "x", "paths": [{"path": "x", "pathType": "Prefix"}]}]}
     },
     "bad namespace name": {"watchNamespaces": ["Spark_Jobs"]},
+    "cluster-wide not a boolean": {"operator": {"clusterWide": "yes"}},
     "database URL in plain config": {"service": {"config": {"database_url": "sqlite:///x"}}},
     "port out of range": {"service": {"port": 70000}},
     "jar that is not a jar URL": {"operator": {"runtimeJar": "/opt/x.txt"}},
@@ -519,7 +520,7 @@ def test_operator_rights_match_what_it_calls(rendered: Rendered) -> None:
     from sparkglass.operator import cluster
 
     docs = rendered("default")
-    rules = _rules_for(docs, "sparkglass-operator", "spark-jobs")
+    rules = _rules_for(docs, "sparkglass-operator", NAMESPACE)
     kinds = [v for v in vars(cluster).values() if isinstance(v, cluster.Kind)]
     assert kinds
     for kind in kinds:
@@ -537,7 +538,10 @@ def test_operator_rights_match_what_it_calls(rendered: Rendered) -> None:
         assert _allowed(rules, "sparkglass.io", f"{plural}/status", "patch")
         # Users and the service create these; the operator never does.
         assert not _allowed(rules, "sparkglass.io", plural, "create")
-    assert _allowed(rules, "apiextensions.k8s.io", "customresourcedefinitions", "watch")
+    # Watching exact namespaces kopf scans nothing: no CRD discovery, no cluster-scoped right.
+    assert not _allowed(rules, "apiextensions.k8s.io", "customresourcedefinitions", "watch")
+    wide = _rules_for(rendered("cluster-wide"), "sparkglass-operator", "anywhere")
+    assert _allowed(wide, "apiextensions.k8s.io", "customresourcedefinitions", "watch")
     assert not _allowed(rules, "", "secrets", "delete")
     # The control certificate is added to (or renewed in) the Secret before a driver starts.
     assert _allowed(rules, "", "secrets", "patch")
@@ -584,24 +588,84 @@ def test_namespaced_install_binds_only_watched_namespaces(rendered: Rendered) ->
         for resource in ("datasamples", "sparkapplications"):
             assert not _allowed(elsewhere, "sparkglass.io", resource, "get"), (sa, resource)
         assert not _allowed(elsewhere, "", "pods", "create"), sa
-    # Cluster-wide bindings left: CRD discovery (+ namespaces) for the operator, and the
-    # service's auth-delegator.
+    # The only cluster-wide binding left: the service's auth-delegator (TokenReview and
+    # SubjectAccessReview are cluster-scoped). No ClusterRole: Roles in each namespace.
     crbs = {b["metadata"]["name"]: b["roleRef"]["name"] for b in find(docs, "ClusterRoleBinding")}
-    assert crbs == {
-        "sparkglass-operator-discovery": "sparkglass-operator-discovery",
-        "sparkglass-service-auth-delegator": "system:auth-delegator",
-    }
-    discovery = one(docs, "ClusterRole", "sparkglass-operator-discovery")
-    assert any("namespaces" in r["resources"] for r in discovery["rules"])
+    assert crbs == {"sparkglass-service-auth-delegator": "system:auth-delegator"}
+    assert not find(docs, "ClusterRole")
     operator = _containers(one(docs, "Deployment", "sparkglass-operator"))[0]
     assert "--namespace=spark-jobs" in operator["args"]
     assert "--namespace=spark-batch" in operator["args"]
     assert "--all-namespaces" not in operator["args"]
 
 
+def test_default_install_is_namespaced_to_the_release_namespace(rendered: Rendered) -> None:
+    """Issue 14 item 8: without watchNamespaces and without operator.clusterWide the chart
+    manages its own namespace only, with Roles; nothing of it reaches another namespace."""
+    docs = rendered("default")
+    operator = _containers(one(docs, "Deployment", "sparkglass-operator"))[0]
+    assert f"--namespace={NAMESPACE}" in operator["args"]
+    assert "--all-namespaces" not in operator["args"]
+    assert {(r["kind"], r["metadata"]["namespace"]) for r in find(docs, "Role")} == {
+        ("Role", NAMESPACE)
+    }
+    assert not find(docs, "ClusterRole")
+    crbs = {b["roleRef"]["name"] for b in find(docs, "ClusterRoleBinding")}
+    assert crbs == {"system:auth-delegator"}  # the service's TokenReview/SubjectAccessReview
+    for sa in ("sparkglass-operator", "sparkglass-service", "spark-driver"):
+        here, elsewhere = _rules_for(docs, sa, NAMESPACE), _rules_for(docs, sa, "spark-jobs")
+        assert here, sa
+        assert not [r for r in elsewhere if "builtin" not in r], (sa, elsewhere)
+    assert _allowed(_rules_for(docs, "sparkglass-operator", NAMESPACE), "", "secrets", "get")
+    assert {p["metadata"]["namespace"] for p in find(docs, "NetworkPolicy")} == {NAMESPACE}
+    assert "watching sparkglass-system" in render({})["sparkglass/templates/NOTES.txt"]
+
+
+def test_cluster_wide_only_with_the_explicit_value(rendered: Rendered) -> None:
+    docs = rendered("cluster-wide")
+    operator = _containers(one(docs, "Deployment", "sparkglass-operator"))[0]
+    assert "--all-namespaces" in operator["args"]
+    assert not [a for a in operator["args"] if a.startswith("--namespace")]
+    for sa in ("sparkglass-operator", "sparkglass-service"):
+        bound = {
+            b["roleRef"]["name"]
+            for b in find(docs, "ClusterRoleBinding")
+            if any(s["name"] == sa for s in b["subjects"])
+        }
+        assert f"{sa}" in bound, (sa, bound)
+        rules = _rules_for(docs, sa, "any-namespace")
+        assert _allowed(rules, "sparkglass.io", "datasamples", "get"), sa
+    # The Lease stays a Role of the release namespace; drivers and policies follow
+    # driver.namespaces.
+    assert {r["metadata"]["name"] for r in find(docs, "Role", None)} >= {
+        "sparkglass-operator-lease"
+    }
+    assert {p["metadata"]["namespace"] for p in find(docs, "NetworkPolicy")} == {
+        "spark-jobs",
+        "spark-batch",
+    }
+    assert "all namespaces" in render(VARIANTS["cluster-wide"])["sparkglass/templates/NOTES.txt"]
+
+
+def test_cluster_wide_refuses_watch_namespaces_and_uncovered_network_policies() -> None:
+    """A10: a cluster-wide operator with NetworkPolicies but no driver.namespaces would leave
+    every namespace but the release's without them: the render fails saying so."""
+    helm = pytest.importorskip("helm_python")
+    with pytest.raises(helm.HelmError, match="leave watchNamespaces empty"):
+        render({"operator": {"clusterWide": True}, "watchNamespaces": ["spark-jobs"]})
+    with pytest.raises(
+        helm.HelmError, match=rf"would cover only {NAMESPACE}; list in driver.namespaces"
+    ):
+        render({"operator": {"clusterWide": True}})
+    # Without NetworkPolicies, or with the namespaces named, it renders.
+    docs = manifests({"operator": {"clusterWide": True}, "networkPolicy": {"enabled": False}})
+    assert not find(docs, "NetworkPolicy")
+    assert find(docs, "ClusterRoleBinding", "sparkglass-operator")
+
+
 def test_service_may_review_tokens_and_create_samples(rendered: Rendered) -> None:
     docs = rendered("default")
-    rules = _rules_for(docs, "sparkglass-service", "spark-jobs")
+    rules = _rules_for(docs, "sparkglass-service", NAMESPACE)
     assert {"builtin": "system:auth-delegator"} in rules
     assert _allowed(rules, "sparkglass.io", "datasamples", "create")
     assert _allowed(rules, "sparkglass.io", "sparkapplications", "list")
@@ -634,6 +698,30 @@ def test_driver_manages_executors_in_its_namespace_only(rendered: Rendered) -> N
             if s["name"] == "spark-driver"
         ]
         assert not subjects
+
+
+def _allowed_accounts(docs: list[dict[str, Any]]) -> str:
+    operator = _containers(one(docs, "Deployment", "sparkglass-operator"))[0]
+    return str(_env(operator)["SPARKGLASS_ALLOWED_SERVICE_ACCOUNTS"]["value"])
+
+
+def test_operator_accepts_the_driver_account_or_the_listed_ones() -> None:
+    """SparkApplications may run as the chart's driver account by default, as the listed
+    accounts when given, and never as the chart's own operator or service account."""
+    helm = pytest.importorskip("helm_python")
+    assert _allowed_accounts(manifests({})) == "spark-driver"
+    assert _allowed_accounts(manifests({"driver": {"serviceAccount": {"name": "spark"}}})) == (
+        "spark"
+    )
+    listed = {"operator": {"allowedServiceAccounts": ["spark-driver", "etl-runner"]}}
+    assert _allowed_accounts(manifests(listed)) == "spark-driver,etl-runner"
+    for own in ("sparkglass-operator", "sparkglass-service"):
+        with pytest.raises(helm.HelmError, match=f"allowedServiceAccounts lists {own}"):
+            render({"operator": {"allowedServiceAccounts": ["spark-driver", own]}})
+    chart = load_chart()
+    for bad in (["Spark_Driver"], ["a", "a"]):
+        with pytest.raises(helm.HelmValuesError):
+            chart.validate_schema(chart.merge_values({"operator": {"allowedServiceAccounts": bad}}))
 
 
 def test_example_application_runs_as_the_chart_driver_account() -> None:
@@ -774,10 +862,18 @@ def test_operator_command_parses(rendered: Rendered, variant: str) -> None:
     assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
     assert params["health_port"] == 8080 and params["metrics_port"] == 9090
     assert params["runtime_jar"] == "local:///opt/sparkglass/sparkglass-tap.jar"
-    # Every SPARKGLASS_* variable the chart sets is one the command reads.
+    # Every SPARKGLASS_* variable the chart sets is one the command reads, or one the
+    # operator's configuration reads itself (OperatorConfig's defaults), with a valid value.
+    from sparkglass.operator.pod_privileges import (
+        ALLOWED_SERVICE_ACCOUNTS_ENV,
+        parse_service_accounts,
+    )
+
     envvars = {p.envvar for p in ctx.command.params if p.envvar}
-    for name in _env(container):
-        if name.startswith("SPARKGLASS_"):
+    for name, entry in _env(container).items():
+        if name == ALLOWED_SERVICE_ACCOUNTS_ENV:
+            assert parse_service_accounts(entry["value"]), entry
+        elif name.startswith("SPARKGLASS_"):
             assert name in envvars, f"`sparkglass operator run` does not read {name}"
 
 

@@ -294,3 +294,33 @@ def test_user_tunable_keys_pass(key: str) -> None:
             {"image": "i", "mainApplicationFile": "f", "sparkConf": {key: "1"}}
         ).spark_conf
     )
+
+
+@pytest.mark.parametrize(
+    ("conf", "refused"),
+    [
+        ({"spark.kubernetes.executor.secrets.victim-control-token": "/mnt/t"}, True),
+        ({"spark.kubernetes.driver.secrets.victim-control-token": "/mnt/t"}, True),
+        ({"spark.kubernetes.executor.secretKeyRef.TOKEN": "victim-control-token:token"}, True),
+        ({"spark.kubernetes.driver.secretKeyRef.TOKEN": "victim-control-token"}, True),
+        ({"spark.kubernetes.executor.secrets.s3-credentials": "/mnt/s3"}, False),
+        ({"spark.kubernetes.executor.secretKeyRef.KEY": "s3-credentials:control-token"}, False),
+        ({"spark.app.note": "victim-control-token:token"}, False),
+    ],
+)
+def test_spark_secret_properties_may_not_name_a_control_token_secret(
+    conf: dict[str, str], refused: bool
+) -> None:
+    """The CEL rule and the operator (``pod_privileges``) agree on Spark's own secret keys."""
+    from sparkglass.operator.pod_privileges import PodPrivilegeRefused, check_secret_names
+
+    messages = [r["message"] for r in _spark_conf_rules() if not evaluate(r["rule"], conf)]
+    assert bool(messages) is refused, messages
+    if refused:
+        assert "control-token" in messages[0]
+    spec = SparkApplicationSpec.parse({"image": "i", "mainApplicationFile": "f", "sparkConf": conf})
+    if refused:
+        with pytest.raises(PodPrivilegeRefused, match=r"spec\.sparkConf"):
+            check_secret_names(spec)
+    else:
+        check_secret_names(spec)

@@ -554,7 +554,9 @@ async def test_finished_datasample_is_deleted_after_its_ttl(
     kube: SparkglassEmulator, operator: OperatorProcess, driver: ScriptedDriver
 ) -> None:
     await running_app(kube, operator, driver)
-    await post(kube, "datasamples", sample_body("brief", "parse", ttlSecondsAfterFinished=1))
+    # 3 s: a window wide enough for this test to see the final phase before the deletion on
+    # a loaded machine (with 1 s it sometimes saw the DataSample only once it was gone).
+    await post(kube, "datasamples", sample_body("brief", "parse", ttlSecondsAfterFinished=3))
     await post(kube, "datasamples", sample_body("kept", "parse"))
     assert await wait_final(kube, "brief", operator) == "Complete", status(kube, "brief")
     await eventually(
@@ -564,7 +566,9 @@ async def test_finished_datasample_is_deleted_after_its_ttl(
         operator=operator,
     )
     assert await wait_final(kube, "kept", operator) == "Complete"
-    await asyncio.sleep(1.5)  # longer than brief's TTL: kept has none, so it stays
+    # Nothing may happen here, so no condition to wait for: longer than brief's TTL, and
+    # kept (no TTL of its own: the operator's default, 1 h) stays.
+    await asyncio.sleep(3.5)
     assert phase(kube, "kept") == "Complete"
 
 
@@ -590,7 +594,9 @@ async def test_operator_restart_mid_round_neither_loses_nor_duplicates(
     driver.release()
     operator.start()
     assert await wait_final(kube, "restart", operator) == "Complete"
-    assert driver.calls["open:parse"] == 1  # the new process continued the same round
+    # The new process asked the driver again with the DataSample's uid (status is not input)
+    # and got the same round: asked twice, opened once, continued.
+    assert driver.calls["open:parse"] == 2 and list(driver.rounds) == ["r1-parse"]
     assert status(kube, "restart")["roundId"] == "r1-parse"
     assert status(kube, "restart")["totalRecordCount"] == 6
     await eventually(

@@ -189,7 +189,10 @@ def test_next_step_only_polls_rounds_in_flight_and_expires_finished_ones() -> No
         {"applicationRef": {"name": "a"}, "vertex": "v", "ttlSecondsAfterFinished": 5},
     ).next_step_in()
     assert 4.0 < own_ttl <= 5.0
-    assert step_with({"phase": "Failed"}).next_step_in() is None  # no completion time known
+    # No completion time in the status: the TTL counts from when this process first saw it
+    # finished (a status without one must not keep its records forever).
+    unknown = step_with({"phase": "Failed"}).next_step_in()
+    assert 599 < unknown <= 601
     waiting = step_with({"phase": "Pending"})
     waiting.wait_for = 3.0
     assert waiting.next_step_in() == 3.0
@@ -198,7 +201,7 @@ def test_next_step_only_polls_rounds_in_flight_and_expires_finished_ones() -> No
     assert gone.next_step_in() is None
 
 
-def test_driver_pod_watch_selects_the_operators_driver_pods_server_side() -> None:
+def test_pod_watch_selects_the_applications_pods_server_side() -> None:
     from kopf._cogs.structs.references import Resource
 
     from sparkglass.operator.app import build_settings
@@ -207,9 +210,8 @@ def test_driver_pod_watch_selects_the_operators_driver_pods_server_side() -> Non
     # What kopf's watcher sends as labelSelector for the Pod watch (its own lookup), and
     # nothing for other resources.
     pods = Resource(group="", version="v1", plural="pods", kind="Pod", namespaced=True)
-    assert settings.watching.label_selectors.collect(pods) == [
-        "app.kubernetes.io/managed-by=sparkglass-operator,sparkglass.io/role=driver"
-    ]
+    # Driver and executor Pods alike carry the application label (one watch per resource).
+    assert settings.watching.label_selectors.collect(pods) == ["sparkglass.io/application"]
     services = Resource(group="", version="v1", plural="services", kind="Service")
     assert settings.watching.label_selectors.collect(services) == []
 
@@ -221,3 +223,49 @@ def test_cache_drops_the_records_of_a_datasample_status() -> None:
     kept = cache.get("ns", "a")
     assert kept["status"] == {"phase": "Complete"} and big["status"]["samples"]  # caller's intact
     assert OperatorContext(config=OperatorConfig(), cluster=None).samples.observe(big)  # type: ignore[arg-type]
+
+
+def test_status_read_at_first_sight_can_end_a_datasample_sooner_never_later() -> None:
+    """A process meeting a DataSample mid-flight (a restart) takes the status' bookkeeping
+    once, within bounds: a TTL counts at the latest from now, a back-off waits at most 60 s,
+    a round's start is not later than now, and a roundId is only a claim."""
+    now = time.time()
+    created = {"creationTimestamp": rfc(now - 3600).split(".")[0] + "Z", "uid": "u1"}
+
+    def adopted(status: dict[str, Any]) -> Any:
+        step = step_with(status)
+        step.body["metadata"].update(created)
+        return step.record
+
+    future = rfc(now + 10 * 365 * 86400)
+    assert (
+        now - 1 <= adopted({"phase": "Complete", "completionTime": future}).finished_at <= now + 1
+    )
+    assert now - 1 <= adopted({"phase": "Complete"}).finished_at <= now + 1
+    before_creation = adopted({"phase": "Complete", "completionTime": "1970-01-01T00:00:01Z"})
+    assert abs(before_creation.finished_at - (now - 3600)) < 2
+    assert adopted({"phase": "Complete", "completionTime": "not a time"}).finished_at >= now - 1
+    waiting = adopted({"phase": "Pending", "retries": 2, "nextAttemptTime": future})
+    assert waiting.retries == 2 and waiting.next_attempt_at <= now + 61
+    assert adopted({"phase": "Pending", "retries": -5}).retries == 0
+    open_ = adopted({"phase": "InProgress", "roundId": "r7", "startTime": future})
+    assert open_.round_id is None and open_.claimed_round_id == "r7"  # read only once confirmed
+    assert now - 1 <= open_.opened_at <= now + 1
+    assert adopted({"phase": "InProgress", "roundId": 42}).claimed_round_id is None
+
+
+def test_the_record_is_kept_per_uid_and_status_changes_after_first_sight_are_not_read() -> None:
+    step = step_with({"phase": "InProgress", "roundId": "r1"})
+    step.body["metadata"]["uid"] = "u1"
+    record = step.record
+    record.round_id, record.finished_at = "r1", None
+    # The next step of the same DataSample, with a status someone else rewrote.
+    again = datasample._Step(step.ctx, "ns", "x")
+    again.body = {**step.body, "status": {"phase": "Complete", "roundId": "r-other"}}
+    again.status = again.body["status"]
+    assert again.record is record and again.record.round_id == "r1"
+    assert again.next_step_in() == 0.5  # still polled: not finished by a written phase
+    # A DataSample re-created under the same name is another uid: a fresh record.
+    other = datasample._Step(step.ctx, "ns", "x")
+    other.body = {"metadata": {"name": "x", "uid": "u2"}, "spec": step.body["spec"], "status": {}}
+    assert other.record is not record

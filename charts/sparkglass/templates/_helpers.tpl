@@ -93,14 +93,30 @@ app.kubernetes.io/component: {{ .component }}
 {{- end }}
 
 {{/*
-Namespaces where drivers run: driver.namespaces, else watchNamespaces, else the release's.
-Rendered as a JSON list so callers can `fromJsonArray` it.
+Namespaces the operator watches and the service may read: watchNamespaces, else the release
+namespace; none (the whole cluster) only with operator.clusterWide=true. Rendered as a JSON
+list so callers can `fromJsonArray` it; an empty list means cluster-wide.
 */}}
-{{- define "sparkglass.driverNamespaces" -}}
-{{- if .Values.driver.namespaces }}
-{{- toJson .Values.driver.namespaces }}
+{{- define "sparkglass.watchNamespaces" -}}
+{{- if .Values.operator.clusterWide }}
+{{- toJson (list) }}
 {{- else if .Values.watchNamespaces }}
 {{- toJson .Values.watchNamespaces }}
+{{- else }}
+{{- toJson (list .Release.Namespace) }}
+{{- end }}
+{{- end }}
+
+{{/*
+Namespaces where drivers run: driver.namespaces, else the watched namespaces, else (a
+cluster-wide operator) the release's. Rendered as a JSON list.
+*/}}
+{{- define "sparkglass.driverNamespaces" -}}
+{{- $watched := include "sparkglass.watchNamespaces" . | fromJsonArray }}
+{{- if .Values.driver.namespaces }}
+{{- toJson .Values.driver.namespaces }}
+{{- else if $watched }}
+{{- toJson $watched }}
 {{- else }}
 {{- toJson (list .Release.Namespace) }}
 {{- end }}
@@ -146,6 +162,12 @@ Fail early on value combinations the schema cannot express clearly (the schema c
 rest); these messages are what `helm install` prints.
 */}}
 {{- define "sparkglass.validate" -}}
+{{- if and .Values.operator.clusterWide .Values.watchNamespaces }}
+{{- fail "operator.clusterWide=true watches every namespace: leave watchNamespaces empty (or set operator.clusterWide=false to watch only watchNamespaces)" }}
+{{- end }}
+{{- if and .Values.operator.clusterWide .Values.networkPolicy.enabled (not .Values.driver.namespaces) }}
+{{- fail (printf "operator.clusterWide=true with networkPolicy.enabled: the NetworkPolicies (and the driver ServiceAccount) are rendered per namespace and would cover only %s; list in driver.namespaces every namespace where SparkApplications run, or set networkPolicy.enabled=false and protect the drivers otherwise" .Release.Namespace) }}
+{{- end }}
 {{- if and (eq .Values.store.type "postgresql") (not .Values.store.existingSecret) (not .Values.store.postgresql.url) }}
 {{- fail "store.type=postgresql needs store.existingSecret (a Secret with the URL) or store.postgresql.url" }}
 {{- end }}
@@ -158,4 +180,43 @@ rest); these messages are what `helm install` prints.
 {{- if and .Values.podDisruptionBudget.enabled (not (kindIs "invalid" .Values.podDisruptionBudget.minAvailable)) (not (kindIs "invalid" .Values.podDisruptionBudget.maxUnavailable)) }}
 {{- fail "podDisruptionBudget: set minAvailable or maxUnavailable, not both" }}
 {{- end }}
+{{- end }}
+
+{{/*
+The operator's rules in a namespace it manages (a Role per namespace, or one ClusterRole with
+operator.clusterWide=true).
+*/}}
+{{- define "sparkglass.operator.rules" -}}
+# Its own resources: watched by kopf, patched (finalizer, progress annotations), deleted
+# after timeToLiveSeconds / ttlSecondsAfterFinished. No create: users and the service do that.
+- apiGroups: ["sparkglass.io"]
+  resources: ["sparkapplications", "datasamples"]
+  verbs: ["get", "list", "watch", "patch", "delete"]
+- apiGroups: ["sparkglass.io"]
+  resources: ["sparkapplications/status", "datasamples/status"]
+  verbs: ["get", "patch"]
+# Children carry blockOwnerDeletion owner references; clusters running the
+# OwnerReferencesPermissionEnforcement admission plugin require this to set them.
+- apiGroups: ["sparkglass.io"]
+  resources: ["sparkapplications/finalizers"]
+  verbs: ["update"]
+# The driver Pod: created, watched (kopf event handler on driver Pods), replaced; the
+# executor Pods Spark creates: watched (status.executorState).
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["get", "list", "watch", "create", "delete"]
+# The driver's ConfigMap and headless Service: created, kept in line with the spec.
+- apiGroups: [""]
+  resources: ["configmaps", "services"]
+  verbs: ["get", "create", "patch"]
+# The control Secret: created once, read to call the driver's control endpoint (token,
+# certificate to pin); patched to add or renew the TLS certificate before a driver starts.
+# Scoped by the namespaces it manages: Secrets cannot be narrowed by a name pattern.
+- apiGroups: [""]
+  resources: ["secrets"]
+  verbs: ["get", "create", "patch"]
+# Events on SparkApplications and DataSamples (ours and kopf's).
+- apiGroups: [""]
+  resources: ["events"]
+  verbs: ["create", "patch"]
 {{- end }}
