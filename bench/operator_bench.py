@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
 import json
 import os
 import subprocess
@@ -45,7 +44,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import aiohttp.web
 import kmock
 import yaml
 
@@ -53,7 +51,11 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from tests.operator.conftest import NAMESPACE, SparkglassEmulator  # noqa: E402
-from tests.operator.test_datasample import ScriptedDriver  # noqa: E402
+from tests.operator.test_datasample import (  # noqa: E402
+    ScriptedDriver,
+    secret_entry,
+    serve_driver,
+)
 
 sys.path.insert(0, str(Path(__file__).parent))
 from provenance import run_info  # noqa: E402
@@ -88,18 +90,6 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-async def start_driver(driver: ScriptedDriver) -> aiohttp.web.AppRunner:
-    app = aiohttp.web.Application()
-    app.router.add_post("/api/v1/vertices/{vertex}/rounds", driver.open_round)
-    app.router.add_get("/api/v1/rounds/{round}", driver.get_round)
-    runner = aiohttp.web.AppRunner(app)
-    await runner.setup()
-    site = aiohttp.web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    driver.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    return runner
-
-
 async def wait_for(check: Any, timeout: float, what: str) -> Any:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -125,7 +115,7 @@ async def bench(retained: int, new: int, interval: float, out: Path) -> dict[str
     for crd in ("sparkapplication.yaml", "datasample.yaml"):
         kube.register_crd(yaml.safe_load((REPO / "crds" / crd).read_text()))
     drivers = [ScriptedDriver() for _ in range(APPS)]
-    runners = [await start_driver(d) for d in drivers]
+    runners = [await serve_driver(d) for d in drivers]
     async with kube, kmock.Server(kube):
         tmp = Path(tempfile.mkdtemp(prefix="sg-operator-bench-"))
         kubeconfig = tmp / "kubeconfig"
@@ -157,7 +147,7 @@ async def bench(retained: int, new: int, interval: float, out: Path) -> dict[str
         proc = subprocess.Popen(
             [sys.executable, "-m", "sparkglass", "operator", "run", "--namespace", NAMESPACE,
              "--standalone", "--health-port", "0", "--metrics-port", "0", "--log-level",
-             "WARNING"],
+             os.environ.get("SG_OPERATOR_LOG_LEVEL", "WARNING")],
             env=env, stdout=log, stderr=subprocess.STDOUT, cwd=str(REPO),
         )  # fmt: skip
         try:
@@ -185,7 +175,13 @@ async def bench(retained: int, new: int, interval: float, out: Path) -> dict[str
                     60,
                     "the control token",
                 )
-                driver.tokens.add(base64.b64decode(secret["data"]["token"]).decode())
+                driver.tokens.add(secret_entry(secret, "token"))
+                # What the driver Pod mounts: the certificate the operator issued and pins.
+                driver.serve_certificate(
+                    f"app-{i}-driver.{NAMESPACE}.svc",
+                    secret_entry(secret, "tls.crt"),
+                    secret_entry(secret, "tls.key"),
+                )
                 driver.vertices = set(VERTICES)
             # Warm-up: one DataSample end to end, so the operator has listed and resumed all.
             resp = await kube.post(

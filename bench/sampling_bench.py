@@ -43,6 +43,7 @@ from typing import Any
 import httpx
 from pyspark.sql import DataFrame, SparkSession
 
+from sparkglass.runtime.contract.round_request import RoundRequest
 from sparkglass.runtime.contract.sample_result import SampleStatus
 from sparkglass.runtime.pipeline import Pipeline
 from sparkglass.runtime.sampling import registry
@@ -156,6 +157,97 @@ def gate_cost(
     }
 
 
+#: The three expectations of the quality scenario: cheap predicates, as most are.
+QUALITY_EXPECTATIONS = (
+    ("positive", "u > 0"),
+    ("odd-or-even", "u % 2 IN (0, 1)"),
+    ("small", "t < 1000000000000"),
+)
+#: The active filtered round's predicate: about one row in ten matches.
+QUALITY_FILTER = "u % 10 = 1"
+
+
+def quality_cost(
+    spark: SparkSession, coordinator: RoundCoordinator, rows: int, rounds: int
+) -> dict[str, Any]:
+    """Task-CPU ns per record on the gate-cost chain (trivial map, 2 vertices) with the 3
+    :data:`QUALITY_EXPECTATIONS` on ``plus1``, in five variants per round:
+
+    - ``plain``: no expectations, sampling disabled;
+    - ``predicates``: the 3 conditions computed as plain columns (what they cost as SQL);
+    - ``expectations``: declared, and counted as a streaming vertex counts them
+      (:func:`~sparkglass.runtime.quality.observe_expectations`: this job is bounded, where
+      the pipeline itself would not count), sampling disabled;
+    - ``expectations_idle``: the same with sampling enabled, no round (the tap, and the
+      violations tap the expectations add);
+    - ``filtered_active``: the same, rounds back to back with ``filter``
+      :data:`QUALITY_FILTER` on ``plus1``.
+
+    Returns the medians (ns per record) and, per round, the paired overheads: what the
+    expectations add over their predicates, and what the idle tap and the filtered round add
+    over the same job with sampling disabled (percent; median and 95% interval)."""
+    from sparkglass.runtime.contract.expectations import expect, expectations_of
+    from sparkglass.runtime.quality import observe_expectations
+
+    def chain(name: str, enabled: bool, declared: bool, predicates: bool) -> DataFrame:
+        spark.conf.set(ENABLED, "true" if enabled else "false")
+        p = Pipeline(name, spark)
+        p.source("numbers", spark.range(0, rows, numPartitions=2))
+        p.vertex("times3", "numbers", lambda df: df.selectExpr("id", "id * 3 AS t"))
+        extra = [f"({cond}) AS c{i}" for i, (_, cond) in enumerate(QUALITY_EXPECTATIONS)]
+
+        def plus1(df: DataFrame) -> DataFrame:
+            out = df.selectExpr("id", "t", "t + 1 AS u")
+            return out.selectExpr("*", *extra) if predicates else out
+
+        fn = plus1
+        if declared:
+            for exp_name, cond in reversed(QUALITY_EXPECTATIONS):
+                fn = expect(exp_name, cond)(fn)
+        p.vertex("plus1", "times3", fn)
+        if declared:
+            counted = observe_expectations(p.output("plus1"), "plus1", expectations_of(fn))
+            return counted
+        return p.output("plus1")
+
+    jobs = {
+        "plain": chain("quality-plain", False, False, False),
+        "predicates": chain("quality-predicates", False, False, True),
+        "expectations": chain("quality-declared", False, True, False),
+        "expectations_idle": chain("quality-idle", True, True, False),
+    }
+    jobs["filtered_active"] = jobs["expectations_idle"]
+    spark.conf.set(ENABLED, "true")
+    ns: dict[str, list[float]] = {k: [] for k in jobs}
+    order = list(jobs)
+    for r in range(rounds):
+        for scenario in order[r % len(order) :] + order[: r % len(order)]:
+            if scenario == "filtered_active":
+                request = RoundRequest(filter=QUALITY_FILTER)
+                with ActiveSampling(coordinator, "plus1", request):
+                    _, cpu_rps = run_once(spark, jobs[scenario], rows, 1)
+            else:
+                _, cpu_rps = run_once(spark, jobs[scenario], rows, 1)
+            ns[scenario].append(1e9 / cpu_rps)
+    kept = {k: v[1:] if len(v) > 2 else v for k, v in ns.items()}  # the first: JIT warm-up
+
+    def paired(over: str, base: str) -> dict[str, Any]:
+        return median_ci([100 * (x / b - 1) for x, b in zip(kept[over], kept[base], strict=True)])
+
+    return {
+        "expectations": [f"{n}: {c}" for n, c in QUALITY_EXPECTATIONS],
+        "filter": QUALITY_FILTER,
+        "ns_per_record": {k: round(statistics.median(v), 1) for k, v in kept.items()},
+        # Positive = slower. Expectations against the same conditions as plain SQL columns:
+        "expectations_over_predicates_pct": paired("expectations", "predicates"),
+        # The tap with expectations declared, idle and in a filtered round, against the same
+        # job with sampling disabled (target: idle at most 1%).
+        "idle_tap_with_expectations_pct": paired("expectations_idle", "expectations"),
+        "filtered_active_round_pct": paired("filtered_active", "expectations"),
+        "rounds": len(kept["plain"]),
+    }
+
+
 def overhead_spread(samples: dict[str, list[float]]) -> dict[str, dict[str, Any]]:
     """Per-round paired overheads of idle and active against the baseline, in percent
     (``100 * (1 - scenario / baseline)`` of the same round): median and 95% bootstrap
@@ -175,9 +267,12 @@ def _half_width(ci: dict[str, Any]) -> float:
 class ActiveSampling:
     """Keeps rounds running on one vertex, back to back, until stopped."""
 
-    def __init__(self, coordinator: RoundCoordinator, vertex: str) -> None:
+    def __init__(
+        self, coordinator: RoundCoordinator, vertex: str, request: RoundRequest | None = None
+    ) -> None:
         self._c = coordinator
         self._vertex = vertex
+        self._request = request
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="bench-rounds", daemon=True)
         self.rounds: list[dict[str, Any]] = []
@@ -185,7 +280,7 @@ class ActiveSampling:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            started = self._c.start_round(self._vertex)
+            started = self._c.start_round(self._vertex, request=self._request)
             if started.status is not SampleStatus.PENDING or started.round_id is None:
                 time.sleep(0.1)
                 continue
@@ -229,6 +324,9 @@ def main() -> None:
     parser.add_argument("--warmup-rounds", type=int, default=1, help="rounds discarded")
     parser.add_argument("--gate-rows", type=int, default=20_000_000, help="gate cost jobs")
     parser.add_argument("--gate-rounds", type=int, default=5, help="gate cost rounds")
+    parser.add_argument(
+        "--quality-rounds", type=int, default=6, help="expectation/filter cost rounds [6]"
+    )
     parser.add_argument("--output", type=Path, default=RESULTS)
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
@@ -282,6 +380,7 @@ def main() -> None:
                     f"(task CPU)  {wall_rps:>12,.0f} records/s (wall clock)"
                 )
         gate = gate_cost(spark, coordinator, args.gate_rows, args.gate_rounds)
+        quality = quality_cost(spark, coordinator, args.gate_rows, args.quality_rounds)
         print(f"gate cost: {gate}")
     finally:
         spark.stop()
@@ -316,6 +415,7 @@ def main() -> None:
         ),
         "measure": "records / (task CPU seconds / 2 cores); wall-clock numbers alongside",
         "gate_cost": gate,
+        "quality_cost": quality,
         # What 3 taps cost at the main topology's measured CPU per record.
         "projected_idle_overhead_pct": round(
             100 * gate["idle_3_taps_ns_per_record"] / (1e9 * 2 / mean["baseline"]), 2

@@ -75,6 +75,20 @@ def _first_line(exc: Exception) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
+def observe_expectations(
+    df: DataFrame, vertex: str, expectations: Sequence[Expectation]
+) -> DataFrame:
+    """``df`` observed (Spark's ``observe``, one aggregate per micro-batch) as
+    ``<EXPECTATION_PREFIX><vertex>``: the row count and, per expectation, the rows failing
+    it. This is all an expectation costs a streaming vertex besides its tap."""
+    metrics = [
+        F.sum(F.when(passes(e), F.lit(0)).otherwise(F.lit(1))).alias(e.name) for e in expectations
+    ]
+    return df.observe(
+        f"{EXPECTATION_PREFIX}{vertex}", F.count(F.lit(1)).alias(ROWS_METRIC), *metrics
+    )
+
+
 def apply_expectations(
     pipeline: Any, vertex: str, df: DataFrame, expectations: Sequence[Expectation]
 ) -> DataFrame:
@@ -86,13 +100,7 @@ def apply_expectations(
         return df
     check_conditions(df, vertex, expectations)
     if df.isStreaming:
-        metrics = [
-            F.sum(F.when(passes(e), F.lit(0)).otherwise(F.lit(1))).alias(e.name)
-            for e in expectations
-        ]
-        df = df.observe(
-            f"{EXPECTATION_PREFIX}{vertex}", F.count(F.lit(1)).alias(ROWS_METRIC), *metrics
-        )
+        df = observe_expectations(df, vertex, expectations)
     if settings_from_spark(df.sparkSession).enabled:
         from sparkglass.runtime.sampling.tap import install_tap  # Spark-side, with the plugin
 

@@ -213,9 +213,9 @@ class ScriptedDriver:
         return aiohttp.web.json_response(result)
 
 
-@pytest.fixture()
-async def driver() -> AsyncIterator[ScriptedDriver]:
-    d = ScriptedDriver()
+async def serve_driver(d: ScriptedDriver) -> aiohttp.web.AppRunner:
+    """Serve ``d`` over HTTPS on 127.0.0.1 (``d.port``), as a driver's control endpoint;
+    the caller cleans the runner up. Also used by ``bench/operator_bench.py``."""
     app = aiohttp.web.Application()
     app.router.add_post("/api/v1/vertices/{vertex}/rounds", d.open_round)
     app.router.add_get("/api/v1/rounds/{round}", d.get_round)
@@ -225,6 +225,13 @@ async def driver() -> AsyncIterator[ScriptedDriver]:
     site = aiohttp.web.TCPSite(runner, "127.0.0.1", 0, ssl_context=d.ssl_context())
     await site.start()
     d.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    return runner
+
+
+@pytest.fixture()
+async def driver() -> AsyncIterator[ScriptedDriver]:
+    d = ScriptedDriver()
+    runner = await serve_driver(d)
     yield d
     await runner.cleanup()
 
