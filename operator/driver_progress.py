@@ -11,17 +11,31 @@ when it was read). ``failed`` (a failed query's message) is cut to
 :data:`MAX_FAILED_CHARS`; ``vertices`` keeps only the vertices of the pipeline in the
 application's spec.
 
+The status lives in etcd (objects of at most ~1.5 MiB, rewritten on every publish) and every
+reader of the application receives it, so :func:`bound_progress` bounds it whatever the driver
+(the application's own code) answers: at most :data:`MAX_PROGRESS_VERTICES` vertices (in the
+spec's order), :data:`MAX_PROGRESS_EXPECTATIONS` expectations each, and
+:data:`MAX_PROGRESS_BYTES` as compact JSON; what does not fit is left out and
+``truncated`` is true. The status is written with a JSON merge patch, which keeps map keys
+the patch does not name, so :func:`progress_patch` also deletes (``null``) the vertices and
+expectations of the previous status that are not published again: otherwise the stored
+status would be the union of every publish, and a driver naming new expectations on each
+answer would grow it without bound.
+
 A driver that does not answer costs the reconcile pass at most ``PROGRESS_TIMEOUT_S`` and
 leaves the last published metrics in place (their ``observedAt`` says how old they are).
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
 import structlog
 
+from sparkglass.runtime.contract.expectations import MAX_EXPECTATIONS_PER_VERTEX
 from sparkglass.runtime.control.client import AsyncControlClient, ControlError
 
 from .context import OperatorContext
@@ -34,6 +48,17 @@ PROGRESS_TIMEOUT_S = 3.0
 #: Longest failed-query message kept in status (etcd objects are small; the driver log has
 #: the whole exception).
 MAX_FAILED_CHARS = 1000
+#: Most vertices published: the largest pipeline the CRD admits (``spec.pipeline.vertices``
+#: has at most 64 items), so a valid application never loses one.
+MAX_PROGRESS_VERTICES = 64
+#: Most expectations published per vertex: what a vertex may declare (the contract's bound,
+#: and the CRD's ``maxProperties`` of ``expectations``).
+MAX_PROGRESS_EXPECTATIONS = MAX_EXPECTATIONS_PER_VERTEX
+#: Most bytes of ``status.progress`` as compact JSON. Without expectations 64 vertices take
+#: about 11 KiB; the rest leaves room for a few hundred expectations (about 190 bytes each),
+#: far more than pipelines declare, while a status rewritten every ``--progress-seconds``
+#: stays a small fraction of etcd's object limit (like a DataSample's ``maxStatusBytes``).
+MAX_PROGRESS_BYTES = 64 * 1024
 
 
 def _published_at(status: dict[str, Any]) -> float:
@@ -72,16 +97,114 @@ async def read_progress(ctx: OperatorContext, app: dict[str, Any]) -> dict[str, 
         )
         return None
     entry = metrics.model_dump(mode="json", by_alias=True)
+    entry["publishedAt"] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     # The driver is the application's own code: publish only the vertices of the pipeline
     # the spec declares (what the page can draw), so the status stays the pipeline's size
     # whatever names a driver sends.
-    declared = {
+    declared = [
         str(v.get("name"))
         for v in ((app.get("spec") or {}).get("pipeline") or {}).get("vertices") or []
         if isinstance(v, dict)
-    }
-    entry["vertices"] = {k: v for k, v in (entry.get("vertices") or {}).items() if k in declared}
-    if entry.get("failed"):
-        entry["failed"] = str(entry["failed"])[:MAX_FAILED_CHARS]
-    entry["publishedAt"] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    return entry
+    ]
+    bounded = bound_progress(entry, declared)
+    if bounded.get("truncated"):
+        log.info(
+            "driver progress truncated to fit status.progress",
+            namespace=meta.get("namespace"),
+            name=meta.get("name"),
+            max_bytes=MAX_PROGRESS_BYTES,
+        )
+    return progress_patch(bounded, (app.get("status") or {}).get("progress"))
+
+
+def _json_size(value: Any) -> int:
+    """Bytes of ``value`` as compact JSON (ASCII-escaped, so characters are bytes)."""
+    return len(json.dumps(value, separators=(",", ":")))
+
+
+def bound_progress(entry: Mapping[str, Any], declared: Iterable[str]) -> dict[str, Any]:
+    """``entry`` (a ``PipelineMetrics`` dump plus ``publishedAt``) within the status bounds.
+
+    Keeps the vertices named in ``declared`` (in that order, at most
+    :data:`MAX_PROGRESS_VERTICES`), each with at most :data:`MAX_PROGRESS_EXPECTATIONS`
+    expectations (the driver's order), and the whole at most :data:`MAX_PROGRESS_BYTES` of
+    compact JSON: vertices' row counts first (the graph needs them), then expectations taken
+    round-robin over the vertices (first of each, then second of each...), so that a vertex
+    with many expectations cannot crowd out the others; the first one that does not fit
+    ends the filling. ``failed`` is cut to :data:`MAX_FAILED_CHARS`. ``truncated`` says
+    whether anything was left out.
+    """
+    out: dict[str, Any] = {k: v for k, v in entry.items() if k not in ("vertices", "truncated")}
+    if out.get("failed"):
+        out["failed"] = str(out["failed"])[:MAX_FAILED_CHARS]
+    given = entry.get("vertices") or {}
+    names = [n for n in dict.fromkeys(declared) if isinstance(given.get(n), Mapping)]
+    truncated = len(names) > MAX_PROGRESS_VERTICES
+    vertices: dict[str, dict[str, Any]] = {}
+    out["vertices"] = vertices
+    # Measured with truncated=false, the longer of the two literals: the size only shrinks
+    # when it turns true.
+    out["truncated"] = False
+    size = _json_size(out)
+    waiting: dict[str, list[tuple[str, Any]]] = {}
+    for name in names[:MAX_PROGRESS_VERTICES]:
+        metrics = given[name]
+        vertex = {k: v for k, v in metrics.items() if k != "expectations"}
+        vertex["expectations"] = {}
+        cost = _json_size(name) + 1 + _json_size(vertex) + (1 if vertices else 0)
+        if size + cost > MAX_PROGRESS_BYTES:
+            truncated = True
+            break
+        vertices[name] = vertex
+        size += cost
+        expectations = metrics.get("expectations")
+        items = list(expectations.items()) if isinstance(expectations, Mapping) else []
+        truncated |= len(items) > MAX_PROGRESS_EXPECTATIONS
+        waiting[name] = items[:MAX_PROGRESS_EXPECTATIONS]
+    full = False
+    for i in range(MAX_PROGRESS_EXPECTATIONS):
+        for name, items in waiting.items():
+            if i >= len(items):
+                continue
+            kept = vertices[name]["expectations"]
+            ename, counts = items[i]
+            cost = _json_size(ename) + 1 + _json_size(counts) + (1 if kept else 0)
+            if size + cost > MAX_PROGRESS_BYTES:
+                full = True
+                break
+            kept[ename] = counts
+            size += cost
+        if full:
+            break
+    out["truncated"] = truncated or full
+    return out
+
+
+def progress_patch(bounded: dict[str, Any], previous: Any) -> dict[str, Any]:
+    """``bounded`` as a merge patch over ``previous`` (the status's current
+    ``progress``): vertices and expectations of ``previous`` that ``bounded`` does not hold
+    are set to ``None`` (a merge patch's delete), so that the stored status becomes exactly
+    ``bounded`` instead of the union of every publish."""
+    patch = dict(bounded)
+    old_vertices = previous.get("vertices") if isinstance(previous, Mapping) else None
+    if not isinstance(old_vertices, Mapping):
+        return patch
+    vertices: dict[str, Any] = dict(bounded.get("vertices") or {})
+    for name, old in old_vertices.items():
+        if name not in vertices:
+            vertices[name] = None
+            continue
+        old_expectations = old.get("expectations") if isinstance(old, Mapping) else None
+        if not isinstance(old_expectations, Mapping):
+            continue
+        gone = [e for e in old_expectations if e not in vertices[name]["expectations"]]
+        if gone:
+            vertices[name] = {
+                **vertices[name],
+                "expectations": {
+                    **vertices[name]["expectations"],
+                    **dict.fromkeys(gone),
+                },
+            }
+    patch["vertices"] = vertices
+    return patch

@@ -10,9 +10,9 @@ Two rules close that, checked before anything is created and on every pass after
 * **ServiceAccounts from an allowlist.** ``spec.driver.serviceAccount`` and
   ``spec.executor.serviceAccount`` must be empty, the namespace's ``default`` account (what a
   Pod gets when it names none, so naming it grants nothing new), or one of the operator's
-  ``allowed_service_accounts`` (``SPARKGLASS_ALLOWED_SERVICE_ACCOUNTS``, chart value
-  ``operator.allowedServiceAccounts``; by default the chart's driver account,
-  ``spark-driver``). The Spark properties that name them
+  ``allowed_service_accounts`` (``sparkglass operator run --allowed-service-account`` or
+  ``SPARKGLASS_ALLOWED_SERVICE_ACCOUNTS``, chart value ``operator.allowedServiceAccounts``;
+  by default the chart's driver account, ``spark-driver``). The Spark properties that name them
   (``spark.kubernetes.authenticate.{driver,executor}.serviceAccountName``) are the
   operator's (``specs.OPERATOR_OWNED_CONF_KEYS``), so ``sparkConf`` cannot go around this.
 * **No control-token Secret.** No Secret reference anywhere in the Pod settings
@@ -34,7 +34,6 @@ spec (or the allowlist) changes.
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -42,7 +41,8 @@ from typing import Any
 from . import names
 from .specs import SparkApplicationSpec
 
-#: The environment variable holding the allowlist (comma-separated ServiceAccount names).
+#: The environment variable holding the allowlist (comma-separated ServiceAccount names),
+#: read by ``sparkglass operator run`` (``--allowed-service-account``).
 ALLOWED_SERVICE_ACCOUNTS_ENV = "SPARKGLASS_ALLOWED_SERVICE_ACCOUNTS"
 #: The allowlist without configuration: the chart's Spark driver ServiceAccount
 #: (``driver.serviceAccount.name``).
@@ -82,16 +82,6 @@ def parse_service_accounts(
                 "lower-case letters, digits, '-' and '.')"
             )
     return tuple(dict.fromkeys(found))
-
-
-def allowed_service_accounts_from_env() -> tuple[str, ...]:
-    """The allowlist from ``SPARKGLASS_ALLOWED_SERVICE_ACCOUNTS``, else the default. An empty
-    value means the default too: an operator that accepts no account at all would refuse
-    every application that names one, which nobody configures on purpose."""
-    return (
-        parse_service_accounts(os.environ.get(ALLOWED_SERVICE_ACCOUNTS_ENV, ""))
-        or DEFAULT_ALLOWED_SERVICE_ACCOUNTS
-    )
 
 
 def check_service_accounts(spec: SparkApplicationSpec, allowed: tuple[str, ...]) -> None:

@@ -8,8 +8,11 @@ status) replaces the same round instead of adding a second one. The service serv
 
 Which round id: the annotation ``sparkglass.io/round-id`` is user-settable, so it is only a
 claim. It is honoured when the store shows that the service created this very DataSample
-for that round (:func:`claim_is_bound`); otherwise the driver's round id is used. Either
-way ``save_round`` refuses a row that belongs to another application or vertex.
+for that round (:func:`claim_is_bound`: the round's row holds the DataSample's uid, which
+the service recorded when it created it); otherwise the driver's round id is used. Either
+way the save is refused (:class:`RoundIdConflict`) when that row belongs to another
+application or vertex, or is bound to another DataSample's uid: round ids are not secret,
+and a row the service bound is written by that DataSample's save or by the service only.
 """
 
 from __future__ import annotations
@@ -71,9 +74,9 @@ class ResultStore:
 
         ``claimed_round_id`` (the DataSample's round-id annotation) is used only when
         :func:`claim_is_bound`; otherwise ``result.round_id`` (the driver's), else the
-        DataSample's uid. Raises when that id belongs to another
-        application or vertex (:class:`RoundIdConflict`), and whatever the database raises
-        (transient).
+        DataSample's uid. Raises :class:`RoundIdConflict` (nothing written) when that id
+        belongs to another application or vertex, or is bound to another DataSample's uid,
+        and whatever the database raises (transient).
         """
         return await asyncio.to_thread(
             self._save_sync,
@@ -122,12 +125,20 @@ class ResultStore:
                 if claimed_round_id is not None and not bound:
                     log.warning(
                         "round-id annotation ignored: the service did not create this DataSample "
-                        "for that round",
+                        "(name and uid) for that round",
                         namespace=namespace,
                         name=sample.name,
+                        uid=sample.uid,
+                        created_ms=sample.created_ms,
                         application=application,
                         claimed=claimed_round_id,
                     )
+                round_id = (
+                    claimed_round_id
+                    if bound and claimed_round_id is not None
+                    else (result.round_id or sample.uid)
+                )
+                _check_not_bound_elsewhere(session, round_id, sample)
                 try:
                     saved = save_round(
                         session,
@@ -135,7 +146,7 @@ class ResultStore:
                         application=application,
                         vertex=vertex,
                         result=result,
-                        round_id=claimed_round_id if bound else (result.round_id or sample.uid),
+                        round_id=round_id,
                         external_ref=sample.name,
                         triggered_by="sparkglass-operator",
                         started_at=started_at_ms,
@@ -154,7 +165,8 @@ class RoundIdConflict(Exception):
 @dataclass(frozen=True)
 class SampleIdentity:
     """What the API server (not the user) fixed about a DataSample: its name, its uid, and
-    ``metadata.creationTimestamp`` in ms since the epoch (second precision)."""
+    ``metadata.creationTimestamp`` in ms since the epoch (second precision; logged only: the
+    claim is bound by the uid)."""
 
     name: str
     uid: str
@@ -174,12 +186,14 @@ def claim_is_bound(
 
     True when all hold: the store has the round, for this (namespace, application) and
     vertex; the DataSample bears the name the service gives that round's DataSample
-    (``datasample_name``: names are unique in a namespace, so while the service's DataSample
-    exists no other can bear it); and the DataSample was created before the round ended (a
-    DataSample re-created under that name after the service's one was deleted, which only
-    happens once the round is over, cannot rewrite it).
+    (``datasample_name``); and its uid is the one the service recorded in the round's row
+    when the API server answered its creation (``repository.bind_datasample``). The uid is
+    what binds: a name can be taken again as soon as its object is deleted, even while the
+    round runs, so whoever may delete and create DataSamples could otherwise put one of their
+    own (other ``filter``/``columns``) under the service's name and have its result saved as
+    the service's round. A round without a recorded uid (a service older than the binding)
+    is claimed by no DataSample.
     """
-    from sparkglass.runtime.contract.sample_result import SampleStatus
     from sparkglass.service.execution.kubernetes import datasample_name
     from sparkglass.service.store import get_application, get_round
 
@@ -189,9 +203,22 @@ def claim_is_bound(
     app = get_application(session, namespace, application)
     if row is None or app is None or row.application_id != app.id or row.vertex != vertex:
         return False
-    if row.status == SampleStatus.PENDING.value:
-        return True
-    return row.end_timestamp is not None and sample.created_ms < row.end_timestamp
+    return row.datasample_uid is not None and row.datasample_uid == sample.uid
+
+
+def _check_not_bound_elsewhere(session: Any, round_id: str, sample: SampleIdentity) -> None:
+    """Raise :class:`RoundIdConflict` when the row ``round_id`` is bound to another
+    DataSample's uid. The id a save falls back to is the driver's (the application's own
+    code chooses it) and round ids are not secret, so without this a DataSample whose claim
+    was refused could still land on the service's round by way of its driver's answer."""
+    from sparkglass.service.store import get_round
+
+    row = get_round(session, round_id)
+    if row is not None and row.datasample_uid is not None and row.datasample_uid != sample.uid:
+        raise RoundIdConflict(
+            f"round {round_id!r} belongs to another DataSample (uid {row.datasample_uid}), "
+            f"not to {sample.name} (uid {sample.uid}): not overwritten"
+        )
 
 
 def results_url(service_url: str, namespace: str, application: str, round_id: str) -> str:

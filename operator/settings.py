@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .leader_election import ElectionConfig
-from .pod_privileges import allowed_service_accounts_from_env, parse_service_accounts
+from .pod_privileges import DEFAULT_ALLOWED_SERVICE_ACCOUNTS, parse_service_accounts
 from .spark_conf import DriverEnvironment
 
 #: Default ``ttlSecondsAfterFinished`` of DataSamples whose spec sets none: one hour.
@@ -29,9 +29,10 @@ class OperatorConfig:
     no leader election, this process acts at once (one replica, or tests); otherwise
     ``election`` says which Lease the replicas compete for (:func:`app.operate` raises
     ``ValueError`` when it is missing then). ``allowed_service_accounts``: the ServiceAccounts
-    a SparkApplication's driver and executors may run as (:mod:`.pod_privileges`); read from
-    ``SPARKGLASS_ALLOWED_SERVICE_ACCOUNTS`` when not given, because ``sparkglass operator
-    run`` has no option for it yet and the chart sets the variable.
+    a SparkApplication's driver and executors may run as (:mod:`.pod_privileges`); the
+    process reads them in one place, ``sparkglass operator run --allowed-service-account``
+    (or its variable ``SPARKGLASS_ALLOWED_SERVICE_ACCOUNTS``, which the chart sets), so a
+    config built here never depends on the environment.
     """
 
     namespaces: tuple[str, ...] = ()
@@ -52,9 +53,7 @@ class OperatorConfig:
     records_in_status: bool = True
     default_ttl_seconds_after_finished: int = DEFAULT_TTL_SECONDS
     allow_cleartext_control: bool = False
-    allowed_service_accounts: tuple[str, ...] = field(
-        default_factory=allowed_service_accounts_from_env
-    )
+    allowed_service_accounts: tuple[str, ...] = DEFAULT_ALLOWED_SERVICE_ACCOUNTS
 
     def __post_init__(self) -> None:
         # Checked like the variable: a typo in a hand-built config must not pass silently.

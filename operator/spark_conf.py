@@ -5,9 +5,12 @@ for ``spark-submit --deploy-mode client`` against the Kubernetes master, adds th
 plugin and sampling settings, then applies ``spec.sparkConf`` on top (so users can override
 anything but the plugin and jar lists, which are merged rather than replaced, and the keys
 the operator owns (``specs.operator_owned``: master, deploy mode, namespace, driver Pod name,
-host and ports, executor Pod template, the control endpoint, the ServiceAccounts and
-``spark.authenticate``), which the CRD and the spec's validation refuse and which are set
-again after the user's properties anyway).
+host and ports, executor Pod template, the control endpoint's address, token and TLS files,
+the ServiceAccounts and ``spark.authenticate``), which the CRD and the spec's validation
+refuse and which are set again after the user's properties anyway). The control endpoint's
+tuning knobs (``specs.USER_CONTROL_CONF_KEYS``: ``max-body-bytes``, ``connection-timeout``,
+``max-connections``, ``max-connections-per-address``) are the user's: the operator sets none
+of them, so the driver's defaults apply unless ``sparkConf`` names them.
 ``spec.hadoopConf`` entries become ``spark.hadoop.<key>``, before ``spec.sparkConf``.
 """
 

@@ -102,6 +102,7 @@ USER_CONTROL_CONF_KEYS = frozenset(
         "spark.sparkglass.control.max-body-bytes",
         "spark.sparkglass.control.connection-timeout",
         "spark.sparkglass.control.max-connections",
+        "spark.sparkglass.control.max-connections-per-address",
     }
 )
 

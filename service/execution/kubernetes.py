@@ -12,14 +12,16 @@ operator's word:
 
 * ``store``: the operator saves the full result in the store the service reads
   (``store.save_round`` under the round-id annotation, once it checked that the service
-  created that DataSample for that round: its name is :func:`datasample_name` of the round).
-  The service serves only that row, after checking that it is its round's, of its
-  (namespace, application, vertex), saved for its DataSample (``external_ref``, the
-  DataSample's name) and that the DataSample by that name is still the one it created
-  (``metadata.uid``: a DataSample deleted and created again under the name is another
-  one). The status only ever tells that a round ended without records (``NoData``,
-  ``Disabled``, ``Failed``, ``Abandoned``); a status claiming records the store does not
-  hold fails the round.
+  created that very DataSample for that round: its name is :func:`datasample_name` of the
+  round and its ``metadata.uid`` is the one the service recorded in the round's row,
+  :func:`~sparkglass.service.store.repository.bind_datasample`, as soon as the API server
+  answered the creation; a DataSample deleted and created again under the name has another
+  uid, and its result never lands on the service's round). The service serves only that
+  row, after checking that it is its round's, of its (namespace, application, vertex),
+  saved for its DataSample (``external_ref``, the DataSample's name, and the uid it bound)
+  and that the DataSample by that name is still the one it created. The status only ever
+  tells that a round ended without records (``NoData``, ``Disabled``, ``Failed``,
+  ``Abandoned``); a status claiming records the store does not hold fails the round.
 * ``status``: the operator has no store (the chart's SQLite store lives on the service's
   volume). Records come from the status (read with
   :func:`sparkglass.runtime.contract.datasample_status.decode`), byte-bounded by the
@@ -33,10 +35,9 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, Protocol
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -80,26 +81,41 @@ class ResultSource(StrEnum):
 @dataclass(frozen=True)
 class StoredRound:
     """A finished round row: its outcome without records (they stay in the store), whose
-    it is, and who saved it (``external_ref``: the DataSample's name when the operator did)."""
+    it is, and who saved it (``external_ref``: the DataSample's name when the operator did;
+    ``datasample_uid``: the uid the service bound the round to, if any)."""
 
     head: DataSampleResult
     namespace: str
     application: str
     vertex: str
     external_ref: str | None
+    datasample_uid: str | None = None
 
 
-#: Given a round id, the finished round the store holds under it, if any.
-StoredRoundLookup = Callable[[str], StoredRound | None]
+class StoredRounds(Protocol):
+    """The store as the executor needs it: finished rounds, and binding a round to the uid
+    of the DataSample the service created for it."""
+
+    def lookup(self, round_id: str) -> StoredRound | None:
+        """The finished round the store holds under ``round_id``, if any."""
+        ...
+
+    def bind(self, round_id: str, uid: str) -> bool:
+        """Record ``uid`` as round ``round_id``'s DataSample (first binding wins); False
+        when the round is missing or bound to another uid."""
+        ...
 
 
-def store_lookup(sessions: sessionmaker[Session]) -> StoredRoundLookup:
-    """A :data:`StoredRoundLookup` reading ``sessions``' store (one short session each)."""
+class SessionStoredRounds:
+    """:class:`StoredRounds` over a SQLAlchemy store (one short session per call)."""
 
-    def lookup(round_id: str) -> StoredRound | None:
+    def __init__(self, sessions: sessionmaker[Session]) -> None:
+        self._sessions = sessions
+
+    def lookup(self, round_id: str) -> StoredRound | None:
         # The operator saved the records; the round's outcome is all the service needs,
         # not up to ~50 MB of records.
-        with sessions() as session:
+        with self._sessions() as session:
             row = repository.get_round(session, round_id)
             if row is None or row.status == SampleStatus.PENDING.value:
                 return None
@@ -107,10 +123,22 @@ def store_lookup(sessions: sessionmaker[Session]) -> StoredRoundLookup:
             if app is None:
                 return None
             return StoredRound(
-                repository.round_head(row), app.namespace, app.name, row.vertex, row.external_ref
+                repository.round_head(row),
+                app.namespace,
+                app.name,
+                row.vertex,
+                row.external_ref,
+                row.datasample_uid,
             )
 
-    return lookup
+    def bind(self, round_id: str, uid: str) -> bool:
+        with self._sessions.begin() as session:
+            return repository.bind_datasample(session, round_id, uid)
+
+
+def store_lookup(sessions: sessionmaker[Session]) -> SessionStoredRounds:
+    """The executor's :class:`StoredRounds` on ``sessions``' store."""
+    return SessionStoredRounds(sessions)
 
 
 class _NotOurs(Exception):
@@ -122,10 +150,10 @@ def datasample_name(application: str, vertex: str, round_id: str) -> str:
     """A DNS-1123 subdomain name for the round's DataSample (≤ 253 characters).
 
     Part of the round-id handshake: the operator saves under the ``sparkglass.io/round-id``
-    annotation only a DataSample bearing exactly this name for that round (annotations are
-    user-settable; a name belongs to one existing object of the namespace, but can be taken
-    again once that object is deleted, which is why the service also checks the uid of the
-    DataSample it created), so changing this changes the operator.
+    annotation only a DataSample bearing exactly this name for that round and the uid the
+    service bound the round to (annotations are user-settable; a name belongs to one existing
+    object of the namespace, but can be taken again once that object is deleted, a uid
+    cannot), so changing this changes the operator.
     """
     raw = f"{application}-{vertex}"[:240].lower()
     raw = re.sub(r"[^a-z0-9.-]", "-", raw).strip("-.")
@@ -172,7 +200,7 @@ class DataSampleExecutor:
     def __init__(
         self,
         api_client: client.ApiClient,
-        stored: StoredRoundLookup,
+        stored: StoredRounds,
         *,
         ttl_seconds: int = 600,
         source: ResultSource = ResultSource.STORE,
@@ -203,6 +231,7 @@ class DataSampleExecutor:
                 # The client decodes only a 201 answer (the API server's); for a 200 it
                 # hands back nothing, so the uid is read back at once.
                 uid = _uid(self._read(request, name))
+            self._bind(request, name, uid)
             while time.monotonic() < deadline:
                 time.sleep(request.poll_interval_s)
                 saved = self._saved(request, name, uid)
@@ -235,6 +264,25 @@ class DataSampleExecutor:
             )
             return RoundOutcome(failed(ErrorCode.INTERNAL_ERROR, request.round_id), name)
 
+    def _bind(self, request: RoundRequest, name: str, uid: str | None) -> None:
+        """Record the uid of the DataSample just created in the round's row, the operator's
+        proof that this DataSample is the round's. Done before anything else: the operator
+        saves only after the driver's sampling window (a second or more), this is one UPDATE.
+        Without a uid (an API server that gives none) the operator saves under no claim, so
+        no result reaches the round from the store: it is said so rather than left to a
+        timeout nobody can explain."""
+        if uid is None:
+            log.warning(
+                "DataSample %s/%s has no metadata.uid: the operator cannot tell it is this "
+                "round's, so its result will not be saved under round %s",
+                request.namespace,
+                name,
+                request.round_id,
+            )
+            return
+        if not self._stored.bind(request.round_id, uid):
+            raise _NotOurs(f"round {request.round_id} is gone or bound to another DataSample")
+
     def _read(self, request: RoundRequest, name: str) -> dict[str, Any] | None:
         """The DataSample ``name``, or ``None`` when it is gone (404)."""
         try:
@@ -266,7 +314,7 @@ class DataSampleExecutor:
         this (namespace, application, vertex), saved for this DataSample, and the DataSample
         is still the one the service created (checked after the row was found, so the save
         happened while it held the name). ``None`` while there is none."""
-        stored = self._stored(request.round_id)
+        stored = self._stored.lookup(request.round_id)
         if stored is None:
             return None
         owner = (stored.namespace, stored.application, stored.vertex)
@@ -276,6 +324,8 @@ class DataSampleExecutor:
             raise _NotOurs(
                 f"the stored round was saved for {stored.external_ref!r}, not for this DataSample"
             )
+        if uid is not None and stored.datasample_uid != uid:
+            raise _NotOurs("the stored round is bound to another DataSample (uid)")
         self._check_ours(request, name, uid, self._read(request, name))
         return RoundOutcome(stored.head, external_ref=name, saved=True)
 

@@ -274,6 +274,39 @@ def release_claim(
     )
 
 
+#: Longest DataSample uid the store keeps (``rounds.datasample_uid``; the API server's are
+#: 36-character UUIDs).
+MAX_DATASAMPLE_UID_LENGTH = 253
+
+
+def bind_datasample(session: Session, round_id: str, uid: str) -> bool:
+    """Record that the DataSample with ``metadata.uid`` ``uid`` is round ``round_id``'s.
+
+    **The service's side of the round-id handshake** (Kubernetes execution mode): called once
+    the API server answered the DataSample's creation with its uid, before the operator can
+    have a result to save. The operator then saves under ``round_id`` only for a DataSample
+    of that uid (``sparkglass.operator.results.claim_is_bound``). True when the row now
+    holds ``uid``; False (nothing written) when there is no such round, or it is bound to
+    another DataSample already: the first binding stands, so a later call cannot move the
+    round to another object. Raises ``ValueError`` naming the field for an empty uid or one
+    longer than :data:`MAX_DATASAMPLE_UID_LENGTH`.
+    """
+    if not uid or len(uid) > MAX_DATASAMPLE_UID_LENGTH:
+        raise ValueError(
+            f"datasample_uid: expected 1-{MAX_DATASAMPLE_UID_LENGTH} characters, got {len(uid)}"
+        )
+    result = session.execute(
+        update(Round)
+        .where(
+            Round.id == round_id,
+            (Round.datasample_uid.is_(None)) | (Round.datasample_uid == uid),
+        )
+        .values(datasample_uid=uid)
+        .execution_options(synchronize_session=False)
+    )
+    return bool(getattr(result, "rowcount", 0) == 1)
+
+
 class RoundOwnershipError(ValueError):
     """A save named a round id the store holds for another application (or vertex)."""
 

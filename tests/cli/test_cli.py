@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -89,3 +90,110 @@ def test_demo_runs_on_real_flights(tmp_path: Path) -> None:
     assert "3/3 day files" in out.stdout
     assert "mean delay by carrier" in out.stdout
     assert "Data Sample page" in out.stdout and "/ui/" in out.stdout
+
+
+# ------------------------------------------------ sparkglass operator run --allowed-service-account
+
+
+def _operator_config(
+    monkeypatch: pytest.MonkeyPatch, args: list[str], env: dict[str, str] | None = None
+) -> Any:
+    """The OperatorConfig ``sparkglass operator run <args>`` would run with (in process; the
+    operator itself is not started)."""
+    from typer.testing import CliRunner
+
+    import sparkglass.operator.app as operator_app
+    import sparkglass.operator.logs as operator_logs
+    from sparkglass.cli import _register, app
+
+    _register()
+    seen: list[Any] = []
+    monkeypatch.setattr(operator_app, "run", seen.append)
+    monkeypatch.setattr(operator_logs, "configure_logging", lambda *a, **k: None)
+    monkeypatch.delenv("SPARKGLASS_ALLOWED_SERVICE_ACCOUNTS", raising=False)
+    result = CliRunner().invoke(
+        app, ["operator", "run", "--standalone", "-n", "spark-jobs", *args], env=env
+    )
+    assert result.exit_code == 0, result.output
+    (config,) = seen
+    return config
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "expected"),
+    [
+        ([], None, ("spark-driver",)),
+        (["--allowed-service-account", "etl-runner"], None, ("etl-runner",)),
+        (
+            ["--allowed-service-account", "etl", "--allowed-service-account", "spark-driver"],
+            None,
+            ("etl", "spark-driver"),
+        ),
+        (["--allowed-service-account", "a,b,a"], None, ("a", "b")),
+        # The variable, as the chart sets it: comma-separated, blanks ignored.
+        ([], {"SPARKGLASS_ALLOWED_SERVICE_ACCOUNTS": "spark-driver,etl-runner"}, None),
+        ([], {"SPARKGLASS_ALLOWED_SERVICE_ACCOUNTS": " spark-driver, etl-runner ,,"}, None),
+        # An empty variable is the default, not "no account at all".
+        ([], {"SPARKGLASS_ALLOWED_SERVICE_ACCOUNTS": ""}, ("spark-driver",)),
+        # The command line wins over the variable.
+        (
+            ["--allowed-service-account", "cli-only"],
+            {"SPARKGLASS_ALLOWED_SERVICE_ACCOUNTS": "from-env"},
+            ("cli-only",),
+        ),
+    ],
+)
+def test_allowed_service_accounts_reach_the_operator_config(
+    monkeypatch: pytest.MonkeyPatch,
+    args: list[str],
+    env: dict[str, str] | None,
+    expected: tuple[str, ...] | None,
+) -> None:
+    config = _operator_config(monkeypatch, args, env)
+    assert config.allowed_service_accounts == (expected or ("spark-driver", "etl-runner"))
+
+
+@pytest.mark.parametrize(
+    ("args", "env"),
+    [
+        (["--allowed-service-account", "Spark_Driver"], {}),
+        ([], {"SPARKGLASS_ALLOWED_SERVICE_ACCOUNTS": "spark-driver,Spark_Driver"}),
+    ],
+)
+def test_a_bad_service_account_is_a_usage_error_naming_option_and_variable(
+    args: list[str], env: dict[str, str]
+) -> None:
+    # Refused while parsing, before any connection to a cluster.
+    out = run("operator", "run", "--standalone", "-n", "x", *args, env=env, timeout=60)
+    assert out.returncode == 2, out.stderr
+    stderr = " ".join(out.stderr.replace("│", " ").split())
+    assert "--allowed-service-account" in stderr and "SPARKGLASS_ALLOWED_SERVICE_ACCOUNTS" in stderr
+    assert "'Spark_Driver' is not a ServiceAccount name" in stderr
+    assert out.stdout == ""
+
+
+def test_allowed_service_account_help_says_what_it_is_for_with_an_example() -> None:
+    import typer.main
+
+    from sparkglass.cli import _register, app
+    from sparkglass.operator.pod_privileges import ALLOWED_SERVICE_ACCOUNTS_ENV
+
+    _register()
+    group = typer.main.get_command(app)
+    command = group.commands["operator"].commands["run"]  # type: ignore[attr-defined]
+    (option,) = [p for p in command.params if "--allowed-service-account" in p.opts]
+    assert option.multiple and option.envvar == ALLOWED_SERVICE_ACCOUNTS_ENV
+    text = " ".join(option.help.split())
+    assert "A1" in text and "may run as" in text
+    assert "Example: --allowed-service-account spark-driver" in text
+
+
+def test_operator_config_no_longer_reads_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CLI is the one place the variable is read: a config built in code is the same
+    whatever the process's environment holds."""
+    from sparkglass.operator.settings import OperatorConfig
+
+    monkeypatch.setenv("SPARKGLASS_ALLOWED_SERVICE_ACCOUNTS", "from-env")
+    assert OperatorConfig().allowed_service_accounts == ("spark-driver",)
+    with pytest.raises(ValueError, match="allowed_service_accounts: 'a b'"):
+        OperatorConfig(allowed_service_accounts=("a b",))

@@ -180,17 +180,15 @@ def test_unset_default_and_listed_accounts_pass(account: str | None) -> None:
     pp.check_service_accounts(parsed(spec), ("spark-driver",))
 
 
-def test_the_allowlist_comes_from_the_environment_with_the_charts_account_as_default(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.delenv(pp.ALLOWED_SERVICE_ACCOUNTS_ENV, raising=False)
+def test_the_allowlist_defaults_to_the_charts_account_and_is_checked() -> None:
+    # Read from SPARKGLASS_ALLOWED_SERVICE_ACCOUNTS by `sparkglass operator run` only
+    # (--allowed-service-account; tests/cli/test_cli.py), not by the config itself.
     assert OperatorConfig().allowed_service_accounts == ("spark-driver",)
-    monkeypatch.setenv(pp.ALLOWED_SERVICE_ACCOUNTS_ENV, " spark-driver, etl-runner ,,etl-runner")
-    assert OperatorConfig().allowed_service_accounts == ("spark-driver", "etl-runner")
-    monkeypatch.setenv(pp.ALLOWED_SERVICE_ACCOUNTS_ENV, "")
-    assert OperatorConfig().allowed_service_accounts == ("spark-driver",)
-    monkeypatch.setenv(pp.ALLOWED_SERVICE_ACCOUNTS_ENV, "Spark_Driver")
+    assert pp.parse_service_accounts(" spark-driver, etl-runner ,,etl-runner") == (
+        "spark-driver",
+        "etl-runner",
+    )
     with pytest.raises(ValueError, match=rf"{pp.ALLOWED_SERVICE_ACCOUNTS_ENV}: 'Spark_Driver'"):
-        OperatorConfig()
+        pp.parse_service_accounts("Spark_Driver")
     with pytest.raises(ValueError, match="allowed_service_accounts: 'a b'"):
         OperatorConfig(allowed_service_accounts=("a b",))

@@ -35,6 +35,7 @@ from sparkglass.service.catalog import register_local_application
 from sparkglass.service.execution.kubernetes import datasample_name
 from sparkglass.service.settings import Settings
 from sparkglass.service.store import (
+    bind_datasample,
     create_round,
     get_round,
     load_result,
@@ -283,6 +284,10 @@ def _victim_result(marker: str) -> DataSampleResult:
     )
 
 
+#: uid of the service's own DataSample in the handshake test.
+LEGIT_UID = "5e1f0c4e-0000-4000-8000-00000000abcd"
+
+
 def _records(store_url: str, round_id: str) -> list[str]:
     with open_store(store_url).begin() as session:
         row = get_round(session, round_id)
@@ -310,6 +315,9 @@ async def test_a_datasample_with_another_applications_round_id_cannot_overwrite_
         app = upsert_application(session, NAMESPACE, "flights")
         create_round(session, "victimopen000001", app.id, "parse", triggered_by="alice")
         create_round(session, "serviceround0001", app.id, "parse", triggered_by="alice")
+        # The service records the uid the API server gave its DataSample (bound before the
+        # operator can save; the emulator keeps a uid given in the body).
+        bind_datasample(session, "serviceround0001", LEGIT_UID)
     await running_app(kube, operator, driver)
     await running_app(kube, operator, driver, "evil")
 
@@ -331,6 +339,7 @@ async def test_a_datasample_with_another_applications_round_id_cannot_overwrite_
     legit = datasample_name("flights", "parse", "serviceround0001")
     body = sample_body(legit, "parse")
     body["metadata"]["annotations"] = {"sparkglass.io/round-id": "serviceround0001"}
+    body["metadata"]["uid"] = LEGIT_UID
     await post(kube, "datasamples", body)
 
     for name in ("evil-parse", forged, "sneaky", legit):

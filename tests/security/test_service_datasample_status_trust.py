@@ -328,16 +328,13 @@ async def test_a_datasample_replaced_under_its_name_is_not_the_round(
 
 
 @pytest.mark.kmock(cls=UidEmulator)
-@pytest.mark.xfail(
-    strict=True,
-    reason="known gap (docs/security.md): the operator binds a DataSample to the service's "
-    "round by its name and creation time, not its uid, so it may save a replacement's "
-    "result over the round the service failed (and the poll path serves a saved row before "
-    "the service checked it); needs the operator to check the uid the service created",
-)
 async def test_the_operator_does_not_save_a_replacement_over_the_failed_round(
     kmock: kmock.KubernetesEmulator, postgres_database: PgFactory
 ) -> None:
+    # Was a known gap: the operator bound a DataSample to the service's round by its name and
+    # creation time, so it saved the replacement's result over the round the service had
+    # failed. Now the service records the uid of the DataSample it created in the round's row
+    # and the operator's save honours the round-id claim only for that uid.
     install(kmock)
     await create_sparkapp(kmock, SPARKAPP)
     with postgres_database("a2_overwrite") as db:

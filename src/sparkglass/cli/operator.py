@@ -23,6 +23,27 @@ operator_app = typer.Typer(
 #: The CRDs, shipped as package data (src/sparkglass/crds links to the top-level crds/).
 CRD_DIR = Path(str(importlib.resources.files("sparkglass") / "crds"))
 
+#: The variable ``--allowed-service-account`` is read from (the chart sets it from
+#: ``operator.allowedServiceAccounts``). Spelled out rather than imported from
+#: ``sparkglass.operator.pod_privileges`` (its ``ALLOWED_SERVICE_ACCOUNTS_ENV``, which a test
+#: keeps equal) so that ``sparkglass --help`` does not import the operator.
+ALLOWED_SERVICE_ACCOUNTS_ENV = "SPARKGLASS_ALLOWED_SERVICE_ACCOUNTS"
+ALLOWED_SERVICE_ACCOUNT_OPTION = "--allowed-service-account"
+
+
+def _allowed_service_accounts(values: list[str]) -> list[str]:
+    """The allowlist from the repeated option or the variable, each value comma-separated
+    too (click splits a variable for a repeatable option at whitespace: "a, b" and "a,b"
+    both arrive here), names checked and duplicates dropped. A bad name is a usage error;
+    click's message already names the option and its variable, so the name's own prefix is
+    left out."""
+    from sparkglass.operator.pod_privileges import parse_service_accounts
+
+    try:
+        return list(parse_service_accounts(",".join(values), setting="_"))
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc).removeprefix("_: ")) from None
+
 
 def register(app: typer.Typer) -> None:
     """Add the ``operator`` command group to ``app``."""
@@ -37,7 +58,8 @@ def register(app: typer.Typer) -> None:
         "Replicas elect a leader on a coordination.k8s.io Lease (--lease-name in "
         "--lease-namespace): only the leader acts, another takes over within the lease "
         "duration when it dies. --standalone: no election (one replica).\n\n"
-        "Example: `sparkglass operator run --namespace spark-jobs --metrics-port 9090`"
+        "Example: `sparkglass operator run --namespace spark-jobs --metrics-port 9090 "
+        "--allowed-service-account spark-driver`"
     ),
 )
 def run(
@@ -122,6 +144,22 @@ def run(
         help="Seconds a finished DataSample is kept when its spec sets no "
         "ttlSecondsAfterFinished (0-31536000).",
     ),
+    allowed_service_accounts: list[str] = typer.Option(
+        [],
+        ALLOWED_SERVICE_ACCOUNT_OPTION,
+        envvar=ALLOWED_SERVICE_ACCOUNTS_ENV,
+        callback=_allowed_service_accounts,
+        help=(
+            "A ServiceAccount that SparkApplication drivers and executors may run as "
+            "(security A1: the operator creates their Pods with its own rights, so without "
+            "this list whoever may create a SparkApplication could run it as any account of "
+            "the namespace, the operator's own included). Repeatable, or comma-separated; "
+            "spec.driver/executor.serviceAccount must be one of them, the namespace's "
+            "'default' or unset. Default: spark-driver (the chart's driver account). "
+            "Example: --allowed-service-account spark-driver --allowed-service-account "
+            "etl-runner, or SPARKGLASS_ALLOWED_SERVICE_ACCOUNTS=spark-driver,etl-runner."
+        ),
+    ),
     allow_cleartext_control: bool = typer.Option(
         False,
         "--allow-cleartext-control/--no-allow-cleartext-control",
@@ -158,6 +196,7 @@ def run(
     from sparkglass.operator.app import run as run_operator
     from sparkglass.operator.leader_election import ElectionConfig
     from sparkglass.operator.logs import configure_logging
+    from sparkglass.operator.pod_privileges import DEFAULT_ALLOWED_SERVICE_ACCOUNTS
     from sparkglass.operator.settings import OperatorConfig
     from sparkglass.operator.spark_conf import DriverEnvironment
 
@@ -202,6 +241,11 @@ def run(
         records_in_status=records_in_status,
         default_ttl_seconds_after_finished=default_ttl,
         allow_cleartext_control=allow_cleartext_control,
+        # None given (or an empty variable) means the default: an operator accepting no
+        # account at all would refuse every application that names one.
+        allowed_service_accounts=(
+            tuple(allowed_service_accounts) or DEFAULT_ALLOWED_SERVICE_ACCOUNTS
+        ),
         service_url=service_url or None,
         store_url=store_url or None,
         driver=DriverEnvironment(kubernetes_master=kubernetes_master, runtime_jar=runtime_jar),
