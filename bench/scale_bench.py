@@ -90,7 +90,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--max-sample-rate", type=int, default=100,
         help="spark.sparkglass.sampling.max-sample-rate of the partitions curve [100]",
     )
-    parser.add_argument("--round-window-s", type=int, help="concurrency curve's window [3]")
+    parser.add_argument(
+        "--round-window-s", type=int,
+        help="window of the taps curve's active rounds and the concurrency curve's [3]",
+    )
     parser.add_argument("--service-window-s", type=float, help="open-loop window per repeat")
     parser.add_argument("--refresh-s", type=float, default=60.0,
                         help="the service's refresh interval [60, its default]")
