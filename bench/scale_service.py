@@ -111,7 +111,8 @@ async def _open_loop(
 
         async def one(client: int, scheduled: float) -> None:
             lags.append((loop.time() - scheduled) * 1000)
-            headers = {"If-None-Match": held[client]} if held[client] else {}
+            tag = held[client]
+            headers = {"If-None-Match": tag} if tag else {}
             try:
                 r = await http.get(sample_path(client // pages), headers=headers)
                 code = str(r.status_code)

@@ -513,19 +513,20 @@ def _measure(
     if result is not None:
         if result.status is SampleStatus.PENDING:
             raise RuntimeError("the round did not finish in time")
-        reported = meter.last or {"bytes": 0, "per_subtask": {}}
+        reported: dict[str, Any] = meter.last or {"bytes": 0, "per_subtask": {}}
+        reported_per_subtask: dict[int, int] = reported["per_subtask"]
         per_subtask = {s.subtask_index: len(s.records) for s in result.samples or []}
         out.update(
             status=str(result.status),
             report_bytes=float(reported["bytes"]),
-            report_records=float(sum(reported["per_subtask"].values())),
-            partitions_reported=float(len(reported["per_subtask"])),
+            report_records=float(sum(reported_per_subtask.values())),
+            partitions_reported=float(len(reported_per_subtask)),
             max_per_subtask=float(max(per_subtask.values(), default=0)),
             response_records=float(result.total_record_count or 0),
             violations=check_caps(
                 per_subtask,
                 int(result.total_record_count or 0),
-                reported_per_subtask=reported["per_subtask"],
+                reported_per_subtask=reported_per_subtask,
             ),
         )
     return out
