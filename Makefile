@@ -9,7 +9,7 @@ DEMO_ARGS ?= --days 60 --files-per-trigger 5 --feed-interval 1
 PYTEST_ARGS ?=
 
 .PHONY: demo test lint typecheck pytest e2e venv install install-test browser bench \
-        bench-sampling bench-planner bench-async bench-service clean help java-check \
+        bench-sampling bench-planner bench-async bench-service bench-scale clean help java-check \
         test-under-load
 
 help:
@@ -95,6 +95,16 @@ bench-async: install-test java-check
 
 bench-service: install-test java-check
 	$(BIN)/python bench/service_bench.py
+
+# How cost grows (issue 20): taps, partitions (local-cluster), concurrent rounds and
+# registered applications, each point repeated; bench/results/scale.json and
+# bench/results/scale-*.png. Needs the `bench` extra (matplotlib) on top of the package.
+$(VENV)/.installed-bench: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet -e ".[bench]"
+	@touch $@
+
+bench-scale: install java-check $(VENV)/.installed-bench
+	$(BIN)/python bench/scale_bench.py
 
 # The operator against the Kubernetes emulator: 500 finished DataSamples retained, 5 running
 # applications, 50 new DataSamples one per second; results in bench/results/operator.json.

@@ -1,0 +1,404 @@
+"""The service curve of the scaling benchmark: one ``sparkglass serve`` against N registered
+applications, each polled by 2 open pages at 1 poll/s.
+
+The applications' drivers are fakes (``tests/service/fake_driver.py``), all in this process
+behind one loopback port: ``/d/<i>/api/v1/...`` reaches the ``i``-th fake, so each
+application has a driver of its own (its own rounds) without N servers. The service is a
+real ``sparkglass serve`` process (local mode, SQLite file, one worker), started fresh for
+each N; the load generator is a spawned process of its own. Polled vertex: ``parse`` (a
+COMPLETE round of 9 flight-like records after 0.3 s).
+
+Per N, after every application has a first COMPLETE result (warm-up), ``repeats`` open-loop
+windows of ``window_s`` each: p50/p99 from the scheduled send (no coordinated omission),
+the service process's CPU per poll (``/proc``), and from the store (SQLite's ``dbstat``,
+bytes used in the pages) the bytes per stored round (round row, its records, their indexes)
+and per audit event. Store growth per hour of retention is extrapolated from those (not
+measured over an hour)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import multiprocessing
+import os
+import socket
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+from scale_report import store_growth, summarise
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+from tests.service.fake_driver import TOKEN, FakeDriver, ServerThread  # noqa: E402
+
+ADMIN_TOKEN = "bench-scale-admin-token-0123456789"
+VERTEX = "parse"
+PAGES_PER_APP = 2
+_CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def app_name(i: int) -> str:
+    return f"app{i:03d}"
+
+
+def sample_path(i: int) -> str:
+    return f"/api/v1/namespaces/local/applications/{app_name(i)}/vertices/{VERTEX}/data-sample"
+
+
+class DriverFarm:
+    """``n`` fake drivers behind one ASGI app: ``/d/<i>/<path>`` goes to driver ``i`` with
+    ``/<path>`` (each keeps its own rounds, as separate drivers would)."""
+
+    def __init__(self, n: int) -> None:
+        self.drivers = [FakeDriver(pending_seconds=0.3) for _ in range(n)]
+        self._apps = [d.app() for d in self.drivers]
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":  # nothing to start: answer uvicorn's handshake
+            while True:
+                message = await receive()
+                if message["type"] == "lifespan.startup":
+                    await send({"type": "lifespan.startup.complete"})
+                elif message["type"] == "lifespan.shutdown":
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+        parts = scope["path"].split("/", 3)  # "", "d", "<i>", "api/v1/..."
+        if len(parts) < 4 or parts[1] != "d" or not parts[2].isdigit():
+            await send({"type": "http.response.start", "status": 404, "headers": []})
+            await send({"type": "http.response.body", "body": b""})
+            return
+        path = "/" + parts[3]
+        inner = {**scope, "path": path, "raw_path": path.encode()}
+        await self._apps[int(parts[2])](inner, receive, send)
+
+
+# ------------------------------------------------------------------------ load generator
+
+
+def _percentile(sorted_values: list[float], q: float) -> float:
+    if not sorted_values:
+        return float("nan")
+    return sorted_values[min(len(sorted_values) - 1, max(0, round(q * (len(sorted_values) - 1))))]
+
+
+async def _open_loop(
+    url: str, apps: int, pages: int, interval: float, duration: float
+) -> dict[str, Any]:
+    """``apps * pages`` clients; client ``c`` polls application ``c // pages`` once per
+    ``interval`` with the ETag it holds, as an open page does. Requests leave on schedule
+    whether or not earlier answers came back; latency runs from the scheduled send."""
+    clients = apps * pages
+    limits = httpx.Limits(max_connections=clients * 2, max_keepalive_connections=clients * 2)
+    latencies: list[float] = []
+    lags: list[float] = []
+    codes: dict[str, int] = {}
+    async with httpx.AsyncClient(
+        base_url=url, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}, limits=limits,
+        timeout=30,
+    ) as http:
+        loop = asyncio.get_running_loop()
+        start = loop.time() + 0.5
+        held: list[str | None] = [None] * clients
+
+        async def one(client: int, scheduled: float) -> None:
+            lags.append((loop.time() - scheduled) * 1000)
+            tag = held[client]
+            headers = {"If-None-Match": tag} if tag else {}
+            try:
+                r = await http.get(sample_path(client // pages), headers=headers)
+                code = str(r.status_code)
+                if r.status_code == 200:
+                    held[client] = r.headers.get("etag")
+            except httpx.HTTPError as exc:
+                code = type(exc).__name__
+            latencies.append((loop.time() - scheduled) * 1000)
+            codes[code] = codes.get(code, 0) + 1
+
+        tasks: list[asyncio.Task[None]] = []
+        for k in range(int(duration / interval)):
+            for c in range(clients):
+                # Arrivals spread over the interval, as independent pages are.
+                scheduled = start + k * interval + c * interval / clients
+                delay = scheduled - loop.time()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                tasks.append(asyncio.create_task(one(c, scheduled)))
+        await asyncio.gather(*tasks)
+    lat = sorted(latencies)
+    return {
+        "p50_ms": _percentile(lat, 0.50),
+        "p99_ms": _percentile(lat, 0.99),
+        "requests": len(lat),
+        "codes": codes,
+        "not_modified_share": codes.get("304", 0) / max(1, len(lat)),
+        "load_generator_lag_p99_ms": _percentile(sorted(lags), 0.99),
+    }
+
+
+def _generator(conn: Any) -> None:
+    while True:
+        job = conn.recv()
+        if job is None:
+            return
+        conn.send(asyncio.run(_open_loop(**job)))
+
+
+class LoadGenerator:
+    """A spawned process running open loops on request (no interpreter shared with the
+    fake drivers or the service)."""
+
+    def __init__(self) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        self._conn, child = ctx.Pipe()
+        self._proc = ctx.Process(target=_generator, args=(child,), daemon=True)
+        self._proc.start()
+
+    def run(self, timeout: float, **kwargs: Any) -> dict[str, Any]:
+        self._conn.send(kwargs)
+        if not self._conn.poll(timeout):
+            raise TimeoutError(f"the open loop did not finish within {timeout} s")
+        result: dict[str, Any] = self._conn.recv()
+        return result
+
+    def close(self) -> None:
+        self._conn.send(None)
+        self._proc.join(timeout=10)
+        if self._proc.is_alive():
+            self._proc.kill()
+
+
+# ------------------------------------------------------------------------ service and store
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def cpu_ms(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) * 1000 / _CLK_TCK
+
+
+@contextmanager
+def serve(
+    farm_url: str, apps: int, db: Path, work: Path, refresh_s: float
+) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """A real ``sparkglass serve`` (local mode, SQLite ``db``) with ``apps`` drivers."""
+    port = _free_port()
+    tokens = work / "tokens.csv"
+    tokens.write_text(f"{ADMIN_TOKEN},bench,admin\n")
+    src = str(REPO / "src")
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(p for p in (src, os.environ.get("PYTHONPATH")) if p),
+        "SPARKGLASS_DATABASE_URL": f"sqlite:///{db}",
+        "SPARKGLASS_PORT": str(port),
+        "SPARKGLASS_CONTROL_TOKEN": TOKEN,
+        "SPARKGLASS_REFRESH_INTERVAL_SECONDS": str(refresh_s),
+    }
+    drivers = [a for i in range(apps) for a in ("--driver", f"{app_name(i)}={farm_url}/d/{i}")]
+    log = work / f"serve-{apps}.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "sparkglass", "serve", "--tokens-file", str(tokens), *drivers],
+            env=env, stdout=out, stderr=subprocess.STDOUT, cwd=work,
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"service exited: {log.read_text()[-2000:]}")
+            try:
+                if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"service not healthy in 120 s: {log.read_text()[-2000:]}")
+            time.sleep(0.1)
+        yield url, proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+STORE_TABLES = ("rounds", "sample_records", "audit_events")
+
+
+def store_tables(db: Path) -> dict[str, dict[str, int]]:
+    """Bytes used by the tables that grow with use, each with its indexes (SQLite's
+    ``dbstat``: page bytes minus the unused bytes of those pages, so a figure per row does
+    not jump by whole 4 KiB pages), and their rows."""
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)
+    try:
+        owner = dict(conn.execute("SELECT name, tbl_name FROM sqlite_schema").fetchall())
+        out = {t: {"bytes": 0, "rows": 0} for t in STORE_TABLES}
+        used = "SELECT name, sum(pgsize) - sum(unused) FROM dbstat GROUP BY name"
+        for name, size in conn.execute(used):
+            table = owner.get(name)
+            if table in out:
+                out[table]["bytes"] += int(size)
+        for t in STORE_TABLES:
+            out[t]["rows"] = int(conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0])
+        return out
+    finally:
+        conn.close()
+
+
+def _file_bytes(db: Path) -> int:
+    """The store's size on disk: the database file and its write-ahead log."""
+    return sum(p.stat().st_size for p in (db, db.with_name(db.name + "-wal")) if p.exists())
+
+
+def _warm_up(url: str, apps: int, timeout_s: float) -> int:
+    """Poll every application until its first round is COMPLETE; returns the polls sent."""
+    headers = {"Authorization": f"Bearer {ADMIN_TOKEN}", "Accept-Encoding": "identity"}
+    deadline = time.monotonic() + timeout_s
+
+    def one(i: int) -> int:
+        polls = 0
+        with httpx.Client(base_url=url, headers=headers, timeout=30) as http:
+            while True:
+                r = http.get(sample_path(i))
+                polls += 1
+                if r.status_code == 200 and b'"status":"COMPLETE"' in r.content[:400]:
+                    return polls
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{app_name(i)}: no COMPLETE round: {r.status_code}")
+                time.sleep(0.2)
+
+    with ThreadPoolExecutor(min(16, apps)) as pool:
+        return sum(pool.map(one, range(apps)))
+
+
+def apps_curve(args: argparse.Namespace) -> dict[str, Any]:
+    farm = DriverFarm(max(args.apps))
+    gen = LoadGenerator()
+    points: list[dict[str, Any]] = []
+    work = Path(tempfile.mkdtemp(prefix="sparkglass-scale-service-"))
+    try:
+        with ServerThread(farm) as drivers:
+            for n in args.apps:
+                points.append(_apps_point(gen, drivers.url, n, work, args))
+    finally:
+        gen.close()
+    return {
+        "x": "applications",
+        "pages_per_application": PAGES_PER_APP,
+        "poll_interval_s": 1.0,
+        "window_s": args.service_window_s,
+        "refresh_interval_s": args.refresh_s,
+        "vertex": VERTEX,
+        "store": "sqlite",
+        "method": (
+            "a fresh `sparkglass serve` (local mode, SQLite, 1 worker) per N with N fake "
+            "drivers registered (tests/service/fake_driver.py, all in the bench process behind "
+            "one loopback port); after each application's first COMPLETE result, `repeats` "
+            "open-loop windows of 2 pages per application at 1 poll/s each (If-None-Match as "
+            "the page sends it; latency from the scheduled send); CPU of the service process "
+            "from /proc per poll; store bytes from SQLite dbstat (tables with their indexes)"
+        ),
+        "store_growth_note": (
+            "extrapolated, not measured over an hour: bytes per stored round x one round per "
+            "application per refresh interval, plus bytes per audit event x audit events per "
+            "poll x polls per hour; rounds of the fake driver's vertex hold 9 short records, "
+            "so bytes per round scale with the records a real vertex returns"
+        ),
+        "points": points,
+    }
+
+
+def _apps_point(
+    gen: LoadGenerator, farm_url: str, n: int, work: Path, args: argparse.Namespace
+) -> dict[str, Any]:
+    db = work / f"store-{n}.db"
+    with serve(farm_url, n, db, work, args.refresh_s) as (url, proc):
+        before = store_tables(db)
+        file_before = _file_bytes(db)
+        t0 = time.monotonic()
+        warm_polls = _warm_up(url, n, 60 + n)
+        print(f"[scale] apps {n}: warm-up {time.monotonic() - t0:.1f} s", flush=True)
+        repeats: list[dict[str, float]] = []
+        polls = warm_polls
+        extra: dict[str, Any] = {"codes": {}}
+        for r in range(args.repeats):
+            cpu0 = cpu_ms(proc.pid)
+            res = gen.run(
+                args.service_window_s + 120,
+                url=url,
+                apps=n,
+                pages=PAGES_PER_APP,
+                interval=1.0,
+                duration=args.service_window_s,
+            )
+            cpu = cpu_ms(proc.pid) - cpu0
+            polls += res["requests"]
+            for code, count in res["codes"].items():
+                extra["codes"][code] = extra["codes"].get(code, 0) + count
+            rep = {
+                "p50_ms": res["p50_ms"],
+                "p99_ms": res["p99_ms"],
+                "cpu_ms_per_poll": cpu / max(1, res["requests"]),
+                "not_modified_share": res["not_modified_share"],
+                "load_generator_lag_p99_ms": res["load_generator_lag_p99_ms"],
+                "polls_per_s": res["requests"] / args.service_window_s,
+            }
+            print(
+                f"[scale] apps {n} repeat {r + 1}: "
+                + ", ".join(f"{k}={v:.3g}" for k, v in rep.items()),
+                flush=True,
+            )
+            repeats.append(rep)
+        seconds = time.monotonic() - t0
+    after = store_tables(db)  # the service has stopped: its audit buffer is flushed
+    grown = {t: {k: after[t][k] - before[t][k] for k in ("bytes", "rows")} for t in STORE_TABLES}
+    rounds = grown["rounds"]["rows"]
+    round_bytes = grown["rounds"]["bytes"] + grown["sample_records"]["bytes"]
+    events = grown["audit_events"]["rows"]
+    per_round = round_bytes / rounds if rounds else 0.0
+    per_event = grown["audit_events"]["bytes"] / events if events else 0.0
+    polls_per_hour = n * PAGES_PER_APP * 3600.0
+    return {
+        "applications": n,
+        "repeats": len(repeats),
+        **summarise(repeats, repeats[0].keys()),
+        "per_repeat": [{k: round(v, 3) for k, v in rep.items()} for rep in repeats],
+        "codes": extra["codes"],
+        "store": {
+            "grown": grown,
+            "rounds_stored": rounds,
+            "rounds_expected_at_most": n * (int(seconds // args.refresh_s) + 1),
+            "file_bytes_grown": _file_bytes(db) - file_before,
+            "bytes_per_round": round(per_round),
+            "records_per_round": (
+                round(grown["sample_records"]["rows"] / rounds, 1) if rounds else 0
+            ),
+            "bytes_per_audit_event": round(per_event),
+            "audit_events_per_poll": round(events / max(1, polls), 3),
+            "polls": polls,
+            "growth": store_growth(
+                bytes_per_round=per_round,
+                rounds_per_hour=n * 3600.0 / args.refresh_s,
+                bytes_per_audit_event=per_event,
+                audit_events_per_hour=polls_per_hour * events / max(1, polls),
+                retention_hours=args.retention_hours,
+            ),
+        },
+        "seconds": round(seconds, 1),
+    }
