@@ -1,6 +1,7 @@
 package io.sparkglass.extensions;
 
 import io.sparkglass.sampling.TapSlot;
+import java.io.Serializable;
 import java.util.Collections;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.catalyst.expressions.Expression;
@@ -29,11 +30,12 @@ import scala.collection.immutable.Seq;
  * {@code T mapChildren(...)}), so the leaf's members ({@code children}, {@code
  * withNewChildrenInternal}) are written here. The case-class members Scala would
  * generate ({@code productArity}, {@code productElement}, {@code canEqual}, {@code equals},
- * {@code hashCode}) are written by hand. Nondeterministic (never folded, reordered or
+ * {@code hashCode}, {@code Serializable}: without it interpreted mode fails with "Task not
+ * serializable") are written by hand. Nondeterministic (never folded, reordered or
  * deduplicated by the optimizer), like the UDF it replaces. The one constructor takes the
  * product's single element, so Catalyst's reflective {@code makeCopy} finds it.
  */
-public final class NativeTapGate extends Expression {
+public final class NativeTapGate extends Expression implements Serializable {
   private static final long serialVersionUID = 1L;
   /** The function name injected by {@link SamplingExtensions}. */
   public static final String NAME = "sg_tap_gate_native";
