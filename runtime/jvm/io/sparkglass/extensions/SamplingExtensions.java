@@ -43,6 +43,12 @@ public final class SamplingExtensions implements SparkSessionExtensionsProvider 
         new ExpressionInfo(TapFunctions.class.getName(), null, TapFunctions.CAPTURE,
             "_FUNC_(key, row) - keeps `row` for tap `key`'s round; always true", ""),
         TapFunctions::captureBuilder));
+    extensions.injectFunction(new Tuple3<>(
+        FunctionIdentifier.apply(NativeTapGate.NAME),
+        new ExpressionInfo(NativeTapGate.class.getName(), null, NativeTapGate.NAME,
+            "_FUNC_(key) - tap `key`'s gate, code-generated: an idle tap is one field read",
+            ""),
+        TapFunctions::nativeGateBuilder));
     extensions.injectPostHocResolutionRule(StreamTapRule::new);
     return BoxedUnit.UNIT;
   }

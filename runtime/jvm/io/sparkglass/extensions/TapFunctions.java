@@ -13,6 +13,7 @@ import org.apache.spark.sql.catalyst.expressions.ScalaUDF;
 import org.apache.spark.sql.classic.UserDefinedFunctionUtils;
 import org.apache.spark.sql.expressions.SparkUserDefinedFunction;
 import org.apache.spark.sql.functions;
+import org.apache.spark.sql.internal.SQLConf;
 import org.apache.spark.sql.types.DataTypes;
 import org.apache.spark.sql.types.StringType;
 import scala.collection.immutable.Seq;
@@ -26,6 +27,8 @@ import scala.jdk.javaapi.CollectionConverters;
 public final class TapFunctions {
   static final String GATE = "sg_tap_gate";
   static final String CAPTURE = "sg_tap_capture";
+  /** Conf: taps the extension places use {@link NativeTapGate} (default false). */
+  public static final String NATIVE_GATE_CONF = "spark.sparkglass.sampling.nativeGate";
 
   private TapFunctions() {}
 
@@ -55,12 +58,38 @@ public final class TapFunctions {
    */
   public static Expression condition(String tapKey, List<? extends Expression> columns) {
     Expression row = CreateStruct$.MODULE$.apply(seq(new ArrayList<Expression>(columns)));
-    return new If(gate(tapKey), capture(tapKey, row), Literal$.MODULE$.TrueLiteral());
+    Expression gate = nativeGateEnabled() ? new NativeTapGate(tapKey) : gate(tapKey);
+    return new If(gate, capture(tapKey, row), Literal$.MODULE$.TrueLiteral());
+  }
+
+  /**
+   * Whether taps placed by {@link StreamTapRule} use the code-generated gate
+   * ({@link NativeTapGate}) instead of the {@code GateUdf}: {@link #NATIVE_GATE_CONF} in the
+   * active session's conf, false by default.
+   */
+  static boolean nativeGateEnabled() {
+    try {
+      return "true".equalsIgnoreCase(
+          SQLConf.get().getConfString(NATIVE_GATE_CONF, "false").trim());
+    } catch (Throwable e) {
+      return false;
+    }
+  }
+
+  /** {@code sg_tap_gate_native(key)}: the code-generated gate of tap {@code key}. */
+  static Expression nativeGateBuilder(Seq<Expression> args) {
+    if (args.size() != 1) {
+      throw new IllegalArgumentException(NativeTapGate.NAME + "(key) takes one argument");
+    }
+    return new NativeTapGate(key(args, NativeTapGate.NAME));
   }
 
   /** True when {@code e} is (or contains) a tap gate, ours or one the DSL registered. */
   public static boolean containsGate(Expression e) {
     if (e instanceof ScalaUDF && ((ScalaUDF) e).function() instanceof GateUdf) {
+      return true;
+    }
+    if (e instanceof NativeTapGate) {
       return true;
     }
     for (Expression child : CollectionConverters.asJava(e.children())) {

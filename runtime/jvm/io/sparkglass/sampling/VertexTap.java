@@ -15,9 +15,12 @@ final class VertexTap {
   final String key;
   /** The active round, or null when idle: the only thing an idle gate reads. */
   volatile ActiveRound round;
+  /** What a code-generated gate reads: {@code slot.active} mirrors {@code round != null}. */
+  final TapSlot slot;
 
   private VertexTap(String key) {
     this.key = key;
+    this.slot = new TapSlot(this);
   }
 
   static VertexTap forKey(String key) {
@@ -37,12 +40,14 @@ final class VertexTap {
 
   synchronized void begin(ActiveRound r) {
     round = r;
+    slot.active = r != null;
   }
 
   /** Stops admitting rows for {@code r} if it is still the active round. */
   synchronized void end(ActiveRound r) {
     if (round == r) {
       round = null;
+      slot.active = false;
     }
   }
 }

@@ -1,0 +1,27 @@
+package io.sparkglass.extensions;
+
+import org.apache.spark.sql.SparkSession;
+import org.apache.spark.sql.catalyst.expressions.Expression;
+import scala.collection.immutable.Seq;
+
+/**
+ * Registers a tap's code-generated gate ({@link NativeTapGate}) by name in one session, as
+ * {@code TapUdfs.register} does for the UDF gate: {@code gateName()} takes no argument. For
+ * sessions without {@link SamplingExtensions} (called from Python).
+ */
+public final class NativeGates {
+  private NativeGates() {}
+
+  /** Registers {@code gateName()} as tap {@code tapKey}'s native gate in {@code spark}. */
+  public static void register(SparkSession spark, String tapKey, String gateName) {
+    org.apache.spark.sql.classic.SparkSession classic =
+        (org.apache.spark.sql.classic.SparkSession) spark;
+    classic.sessionState().functionRegistry().createOrReplaceTempFunction(gateName,
+        (Seq<Expression> args) -> {
+          if (!args.isEmpty()) {
+            throw new IllegalArgumentException(gateName + "() takes no argument");
+          }
+          return new NativeTapGate(tapKey);
+        }, "java_udf");
+  }
+}

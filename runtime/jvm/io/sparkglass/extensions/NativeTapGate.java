@@ -1,0 +1,168 @@
+package io.sparkglass.extensions;
+
+import io.sparkglass.sampling.TapSlot;
+import java.io.Serializable;
+import java.util.Collections;
+import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.catalyst.expressions.Expression;
+import org.apache.spark.sql.catalyst.expressions.codegen.CodeBlock;
+import org.apache.spark.sql.catalyst.expressions.codegen.CodegenContext;
+import org.apache.spark.sql.catalyst.expressions.codegen.ExprCode;
+import org.apache.spark.sql.catalyst.expressions.codegen.FalseLiteral$;
+import org.apache.spark.sql.catalyst.expressions.codegen.JavaCode;
+import org.apache.spark.sql.types.DataType;
+import org.apache.spark.sql.types.DataTypes;
+import scala.collection.immutable.IndexedSeq;
+import scala.collection.immutable.Seq;
+
+/**
+ * {@code sg_tap_gate_native('key')}: the tap's gate as a Catalyst expression with its own
+ * code generation, instead of a {@link io.sparkglass.sampling.GateUdf} behind a
+ * {@code ScalaUDF}. In whole-stage generated code an idle tap costs one read of the public
+ * volatile field {@link TapSlot#active} of a slot held in a field of the generated class; the
+ * slow path ({@link TapSlot#admit()}, the same as the UDF's) runs only while a round is
+ * active. The capture stays the {@code CaptureUdf}: it only runs for admitted rows.
+ *
+ * <p>Written in Java against Catalyst's Scala classes. It extends {@code Expression}, not
+ * {@code LeafExpression}: javac rejects a Java subclass of {@code LeafExpression} (the final
+ * {@code mapChildren} it inherits from the Scala trait {@code LeafLike} returns the erased
+ * {@code TreeNode}, which javac does not accept as implementing the trait's generic
+ * {@code T mapChildren(...)}), so the leaf's members ({@code children}, {@code
+ * withNewChildrenInternal}) are written here. The case-class members Scala would
+ * generate ({@code productArity}, {@code productElement}, {@code canEqual}, {@code equals},
+ * {@code hashCode}, {@code Serializable}: without it interpreted mode fails with "Task not
+ * serializable") are written by hand. Nondeterministic (never folded, reordered or
+ * deduplicated by the optimizer), like the UDF it replaces. The one constructor takes the
+ * product's single element, so Catalyst's reflective {@code makeCopy} finds it.
+ */
+public final class NativeTapGate extends Expression implements Serializable {
+  private static final long serialVersionUID = 1L;
+  /** The function name injected by {@link SamplingExtensions}. */
+  public static final String NAME = "sg_tap_gate_native";
+
+  private static final Seq<Expression> NO_CHILDREN =
+      TapFunctions.seq(Collections.<Expression>emptyList());
+
+  private final String tapKey;
+  private transient TapSlot slot;
+
+  public NativeTapGate(String tapKey) {
+    if (tapKey == null) {
+      throw new IllegalArgumentException(NAME + ": the tap key is null");
+    }
+    this.tapKey = tapKey;
+  }
+
+  public String tapKey() {
+    return tapKey;
+  }
+
+  private TapSlot slot() {
+    TapSlot s = slot;
+    if (s == null) {
+      s = TapSlot.forKey(tapKey);
+      slot = s;
+    }
+    return s;
+  }
+
+  @Override
+  public boolean nullable() {
+    return false;
+  }
+
+  @Override
+  public DataType dataType() {
+    return DataTypes.BooleanType;
+  }
+
+  @Override
+  public boolean deterministic() {
+    return false;
+  }
+
+  @Override
+  public boolean foldable() {
+    return false;
+  }
+
+  @Override
+  public Object eval(InternalRow input) {
+    try {
+      return slot().gate();
+    } catch (Throwable e) {
+      io.sparkglass.sampling.TapErrors.record(e);
+      return Boolean.FALSE;
+    }
+  }
+
+  @Override
+  public ExprCode doGenCode(CodegenContext ctx, ExprCode ev) {
+    String cls = TapSlot.class.getName();
+    String ref = ctx.addReferenceObj("sgTapSlot", TapSlot.forKey(tapKey), cls);
+    // A field of the generated class, set once when it is initialised: per row, the idle
+    // path reads this field and the slot's volatile flag, nothing else.
+    String field = ctx.addMutableState(cls, "sgTapSlot", v -> v + " = " + ref + ";", true, true);
+    String value = ev.value().toString();
+    String code = "boolean " + value + " = " + field + ".active && " + field + ".admit();";
+    return ev.copy(
+        new CodeBlock(TapFunctions.seq(Collections.singletonList(code)),
+            TapFunctions.seq(Collections.<JavaCode>emptyList())),
+        FalseLiteral$.MODULE$, ev.value());
+  }
+
+  @Override
+  public String prettyName() {
+    return NAME;
+  }
+
+  @Override
+  public String sql() {
+    return NAME + "('" + tapKey.replace("\\", "\\\\").replace("'", "\\'") + "')";
+  }
+
+  @Override
+  public String toString() {
+    return NAME + "(" + tapKey + ")";
+  }
+
+  // The case-class members.
+
+  @Override
+  public Seq<Expression> children() {
+    return NO_CHILDREN;
+  }
+
+  @Override
+  public Expression withNewChildrenInternal(IndexedSeq<Expression> newChildren) {
+    return this; // a leaf: no children to replace
+  }
+
+  @Override
+  public int productArity() {
+    return 1;
+  }
+
+  @Override
+  public Object productElement(int n) {
+    if (n == 0) {
+      return tapKey;
+    }
+    throw new IndexOutOfBoundsException(String.valueOf(n));
+  }
+
+  @Override
+  public boolean canEqual(Object that) {
+    return that instanceof NativeTapGate;
+  }
+
+  @Override
+  public boolean equals(Object o) {
+    return o instanceof NativeTapGate && ((NativeTapGate) o).tapKey.equals(tapKey);
+  }
+
+  @Override
+  public int hashCode() {
+    return NativeTapGate.class.hashCode() * 31 + tapKey.hashCode();
+  }
+}
