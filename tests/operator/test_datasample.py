@@ -373,13 +373,28 @@ async def wait_final(kube: SparkglassEmulator, name: str, operator: OperatorProc
     )
 
 
+async def assert_final(
+    kube: SparkglassEmulator, name: str, operator: OperatorProcess, expected: str
+) -> None:
+    """Wait for ``name``'s final phase and fail, showing its status message and the
+    operator's last log lines, unless it is ``expected`` (a loaded machine's surprises
+    must be readable from the CI log alone)."""
+    final = await wait_final(kube, name, operator)
+    if final != expected:
+        st = status(kube, name)
+        pytest.fail(
+            f"{name} ended {final!r}, not {expected!r}: {st.get('message')!r} "
+            f"(conditions {st.get('conditions')!r})\n{operator.output()[-6000:]}"
+        )
+
+
 async def test_round_completes_with_bounded_status_labels_events_and_store(
     kube: SparkglassEmulator, operator: OperatorProcess, driver: ScriptedDriver, store_url: str
 ) -> None:
     await running_app(kube, operator, driver)
     driver.records, driver.record_bytes = 40, 200  # 80 records of ~250 B: more than 4 KiB
     await post(kube, "datasamples", sample_body("parse-1", "parse", maxRecords=100))
-    assert await wait_final(kube, "parse-1", operator) == "Complete"
+    await assert_final(kube, "parse-1", operator, "Complete")
     st = status(kube, "parse-1")
     assert st["totalRecordCount"] == 80 and st["droppedByRateLimit"] == 7
     assert st["roundId"] == "r1-parse"
@@ -565,14 +580,14 @@ async def test_finished_datasample_is_deleted_after_its_ttl(
     # a loaded machine (with 1 s it sometimes saw the DataSample only once it was gone).
     await post(kube, "datasamples", sample_body("brief", "parse", ttlSecondsAfterFinished=3))
     await post(kube, "datasamples", sample_body("kept", "parse"))
-    assert await wait_final(kube, "brief", operator) == "Complete", status(kube, "brief")
+    await assert_final(kube, "brief", operator, "Complete"), status(kube, "brief")
     await eventually(
         lambda: kube.stored(SAMPLES, NAMESPACE, "brief") is None,
         what="TTL deletion",
         timeout=60,
         operator=operator,
     )
-    assert await wait_final(kube, "kept", operator) == "Complete"
+    await assert_final(kube, "kept", operator, "Complete")
     # Nothing may happen here, so no condition to wait for: longer than brief's TTL, and
     # kept (no TTL of its own: the operator's default, 1 h) stays.
     await asyncio.sleep(3.5)
@@ -600,7 +615,7 @@ async def test_operator_restart_mid_round_neither_loses_nor_duplicates(
     operator.kill()  # a crash in the middle of the round
     driver.release()
     operator.start()
-    assert await wait_final(kube, "restart", operator) == "Complete"
+    await assert_final(kube, "restart", operator, "Complete")
     # The new process asked the driver again with the DataSample's uid (status is not input)
     # and got the same round: asked twice, opened once, continued.
     assert driver.calls["open:parse"] == 2 and list(driver.rounds) == ["r1-parse"]
@@ -641,13 +656,13 @@ async def test_finished_datasamples_cost_no_api_request_and_new_ones_are_picked_
     for name in sorted(done):
         await post(kube, "datasamples", sample_body(name, "parse"))
     for name in sorted(done):
-        assert await wait_final(kube, name, operator) == "Complete"
+        await assert_final(kube, name, operator, "Complete")
     before = datasample_requests(kube, done)
     started = asyncio.get_running_loop().time()
     await post(kube, "datasamples", sample_body("fresh", "parse"))
     await eventually(lambda: phase(kube, "fresh"), what="fresh picked up", operator=operator)
     pickup = asyncio.get_running_loop().time() - started
-    assert await wait_final(kube, "fresh", operator) == "Complete"
+    await assert_final(kube, "fresh", operator, "Complete")
     await asyncio.sleep(3)  # a quiet spell: the old timer read each of them 3 times here
     assert datasample_requests(kube, done) == before
     # A generous bound for a loaded 2-core machine (the benchmark measures the real figure).
@@ -676,7 +691,7 @@ async def test_a_starting_application_is_waited_for_without_spending_retries(
         operator=operator,
     )
     assert phase(kube, "early") == "Pending" and not status(kube, "early").get("retries")
-    assert await wait_final(kube, "impatient", operator) == "Abandoned"
+    await assert_final(kube, "impatient", operator, "Abandoned")
     assert "applicationStartTimeout" in status(kube, "impatient")["message"]
     # Now the driver comes up: the waiting DataSample runs its round. The scripted driver
     # holds the token and serves the Secret's certificate before its Pod says Running, as a
@@ -697,7 +712,7 @@ async def test_a_starting_application_is_waited_for_without_spending_retries(
         f"/api/v1/namespaces/{NAMESPACE}/pods/flights-driver/status",
         {"phase": "Running", "podIP": "127.0.0.1"},
     )
-    assert await wait_final(kube, "early", operator) == "Complete", status(kube, "early")
+    await assert_final(kube, "early", operator, "Complete"), status(kube, "early")
     assert driver.calls["open:parse"] == 1
 
 
@@ -720,7 +735,7 @@ async def test_operator_killed_between_opening_a_round_and_writing_its_id_opens_
     driver.open_gate.set()
     assert "roundId" not in status(kube, "crash")  # the id never reached the status
     operator.start()
-    assert await wait_final(kube, "crash", operator) == "Complete", status(kube, "crash")
+    await assert_final(kube, "crash", operator, "Complete"), status(kube, "crash")
     uid = kube.stored(SAMPLES, NAMESPACE, "crash")["metadata"]["uid"]
     assert driver.keys == {uid: "r1-parse"} and list(driver.rounds) == ["r1-parse"]
     assert driver.calls["open:parse"] == 2  # asked twice, opened once
@@ -753,7 +768,7 @@ async def test_a_narrowed_round_is_opened_with_its_request_and_the_idempotency_k
     driver.stall_opens = False
     driver.open_gate.set()
     operator.start()
-    assert await wait_final(kube, "narrow", operator) == "Complete", status(kube, "narrow")
+    await assert_final(kube, "narrow", operator, "Complete"), status(kube, "narrow")
     uid = kube.stored(SAMPLES, NAMESPACE, "narrow")["metadata"]["uid"]
     asked = {
         "idempotencyKey": uid,
