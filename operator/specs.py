@@ -367,8 +367,7 @@ def _allowed(value: Any, allowed: type[StrEnum], field: str) -> Any:
     # allowed values (pydantic's names neither the field nor, for a DataSample, the path).
     if isinstance(value, str) and value not in {m.value for m in allowed}:
         raise InvalidParameterError(
-            f"{field}={value!r} is not supported: allowed "
-            + ", ".join(m.value for m in allowed),
+            f"{field}={value!r} is not supported: allowed " + ", ".join(m.value for m in allowed),
             field=field,
         )
     return value
