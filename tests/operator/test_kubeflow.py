@@ -165,9 +165,12 @@ def driver_pod(
     *,
     name: str | None = None,
     owner: str = "controller",
+    other_uid: str = "",
 ) -> dict[str, Any]:
     """A driver Pod as the spark-operator starts it. ``owner``: ``controller`` (what the
-    spark-operator sets), ``none``, ``other-uid`` (an application of that name deleted before),
+    spark-operator sets), ``none``, ``other-uid`` (a controller reference naming the
+    application but carrying ``other_uid``, e.g. of an application of that name deleted and
+    made again; it must be a live object's, or the garbage collector deletes the Pod),
     ``not-controller``."""
     meta = app["metadata"]
     ref = {
@@ -181,7 +184,7 @@ def driver_pod(
     refs = {
         "controller": [ref],
         "none": [],
-        "other-uid": [{**ref, "uid": "00000000-0000-0000-0000-000000000000"}],
+        "other-uid": [{**ref, "uid": other_uid}],
         "not-controller": [{**ref, "controller": False}],
     }[owner]
     ports = [{"name": "sg-control", "containerPort": port, "protocol": "TCP"}] if port else []
@@ -279,6 +282,8 @@ def kubeflow_sample(name: str, app: str = APP, **spec: Any) -> dict[str, Any]:
 async def post_sample(
     kube: SparkglassEmulator, body: dict[str, Any], namespace: str = NAMESPACE
 ) -> None:
+    body = copy.deepcopy(body)
+    body["metadata"]["namespace"] = namespace
     resp = await kube.post(
         f"/apis/sparkglass.io/v1alpha1/namespaces/{namespace}/datasamples", json=body
     )
