@@ -32,7 +32,11 @@ the bounded adoption above.
 
 An application that is still starting (``SUBMITTED``, ``PENDING_RERUN``, no state yet) is
 waited for, up to ``spec.applicationStartTimeout`` after the DataSample's creation (default
-``5m``), without spending retries. Final phases and their causes:
+``5m``), without spending retries. A Kubeflow spark-operator application
+(``applicationRef.apiVersion: sparkoperator.k8s.io/v1beta2``) is found by its own rule
+(:mod:`.kubeflow`: read from the API, its driver Pod by labels and owner reference, the
+operator's ``<app>-sparkglass-control`` Secret); from there the round runs the same way.
+Final phases and their causes:
 
 ===========  ================================================================================
 Complete     the round ended and every subtask answered
@@ -45,7 +49,9 @@ Failed       invalid spec; unknown vertex (the message lists the vertices); a sa
              verify it with; the message says to restart the application); the driver refused
              the round; the round failed on the driver (``errorCode``); a transient failure
              outlived ``backoffLimit`` retries (``ApplicationNotFound``, driver unreachable,
-             ``TOO_MANY_CONCURRENT_ROUNDS``); no result before the deadline (``TIMEOUT``)
+             ``TOO_MANY_CONCURRENT_ROUNDS``); no result before the deadline (``TIMEOUT``);
+             for a Kubeflow application also ``KubeflowNotEnabled`` (the operator may not read
+             it) and ``ControlPortMissing`` (its driver Pod declares no ``sg-control`` port)
 Abandoned    the application is not running (over, or not started within
              ``applicationStartTimeout``),
              or the driver run holding the open round ended, whichever the operator sees
@@ -397,7 +403,6 @@ class _Target:
     """A driver found for this DataSample's application: how to reach it, the limits of its
     rounds, and what to say when its control Secret holds no token of the operator's."""
 
-    app_name: str
     access: DriverAccess
     limits: _Limits
     token_missing: str
@@ -604,7 +609,6 @@ class _Step:
                 await self._finish("Abandoned", "ApplicationNotRunning", message)
                 return None
         return _Target(
-            app_name=app_name,
             access=access,
             limits=_Limits(
                 timeout_ms=round(parse_duration(app_spec.sampling.timeout) * 1000),
@@ -668,7 +672,9 @@ class _Step:
         record = self.record
         opened = record.round_id or record.claimed_round_id
         state = kubeflow.application_state(app)
-        pod: dict[str, Any] | str = f"application {app_name!r} is not running (state {state})"
+        pod: dict[str, Any] | str = (
+            f"Kubeflow application {app_name!r} is not running (state {state or 'not set yet'})"
+        )
         if state == kubeflow.RUNNING:
             pod = await kubeflow.find_driver(self.ctx.cluster, app)
         if isinstance(pod, str):
@@ -682,7 +688,6 @@ class _Step:
         if access is None:
             return None
         return _Target(
-            app_name=app_name,
             access=access,
             limits=_Limits(
                 timeout_ms=settings.timeout_ms, max_record_length=settings.max_record_length
@@ -719,7 +724,10 @@ class _Step:
         except ValueError as exc:  # no control port on the Pod: only a new spec fixes that
             await self._finish("Failed", "ControlPortMissing", str(exc))
             return None
-        self.ctx.driver_access[key] = (version, access)
+        if access.token and not access.refusal:
+            self.ctx.driver_access[key] = (version, access)
+        else:  # read again next step: the Secret may be fixed meanwhile (deleted, re-created)
+            self.ctx.driver_access.pop(key, None)
         return access
 
     async def _talk(self, target: _Target) -> None:
