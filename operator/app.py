@@ -26,7 +26,7 @@ import kopf
 import structlog
 from prometheus_client import start_http_server
 
-from . import datasample, executors, sparkapplication
+from . import datasample, executors, kubeflow, sparkapplication
 from .cluster import Cluster
 from .context import OperatorContext
 from .leader_election import LeaderElector
@@ -39,14 +39,17 @@ log = structlog.get_logger(__name__)
 FINALIZER = "sparkglass.io/operator"
 
 
-def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
-    """A registry holding the SparkApplication and DataSample handlers."""
+def build_registry(
+    config: OperatorConfig, *, kubeflow_applications: bool = False
+) -> kopf.OperatorRegistry:
+    """A registry holding the SparkApplication and DataSample handlers (and the Kubeflow
+    SparkApplication event handler when ``kubeflow_applications``)."""
     registry = kopf.OperatorRegistry()
     # A registry of our own has none of kopf's default login handlers: credentials come the
     # way the kubernetes client finds them (in-cluster service account, else the kubeconfig).
     kopf.on.login(registry=registry, id="login")(login)
     sparkapplication.register(registry, resync_seconds=config.resync_seconds)
-    datasample.register(registry)
+    datasample.register(registry, kubeflow_applications=kubeflow_applications)
     return registry
 
 
@@ -122,8 +125,14 @@ async def operate(config: OperatorConfig, *, stop_flag: asyncio.Event | None = N
     # In the background: the operator serves while the store opens.
     warming = asyncio.create_task(asyncio.to_thread(store.warm)) if store is not None else None
     try:
+        # Kubeflow spark-operator applications are watched only where the operator may list
+        # them (chart value kubeflow.enabled): kopf stops on a watch it is refused.
+        kubeflow_off = await kubeflow.readable(cluster, config.namespaces)
+        log.info(
+            "kubeflow spark-operator applications", watched=kubeflow_off is None, why=kubeflow_off
+        )
         await kopf.operator(
-            registry=build_registry(config),
+            registry=build_registry(config, kubeflow_applications=kubeflow_off is None),
             settings=build_settings(config),
             clusterwide=config.clusterwide,
             namespaces=list(config.namespaces),

@@ -55,7 +55,9 @@ class OperatorContext:
     * ``queue``: the DataSample work queue (None until :func:`datasample.start_engine`);
     * ``driver_access``: per DataSample, the driver access found when its round was opened
       and the driver Pod version it was read from (so polls do not read the Secret again);
-    * ``records``: the operator's own :class:`SampleRecord` of each DataSample, by uid.
+    * ``records``: the operator's own :class:`SampleRecord` of each DataSample, by uid;
+    * ``kubeflow_secrets``: per Kubeflow SparkApplication uid, when (epoch seconds) to look
+      at its control Secret again (:func:`datasample.on_kubeflow_application_event`).
     """
 
     config: OperatorConfig
@@ -69,6 +71,7 @@ class OperatorContext:
     engine_task: asyncio.Task[None] | None = None
     driver_access: dict[tuple[str, str], tuple[Any, Any]] = field(default_factory=dict)
     records: dict[str, SampleRecord] = field(default_factory=dict)
+    kubeflow_secrets: dict[str, float] = field(default_factory=dict)
     _locks: dict[tuple[str, str, str], asyncio.Lock] = field(
         default_factory=lambda: defaultdict(asyncio.Lock)
     )

@@ -32,7 +32,11 @@ the bounded adoption above.
 
 An application that is still starting (``SUBMITTED``, ``PENDING_RERUN``, no state yet) is
 waited for, up to ``spec.applicationStartTimeout`` after the DataSample's creation (default
-``5m``), without spending retries. Final phases and their causes:
+``5m``), without spending retries. A Kubeflow spark-operator application
+(``applicationRef.apiVersion: sparkoperator.k8s.io/v1beta2``) is found by its own rule
+(:mod:`.kubeflow`: read from the API, its driver Pod by labels and owner reference, the
+operator's ``<app>-sparkglass-control`` Secret); from there the round runs the same way.
+Final phases and their causes:
 
 ===========  ================================================================================
 Complete     the round ended and every subtask answered
@@ -45,7 +49,9 @@ Failed       invalid spec; unknown vertex (the message lists the vertices); a sa
              verify it with; the message says to restart the application); the driver refused
              the round; the round failed on the driver (``errorCode``); a transient failure
              outlived ``backoffLimit`` retries (``ApplicationNotFound``, driver unreachable,
-             ``TOO_MANY_CONCURRENT_ROUNDS``); no result before the deadline (``TIMEOUT``)
+             ``TOO_MANY_CONCURRENT_ROUNDS``); no result before the deadline (``TIMEOUT``);
+             for a Kubeflow application also ``KubeflowNotEnabled`` (the operator may not read
+             it) and ``ControlPortMissing`` (its driver Pod declares no ``sg-control`` port)
 Abandoned    the application is not running (over, or not started within
              ``applicationStartTimeout``),
              or the driver run holding the open round ended, whichever the operator sees
@@ -64,6 +70,7 @@ import asyncio
 import contextlib
 import copy
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, cast
 
@@ -72,7 +79,7 @@ import structlog
 from pydantic import ValidationError
 
 from sparkglass.runtime.contract.datasample_status import encode, phase_of
-from sparkglass.runtime.contract.errors import InvalidParameterError
+from sparkglass.runtime.contract.errors import InvalidParameterError, SamplingSettingsError
 from sparkglass.runtime.contract.result_caps import ResultCaps, ResultRejected
 from sparkglass.runtime.contract.sample_result import DataSampleResult, ErrorCode, SampleStatus
 from sparkglass.runtime.contract.sampling_settings import client_deadline_ms
@@ -83,11 +90,12 @@ from sparkglass.runtime.control.client import (
     ControlUntrusted,
 )
 
-from . import names
+from . import children, kubeflow, names
+from .certificates import RENEWAL_MARGIN, read_stored_certificate
 from .cluster import APPS, PODS, SAMPLES, ApiError
 from .conditions import now_rfc3339, set_condition
 from .context import OperatorContext, SampleRecord
-from .driver_access import control_endpoint, driver_access
+from .driver_access import DriverAccess, control_endpoint, driver_access
 from .driver_state import TERMINAL, run_end
 from .metrics import (
     PICKUP_SECONDS,
@@ -129,9 +137,11 @@ API_RETRY_SECONDS = 2.0
 ENGINE_WORKERS = 16
 
 
-def register(registry: kopf.OperatorRegistry) -> None:
+def register(registry: kopf.OperatorRegistry, *, kubeflow_applications: bool = False) -> None:
     """Register the DataSample handlers and indexes on ``registry`` (the engine reads
-    ``poll_seconds`` from the config)."""
+    ``poll_seconds`` from the config). ``kubeflow_applications``: also watch Kubeflow
+    spark-operator SparkApplications (only when the operator may: :func:`kubeflow.readable`),
+    to create the control Secret of those that enable sampling before their driver starts."""
     res = (names.GROUP, names.VERSION, names.SAMPLES)
     kopf.index(names.GROUP, names.VERSION, names.APPS, registry=registry, id="sg_applications")(
         index_application
@@ -147,6 +157,16 @@ def register(registry: kopf.OperatorRegistry) -> None:
     kopf.on.event(
         "", "v1", "pods", labels=DRIVER_POD_LABELS, registry=registry, id="wake-samples-pod"
     )(on_driver_pod_event)
+    if kubeflow_applications:
+        # An event handler only: no finalizer, no annotation, nothing written to another
+        # operator's resource (the operator may only read it).
+        kopf.on.event(
+            kubeflow.GROUP,
+            kubeflow.VERSION,
+            kubeflow.PLURAL,
+            registry=registry,
+            id="kubeflow-applications",
+        )(on_kubeflow_application_event)
 
 
 def index_application(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> Any:
@@ -201,6 +221,71 @@ async def on_driver_pod_event(body: kopf.Body, memo: Any, **kwargs: Any) -> None
     app = (body.metadata.labels or {}).get(names.LABEL_APP)
     if app:
         wake_application(memo, body.metadata.namespace or "", app)
+
+
+async def on_kubeflow_application_event(
+    event: Any, body: kopf.Body, memo: Any, **kwargs: Any
+) -> None:
+    """A Kubeflow SparkApplication changed: when its ``sparkConf`` enables sampling, make
+    sure its control Secret exists (so that its driver, which reads the token from it, can
+    start) and holds a usable certificate; then wake its unfinished DataSamples.
+
+    The Secret is checked once per application uid and again only when its certificate
+    nears renewal, not on each of the spark-operator's many status writes. A failure is
+    logged and tried again on the next event (a DataSample that needs the Secret also
+    creates it)."""
+    ctx: OperatorContext = memo
+    _adopt_indexes(ctx, kwargs)
+    namespace, name = body.metadata.namespace or "", body.metadata.name or ""
+    uid = str(body.metadata.uid or "")
+    if event.get("type") == "DELETED":
+        ctx.kubeflow_secrets.pop(uid, None)  # the Secret goes with it (owner reference)
+        return
+    app = copy.deepcopy(dict(body))
+    due = ctx.kubeflow_secrets.get(uid)
+    if kubeflow.sampling_requested(app) and (due is None or time.time() >= due):
+        await _ensure_kubeflow_secret(ctx, app)
+    wake_application(ctx, namespace, name)
+
+
+async def _ensure_kubeflow_secret(ctx: OperatorContext, app: dict[str, Any]) -> None:
+    meta = app["metadata"]
+    if problem := kubeflow.app_name_problem(meta["name"]):
+        log.warning("kubeflow application not sampleable", namespace=meta["namespace"], why=problem)
+        ctx.kubeflow_secrets[str(meta["uid"])] = float("inf")
+        return
+    try:
+        secret = await kubeflow.ensure_control_secret(ctx.cluster, app, renew=True)
+    except ApiError as exc:
+        log.warning(
+            "kubeflow control secret not ensured",
+            namespace=meta["namespace"],
+            application=meta["name"],
+            error=str(exc),
+        )
+        return
+    if secret is None:
+        message = (
+            f"a Secret the operator did not create holds the name "
+            f"{kubeflow.secret_name(meta['name'])!r}: it is never read, and DataSamples of "
+            "this application fail until it is deleted (the operator then creates its own)"
+        )
+        with contextlib.suppress(LookupError):
+            kopf.event(
+                kopf.Body(cast(kopf.RawBody, app)),
+                type="Warning",
+                reason="ControlSecretNotOwned",
+                message=message,
+            )
+        ctx.kubeflow_secrets[str(meta["uid"])] = time.time() + MAX_RETRY_DELAY_SECONDS
+        return
+    try:
+        stored = read_stored_certificate(children.secret_tls_data(secret))
+    except ValueError:
+        stored = None
+    # Looked at again once the certificate is due for renewal (or at once, if unusable).
+    due = (stored.not_after - RENEWAL_MARGIN).timestamp() if stored is not None else 0.0
+    ctx.kubeflow_secrets[str(meta["uid"])] = max(due, time.time() + MAX_RETRY_DELAY_SECONDS)
 
 
 def wake_application(ctx: OperatorContext, namespace: str, app: str) -> int:
@@ -302,6 +387,25 @@ def _unavailable(exc: ControlUnavailable) -> str:
     """The condition reason of a driver that did not answer: ``DriverUntrusted`` when its
     certificate failed verification (the token was not sent), else ``DriverUnavailable``."""
     return "DriverUntrusted" if isinstance(exc, ControlUntrusted) else "DriverUnavailable"
+
+
+@dataclass(frozen=True)
+class _Limits:
+    """What a round's client side needs of the application's sampling settings: its
+    ``timeout`` (ms; the driver ends every round within it) and ``max-record-length``."""
+
+    timeout_ms: int
+    max_record_length: int
+
+
+@dataclass(frozen=True)
+class _Target:
+    """A driver found for this DataSample's application: how to reach it, the limits of its
+    rounds, and what to say when its control Secret holds no token of the operator's."""
+
+    access: DriverAccess
+    limits: _Limits
+    token_missing: str
 
 
 class _Step:
@@ -430,6 +534,18 @@ class _Step:
 
     # ------------------------------------------------------------------ the step
     async def _advance(self) -> None:
+        # Find the application's driver (each kind of application by its own trust rule),
+        # then run the round the same way for both.
+        if self._spec.application_ref.is_kubeflow:
+            target = await self._kubeflow_target()
+        else:
+            target = await self._sparkglass_target()
+        if target is not None:
+            await self._talk(target)
+
+    async def _sparkglass_target(self) -> _Target | None:
+        """The driver of a sparkglass SparkApplication, or None when this step ended here
+        (finished, waiting, or a retry counted)."""
         spec = self._spec
         app_name = spec.application_ref.name
         app = await self._application(app_name)
@@ -439,12 +555,12 @@ class _Step:
                 f"SparkApplication {app_name!r} not found in namespace {self.namespace!r}",
                 final="Failed",
             )
-            return
+            return None
         try:
             app_spec = SparkApplicationSpec.parse(app.get("spec"))
         except ValidationError:
             await self._finish("Failed", "InvalidApplication", f"{app_name!r} has an invalid spec")
-            return
+            return None
         vertices = [v.name for v in app_spec.pipeline.vertices]
         if vertices and spec.vertex not in vertices:
             await self._finish(
@@ -453,7 +569,7 @@ class _Step:
                 f"vertex {spec.vertex!r} is not in application {app_name!r}; "
                 f"vertices: {', '.join(vertices)}",
             )
-            return
+            return None
         if spec.sampling_window and parse_duration(spec.sampling_window) > parse_duration(
             app_spec.sampling.sampling_window
         ):
@@ -463,14 +579,14 @@ class _Step:
                 f"samplingWindow {spec.sampling_window} exceeds the application's "
                 f"{app_spec.sampling.sampling_window} (spec.sampling.samplingWindow)",
             )
-            return
+            return None
         if not app_spec.sampling.enabled:
             await self._finish(
                 "Disabled",
                 "SamplingDisabled",
                 f"sampling is disabled for {app_name!r} (spec.sampling.enabled is false)",
             )
-            return
+            return None
         # Where the driver is and its token come only from objects this operator created
         # for this application (see ``driver_access``), never from the application's status:
         # whoever may patch a status must not pick where the token goes.
@@ -483,7 +599,7 @@ class _Step:
                 await self._finish("Abandoned", "ApplicationNotRunning", access)
             else:  # still starting: worth waiting for, up to applicationStartTimeout
                 await self._wait_for_start(app_name, state, access)
-            return
+            return None
         if round_id := opened:
             # A round dies with its driver run, and the Pod shows that before the application's
             # status may (operator/README.md, "When the driver dies mid-round").
@@ -491,15 +607,135 @@ class _Step:
             if ended := run_end(pod):
                 message = f"round {round_id} was lost with the driver of {app_name!r}: {ended}"
                 await self._finish("Abandoned", "ApplicationNotRunning", message)
-                return
-        token = access.token
-        if not token:
-            await self._transient(
-                "ControlTokenMissing",
+                return None
+        return _Target(
+            access=access,
+            limits=_Limits(
+                timeout_ms=round(parse_duration(app_spec.sampling.timeout) * 1000),
+                max_record_length=app_spec.sampling.max_record_length,
+            ),
+            token_missing=(
                 f"the control token Secret {names.secret_name(app_name)!r} of {app_name!r} is "
-                "missing or was not created by the operator for this application",
+                "missing or was not created by the operator for this application"
+            ),
+        )
+
+    async def _kubeflow_target(self) -> _Target | None:
+        """The driver of a Kubeflow spark-operator SparkApplication (:mod:`.kubeflow`: the
+        Pod it owns, the Secret the operator created for it), or None when this step ended
+        here. The application's state says only whether to wait; never where to connect."""
+        spec = self._spec
+        app_name = spec.application_ref.name
+        try:
+            app = await kubeflow.read_application(self.ctx.cluster, self.namespace, app_name)
+        except kubeflow.NotEnabled as exc:
+            await self._finish("Failed", "KubeflowNotEnabled", str(exc))
+            return None
+        if app is None:
+            await self._transient(
+                "ApplicationNotFound",
+                f"Kubeflow SparkApplication {app_name!r} ({kubeflow.API_VERSION}) not found in "
+                f"namespace {self.namespace!r}",
                 final="Failed",
             )
+            return None
+        if problem := kubeflow.app_name_problem(app_name):
+            await self._finish("Failed", "InvalidApplication", problem)
+            return None
+        try:
+            settings = kubeflow.sampling_settings(app)
+        except SamplingSettingsError as exc:
+            await self._finish(
+                "Failed", "InvalidApplication", f"{app_name!r} spec.sparkConf: {exc}"
+            )
+            return None
+        window = kubeflow.SAMPLING_WINDOW_KEY
+        if (
+            spec.sampling_window
+            and parse_duration(spec.sampling_window) * 1000 > settings.sampling_window_ms
+        ):
+            await self._finish(
+                "Failed",
+                "InvalidSamplingWindow",
+                f"samplingWindow {spec.sampling_window} exceeds the application's "
+                f"{settings.sampling_window_ms / 1000:g}s (spec.sparkConf {window})",
+            )
+            return None
+        if not settings.enabled:
+            await self._finish(
+                "Disabled",
+                "SamplingDisabled",
+                f"sampling is disabled for {app_name!r} (spec.sparkConf "
+                f"{kubeflow.SAMPLING_ENABLED_KEY} is not true)",
+            )
+            return None
+        record = self.record
+        opened = record.round_id or record.claimed_round_id
+        state = kubeflow.application_state(app)
+        pod: dict[str, Any] | str = (
+            f"Kubeflow application {app_name!r} is not running (state {state or 'not set yet'})"
+        )
+        if state == kubeflow.RUNNING:
+            pod = await kubeflow.find_driver(self.ctx.cluster, app)
+        if isinstance(pod, str):
+            if state in kubeflow.OVER or opened:
+                prefix = f"round {opened} was lost: " if opened else ""
+                await self._finish("Abandoned", "ApplicationNotRunning", prefix + pod)
+            else:
+                await self._wait_for_start(app_name, state, pod)
+            return None
+        access = await self._kubeflow_access(app, pod, opened)
+        if access is None:
+            return None
+        return _Target(
+            access=access,
+            limits=_Limits(
+                timeout_ms=settings.timeout_ms, max_record_length=settings.max_record_length
+            ),
+            token_missing=(
+                f"the Secret {kubeflow.secret_name(app_name)!r} at the name of the control "
+                f"Secret of Kubeflow application {app_name!r} was not created by the operator "
+                "for it (it is never read); delete it so that the operator creates its own"
+            ),
+        )
+
+    async def _kubeflow_access(
+        self, app: dict[str, Any], pod: dict[str, Any], opened: str | None
+    ) -> DriverAccess | None:
+        """The access to the Kubeflow driver ``pod``, read once per driver Pod (uid and
+        endpoint; the Secret is not read again for every poll). A round opened on another
+        driver Pod was lost with it: ``Abandoned``. None when this step ended here."""
+        key = (self.namespace, self.name)
+        version = ((pod.get("metadata") or {}).get("uid"), kubeflow.control_endpoint(pod))
+        cached = self.ctx.driver_access.get(key)
+        if opened and cached is not None and cached[0][0] != version[0]:
+            await self._finish(
+                "Abandoned",
+                "ApplicationNotRunning",
+                f"round {opened} was lost with the driver of {app['metadata']['name']!r}: "
+                "a new driver Pod runs",
+            )
+            return None
+        if cached is not None and cached[0] == version:
+            access: DriverAccess = cached[1]
+            return access
+        try:
+            access = await kubeflow.driver_access(self.ctx.cluster, app, pod)
+        except ValueError as exc:  # no control port on the Pod: only a new spec fixes that
+            await self._finish("Failed", "ControlPortMissing", str(exc))
+            return None
+        if access.token and not access.refusal:
+            self.ctx.driver_access[key] = (version, access)
+        else:  # read again next step: the Secret may be fixed meanwhile (deleted, re-created)
+            self.ctx.driver_access.pop(key, None)
+        return access
+
+    async def _talk(self, target: _Target) -> None:
+        """Open, re-learn or poll the round on the driver ``target`` found."""
+        access, record = target.access, self.record
+        token = access.token
+        if not token:
+            await self._transient("ControlTokenMissing", target.token_missing, final="Failed")
             return
         if access.refusal:  # no TLS to this driver, or none we can verify: no token sent
             await self._finish("Failed", "ControlNotEncrypted", access.refusal)
@@ -514,9 +750,9 @@ class _Step:
             if record.round_id is None and claimed and not await self._relearn(client, claimed):
                 return
             if record.round_id is not None:
-                await self._poll(client, app_spec)
+                await self._poll(client, target.limits)
             else:
-                await self._open(client, app_spec)
+                await self._open(client, target.limits)
 
     # ------------------------------------------------------------------ reads (cached)
     async def _application(self, app_name: str) -> dict[str, Any] | None:
@@ -579,7 +815,7 @@ class _Step:
                 condition=(None, "WaitingForApplication", message),
             )
 
-    async def _open(self, client: AsyncControlClient, app_spec: SparkApplicationSpec) -> None:
+    async def _open(self, client: AsyncControlClient, limits: _Limits) -> None:
         spec = self._spec
         uid = self.body["metadata"].get("uid")
         try:
@@ -604,7 +840,7 @@ class _Step:
             await self._finish("Disabled", "SamplingDisabled", "the driver has sampling disabled")
             return
         if result.status is not SampleStatus.PENDING or not result.round_id:
-            await self._record(result, app_spec.sampling.max_record_length)
+            await self._record(result, limits.max_record_length)
             return
         self.record.round_id, self.record.opened_at = result.round_id, time.time()
         await self._patch(
@@ -661,7 +897,7 @@ class _Step:
         )
         return False
 
-    async def _poll(self, client: AsyncControlClient, app_spec: SparkApplicationSpec) -> None:
+    async def _poll(self, client: AsyncControlClient, limits: _Limits) -> None:
         spec = self._spec
         round_id = str(self.record.round_id)
         try:
@@ -679,11 +915,7 @@ class _Step:
             return
         if result.status is SampleStatus.PENDING:
             limit = (
-                client_deadline_ms(
-                    round(parse_duration(app_spec.sampling.timeout) * 1000),
-                    round(_DEADLINE_GRACE_SECONDS * 1000),
-                )
-                / 1000
+                client_deadline_ms(limits.timeout_ms, round(_DEADLINE_GRACE_SECONDS * 1000)) / 1000
             )
             if time.time() > (self.record.opened_at or time.time()) + limit:
                 await self._finish(
@@ -693,7 +925,7 @@ class _Step:
                     extra={"errorCode": ErrorCode.TIMEOUT.value},
                 )
             return
-        await self._record(result, app_spec.sampling.max_record_length)
+        await self._record(result, limits.max_record_length)
 
     async def _record(self, result: DataSampleResult, max_record_length: int) -> None:
         """Save the full result, then write its bounded form (the order makes a crash in

@@ -348,8 +348,65 @@ class SparkApplicationSpec(_Spec):
         )
 
 
+#: ``spec.applicationRef.apiVersion`` values: sparkglass's own SparkApplication (the default)
+#: and the Kubeflow spark-operator's (:mod:`.kubeflow`). Both kinds are ``SparkApplication``.
+SPARKGLASS_API_VERSION = "sparkglass.io/v1alpha1"
+KUBEFLOW_API_VERSION = "sparkoperator.k8s.io/v1beta2"
+
+
+class ApplicationApiVersion(StrEnum):
+    SPARKGLASS = SPARKGLASS_API_VERSION
+    KUBEFLOW = KUBEFLOW_API_VERSION
+
+
+class ApplicationKind(StrEnum):
+    SPARK_APPLICATION = "SparkApplication"
+
+
+def _allowed(value: Any, allowed: type[StrEnum], field: str) -> Any:
+    # Checked before pydantic's enum check so that the message names the field and the
+    # allowed values (pydantic's names neither the field nor, for a DataSample, the path).
+    if isinstance(value, str) and value not in {m.value for m in allowed}:
+        raise InvalidParameterError(
+            f"{field}={value!r} is not supported: allowed " + ", ".join(m.value for m in allowed),
+            field=field,
+        )
+    return value
+
+
 class ApplicationRef(_Spec):
+    """``spec.applicationRef``: which application, always in the DataSample's own namespace.
+
+    ``apiVersion`` picks the kind of application: ``sparkglass.io/v1alpha1`` (default; the
+    operator created its driver) or ``sparkoperator.k8s.io/v1beta2`` (a Kubeflow
+    spark-operator application; the operator finds its driver Pod by labels and owner
+    reference, :mod:`.kubeflow`). There is no ``namespace``: the API server prunes one (the
+    CRD has no such field); one that reaches the operator anyway (an API server that does not
+    prune, a restored backup) is refused rather than ignored, so that nobody believes they
+    sampled another namespace's application."""
+
+    api_version: ApplicationApiVersion = ApplicationApiVersion.SPARKGLASS
+    kind: ApplicationKind = ApplicationKind.SPARK_APPLICATION
     name: str
+
+    @model_validator(mode="before")
+    @classmethod
+    def _check(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            if data.get("namespace") is not None:
+                raise InvalidParameterError(
+                    "applicationRef.namespace is not supported: a DataSample samples an "
+                    "application in its own namespace",
+                    field="applicationRef.namespace",
+                )
+            _allowed(data.get("apiVersion"), ApplicationApiVersion, "applicationRef.apiVersion")
+            _allowed(data.get("kind"), ApplicationKind, "applicationRef.kind")
+        return data
+
+    @property
+    def is_kubeflow(self) -> bool:
+        """Whether this names a Kubeflow spark-operator SparkApplication."""
+        return self.api_version is ApplicationApiVersion.KUBEFLOW
 
 
 #: Longest ``applicationStartTimeout`` (the CRD's bound), seconds.
@@ -394,6 +451,11 @@ class DataSampleSpec(_Spec):
 
 
 __all__ = [
+    "KUBEFLOW_API_VERSION",
+    "SPARKGLASS_API_VERSION",
+    "ApplicationApiVersion",
+    "ApplicationKind",
+    "ApplicationRef",
     "DataSampleSpec",
     "IdempotentAttribute",
     "RestartPolicy",

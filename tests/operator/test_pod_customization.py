@@ -310,7 +310,12 @@ def rendered_pods() -> dict[str, dict[str, Any]]:
     for label, raw in [
         ("minimal", {"image": "i", "mainApplicationFile": "f"}),
         ("custom", CUSTOM),
-        *((f"example {p.name}", example_spec(p.name)) for p in EXAMPLES.glob("*app*.yaml")),
+        *(
+            (f"example {p.name}", example_spec(p.name))
+            for p in EXAMPLES.glob("*app*.yaml")
+            # The Kubeflow example is the spark-operator's to render, not this operator's.
+            if not p.name.startswith("kubeflow-")
+        ),
     ]:
         pod, template, _ = render(raw)
         out[f"{label} driver"] = pod

@@ -1,0 +1,85 @@
+"""Chart value ``kubeflow.enabled``: the operator may read Kubeflow spark-operator
+SparkApplications, only then, only read, and only where it works."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from .conftest import NAMESPACE, find, load_chart, manifests, render
+from .test_chart import _allowed, _rules_for
+
+GROUP, PLURAL = "sparkoperator.k8s.io", "sparkapplications"
+OPERATOR_SA = "sparkglass-operator"
+
+
+def kubeflow_rules(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [
+        rule
+        for role in find(docs, "Role") + find(docs, "ClusterRole")
+        for rule in role["rules"]
+        if GROUP in rule.get("apiGroups", [])
+    ]
+
+
+def test_off_by_default_no_right_on_kubeflow_applications() -> None:
+    docs = manifests({})
+    assert kubeflow_rules(docs) == []
+    assert not _allowed(_rules_for(docs, OPERATOR_SA, NAMESPACE), GROUP, PLURAL, "get")
+
+
+@pytest.mark.parametrize(
+    ("values", "namespaces", "kind"),
+    [
+        ({}, [NAMESPACE], "Role"),
+        ({"watchNamespaces": ["spark-jobs", "spark-batch"]}, ["spark-jobs", "spark-batch"], "Role"),
+        (
+            {
+                "operator": {"clusterWide": True},
+                "driver": {"namespaces": ["spark-jobs"]},
+            },
+            ["spark-jobs", "anywhere"],
+            "ClusterRole",
+        ),
+    ],
+)
+def test_enabled_grants_read_only_where_the_operator_works(
+    values: dict[str, Any], namespaces: list[str], kind: str
+) -> None:
+    docs = manifests({**values, "kubeflow": {"enabled": True}})
+    for namespace in namespaces:
+        rules = _rules_for(docs, OPERATOR_SA, namespace)
+        for verb in ("get", "list", "watch"):
+            assert _allowed(rules, GROUP, PLURAL, verb), (namespace, verb)
+        for verb in ("create", "update", "patch", "delete", "deletecollection"):
+            assert not _allowed(rules, GROUP, PLURAL, verb), (namespace, verb)
+        # Not its status or finalizers either: the operator writes nothing of theirs (its
+        # Secret's owner reference has no blockOwnerDeletion, which would need finalizers).
+        for sub in ("status", "finalizers"):
+            assert not _allowed(rules, GROUP, f"{PLURAL}/{sub}", "update")
+            assert not _allowed(rules, GROUP, f"{PLURAL}/{sub}", "patch")
+    holders = {
+        role["kind"]
+        for role in find(docs, "Role") + find(docs, "ClusterRole")
+        if any(GROUP in r.get("apiGroups", []) for r in role["rules"])
+    }
+    assert holders == {kind}
+    # Only the operator's roles: the service and the drivers get nothing of it.
+    for rule in kubeflow_rules(docs):
+        assert rule["resources"] == [PLURAL] and rule["verbs"] == ["get", "list", "watch"]
+    assert all(
+        role["metadata"]["name"] == "sparkglass-operator"
+        for role in find(docs, "Role") + find(docs, "ClusterRole")
+        if any(GROUP in r.get("apiGroups", []) for r in role["rules"])
+    )
+
+
+@pytest.mark.parametrize("bad", [{"enabled": "yes"}, {"enabled": True, "crd": True}])
+def test_schema_refuses_bad_kubeflow_values(bad: dict[str, Any]) -> None:
+    helm = pytest.importorskip("helm_python")
+    chart = load_chart()
+    with pytest.raises(helm.HelmValuesError):
+        chart.validate_schema(chart.merge_values({"kubeflow": bad}))
+    with pytest.raises(helm.HelmError):
+        render({"kubeflow": bad})

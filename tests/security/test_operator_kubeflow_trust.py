@@ -1,0 +1,183 @@
+"""Attacks on how the operator finds a Kubeflow spark-operator application's driver.
+
+The operator (a real process against the kmock API server) sends the control token of a
+Kubeflow SparkApplication only to the driver Pod that application owns, at the Pod's IP and
+its declared ``sg-control`` port (operator/kubeflow.py). Each attack below points it
+elsewhere; a listener of the attacker's counts every TCP connection it gets, and must get
+none:
+
+1. Pods carrying the driver labels (``spark-role=driver``,
+   ``sparkoperator.k8s.io/app-name=<app>``) but no owner reference to the application, one to
+   another uid (an application of the same name deleted before), or a non-controller one.
+2. The application's status naming an address: whoever may patch
+   ``sparkapplications/status`` writes ``driverInfo.podName`` (an impostor Pod),
+   ``webUIAddress`` and ``webUIServiceName`` (the listener).
+3. A DataSample referencing a Kubeflow application of another namespace (with a cluster-wide
+   operator, which can read it): by name only (looked up in the DataSample's namespace) and
+   with ``applicationRef.namespace``, which the API server prunes (no such field) and the
+   operator refuses when one reaches it (kmock prunes nothing).
+
+Where kmock lacks behaviour (label selectors, resourceVersion, pruning, RBAC) the logic is
+covered by ``tests/operator/test_kubeflow_units.py`` (see ``tests/operator/test_kubeflow.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from tests.operator import conftest as operator_tests
+from tests.operator import test_datasample as datasample_tests
+from tests.operator import test_kubeflow as kubeflow_tests
+from tests.operator.conftest import NAMESPACE, OperatorProcess, SparkglassEmulator, eventually
+from tests.operator.test_datasample import FINAL, ScriptedDriver, status, wait_final
+from tests.operator.test_kubeflow import (
+    APP,
+    create_kubeflow_app,
+    driver_pod,
+    kubeflow_app,
+    kubeflow_sample,
+    post_sample,
+    ready,
+    running_kubeflow_app,
+    serve_as_driver,
+    set_state,
+    start_pod,
+)
+
+pytestmark = pytest.mark.timeout(240)
+
+# The operator tests' fixtures, bound here by name so that pytest finds them in this module.
+kubectl_binary = operator_tests.kubectl_binary
+kube = operator_tests.kube
+kubeconfig = operator_tests.kubeconfig
+kubectl = operator_tests.kubectl
+operator = operator_tests.operator
+crds_applied = kubeflow_tests.crds_applied
+driver = datasample_tests.driver
+store_url = datasample_tests.store_url
+
+
+@pytest.fixture()
+def operator_args(store_url: str) -> list[str]:
+    # Cluster-wide: the operator may read every namespace, so attack 3 is not stopped by the
+    # operator's reach but by the rule.
+    return ["-A", "--store-url", store_url]
+
+
+@dataclass
+class Listener:
+    """A TCP listener of the attacker's on 127.0.0.1: counts connections, answers nothing."""
+
+    port: int = 0
+    connections: int = 0
+    server: asyncio.Server | None = field(default=None, repr=False)
+
+
+@pytest.fixture()
+async def listener() -> AsyncIterator[Listener]:
+    found = Listener()
+
+    async def accept(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        found.connections += 1
+        writer.close()
+
+    found.server = await asyncio.start_server(accept, "127.0.0.1", 0)
+    found.port = found.server.sockets[0].getsockname()[1]
+    yield found
+    found.server.close()
+    await found.server.wait_closed()
+
+
+async def test_pods_with_the_driver_labels_but_not_owned_by_the_application_get_nothing(
+    kube: SparkglassEmulator,
+    operator: OperatorProcess,
+    driver: ScriptedDriver,
+    listener: Listener,
+) -> None:
+    app = await create_kubeflow_app(kube, kubeflow_app())
+    # A live object of another uid for the reference (as an application of the same name,
+    # deleted and made again, leaves behind; a dead uid's Pod the garbage collector takes).
+    decoy = await create_kubeflow_app(kube, kubeflow_app("decoy", sampling=False))
+    await serve_as_driver(kube, driver, APP, operator)
+    for owner in ("none", "other-uid", "not-controller"):
+        pod = driver_pod(
+            app,
+            listener.port,
+            name=f"fake-{owner}",
+            owner=owner,
+            other_uid=decoy["metadata"]["uid"],
+        )
+        await start_pod(kube, pod)
+    await set_state(kube, APP, "RUNNING")
+    await post_sample(kube, kubeflow_sample("lured", applicationStartTimeout="4s"))
+    assert await wait_final(kube, "lured", operator) == "Abandoned"
+    assert ready(kube, "lured")["reason"] == "ApplicationNotRunning"
+    assert "no Running driver Pod" in status(kube, "lured")["message"]
+    assert listener.connections == 0 and driver.calls == {}
+    # The application's own driver Pod, once it runs, is found among the impostors.
+    await start_pod(kube, driver_pod(app, driver.port))
+    await post_sample(kube, kubeflow_sample("owned"))
+    assert await wait_final(kube, "owned", operator) == "Complete"
+    assert listener.connections == 0
+    assert driver.calls["open:parse"] == 1 and driver.auth_failures == 0
+
+
+async def test_an_address_in_the_application_status_is_ignored(
+    kube: SparkglassEmulator,
+    operator: OperatorProcess,
+    driver: ScriptedDriver,
+    listener: Listener,
+) -> None:
+    app = await running_kubeflow_app(kube, operator, driver)
+    await start_pod(kube, driver_pod(app, listener.port, name="impostor", owner="none"))
+    await set_state(
+        kube,
+        APP,
+        "RUNNING",
+        driverInfo={
+            "podName": "impostor",
+            "webUIAddress": f"127.0.0.1:{listener.port}",
+            "webUIPort": listener.port,
+            "webUIServiceName": "impostor",
+        },
+    )
+    await post_sample(kube, kubeflow_sample("by-status"))
+    assert await wait_final(kube, "by-status", operator) == "Complete"
+    assert listener.connections == 0
+    assert set(driver.handshakes) == {f"{APP}-sparkglass-control.{NAMESPACE}.svc"}
+
+
+async def test_a_kubeflow_application_in_another_namespace_cannot_be_referenced(
+    kube: SparkglassEmulator, operator: OperatorProcess, driver: ScriptedDriver
+) -> None:
+    # A complete, running application in "default": its own Secret, its owned driver Pod.
+    await running_kubeflow_app(kube, operator, driver, name="elsewhere", namespace="default")
+    await post_sample(kube, kubeflow_sample("by-name", app="elsewhere", backoffLimit=0))
+    cross = kubeflow_sample("by-namespace", app="elsewhere")
+    cross["spec"]["applicationRef"]["namespace"] = "default"
+    await post_sample(kube, cross)
+    assert await wait_final(kube, "by-name", operator) == "Failed"
+    assert ready(kube, "by-name")["reason"] == "ApplicationNotFound"
+    assert f"namespace {NAMESPACE!r}" in status(kube, "by-name")["message"]
+    assert await wait_final(kube, "by-namespace", operator) == "Failed"
+    assert ready(kube, "by-namespace")["reason"] == "InvalidSpec"
+    assert "applicationRef.namespace" in status(kube, "by-namespace")["message"]
+    assert driver.calls == {} and not driver.handshakes
+    # The same DataSample in the application's namespace does reach it (the setup is sound).
+    await post_sample(kube, kubeflow_sample("same-ns", app="elsewhere"), namespace="default")
+
+    def same_ns() -> dict[str, Any]:
+        found = kube.stored("sparkglass.io/v1alpha1/datasamples", "default", "same-ns") or {}
+        return found.get("status") or {}
+
+    await eventually(
+        lambda: same_ns().get("phase") in FINAL,
+        what="the same-namespace DataSample",
+        operator=operator,
+    )
+    assert same_ns()["phase"] == "Complete", same_ns()
