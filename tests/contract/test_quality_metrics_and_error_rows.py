@@ -72,6 +72,57 @@ def test_bad_expectation_counts_are_refused_naming_the_field(
         PipelineMetrics.model_validate({"vertices": {"parse": {"expectations": expectations}}})
 
 
+_INT64_MAX = 2**63 - 1
+
+
+@pytest.mark.parametrize(
+    ("wire", "field"),
+    [
+        ({"activeQueries": 2**63}, "activeQueries"),
+        ({"microBatches": 10**400}, "microBatches"),
+        ({"observedAt": 2**63}, "observedAt"),
+        ({"lastMicroBatchTimestamp": -(2**63) - 1}, "lastMicroBatchTimestamp"),
+        ({"vertices": {"v": {"rowsTotal": 10**400}}}, "vertices.v.rowsTotal"),
+        ({"vertices": {"v": {"rowsLastMicroBatch": 2**63}}}, "vertices.v.rowsLastMicroBatch"),
+        *(
+            (
+                {"vertices": {"v": {"expectations": {"e": {"action": "warn", key: 10**400}}}}},
+                f"vertices.v.expectations.e.{key}",
+            )
+            for key in (
+                "passedTotal", "failedTotal", "passedLastMicroBatch", "failedLastMicroBatch"
+            )
+        ),
+    ],
+)
+def test_every_int_is_bounded_to_int64_naming_the_field_and_the_bound(
+    wire: dict[str, object], field: str
+) -> None:
+    # Prometheus' text format cannot write a larger int: /metrics failed on every scrape.
+    with pytest.raises(ValidationError) as caught:
+        PipelineMetrics.model_validate(wire)
+    text = str(caught.value)
+    assert field in text, text
+    assert str(_INT64_MAX) in text or "greater than or equal to -9223372036854775808" in text
+
+
+def test_int64_bounds_themselves_are_accepted() -> None:
+    m = PipelineMetrics.model_validate(
+        {
+            "microBatches": _INT64_MAX,
+            "observedAt": _INT64_MAX,
+            "lastMicroBatchTimestamp": -(2**63),
+            "vertices": {
+                "v": {
+                    "rowsTotal": _INT64_MAX,
+                    "expectations": {"e": {"action": "warn", "passedTotal": _INT64_MAX}},
+                }
+            },
+        }
+    )
+    assert m.vertices["v"].expectations["e"].passed_total == _INT64_MAX
+
+
 def test_on_failure_values() -> None:
     assert parse_on_failure("emit_error", "on_failure") is OnFailure.EMIT_ERROR
     with pytest.raises(ValueError, match=r"on_error='drop' is not allowed: one of 'fail', "):
