@@ -65,7 +65,8 @@ def _duration(value: str, info: ValidationInfo) -> str:
 #: host and ports are what the driver's headless Service and the executors rely on; the
 #: executor Pod template carries the restricted security defaults and ``spec.executor``'s Pod
 #: settings; the control endpoint's address, token and TLS files are what the operator pins;
-#: the ServiceAccount properties would go around the operator's allowlist.
+#: the ServiceAccount properties and Spark's Pod feature steps would go around the operator's
+#: allowlist.
 OPERATOR_OWNED_CONF_KEYS = frozenset(
     {
         "spark.master",
@@ -92,6 +93,12 @@ OPERATOR_OWNED_CONF_KEYS = frozenset(
         # would sit in the ConfigMap that the namespace's view role reads.
         "spark.authenticate",
         "spark.authenticate.secret",
+        # Spark on Kubernetes loads these classes (from the user's jar) to rewrite the driver
+        # and executor Pods it builds: one could set any ServiceAccount or mount any Secret,
+        # around the allowlist and the control-token rule of pod_privileges, which check the
+        # spec only. The operator sets neither; no application may.
+        "spark.kubernetes.driver.pod.featureSteps",
+        "spark.kubernetes.executor.pod.featureSteps",
     }
 )
 #: Prefixes of operator-owned keys: the control endpoint (port, host, token, TLS files)...

@@ -22,6 +22,18 @@ from sparkglass.runtime.contract.expectations import (
     ExpectationAction,
 )
 
+#: The largest int any field here may hold: int64, as the CRD's ``status.progress`` says.
+#: A driver is the application's own code, and an unbounded int (``10**400``) used to pass
+#: the contract and make Prometheus' ``generate_latest`` raise ``OverflowError`` on every
+#: ``/metrics`` scrape while the service kept the snapshot.
+INT64_MAX = 2**63 - 1
+INT64_MIN = -(2**63)
+
+#: A count of rows, micro-batches or queries: 0 to :data:`INT64_MAX`.
+Count = Annotated[int, Field(ge=0, le=INT64_MAX)]
+#: A timestamp in ms since the epoch, within int64 like the counts.
+Millis = Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX)]
+
 
 class QueryState(StrEnum):
     """Where the pipeline's streaming queries are, as one word.
@@ -56,10 +68,10 @@ class ExpectationMetrics(_Model):
     """
 
     action: ExpectationAction
-    passed_last_micro_batch: int = Field(default=0, ge=0)
-    failed_last_micro_batch: int = Field(default=0, ge=0)
-    passed_total: int = Field(default=0, ge=0)
-    failed_total: int = Field(default=0, ge=0)
+    passed_last_micro_batch: Count = 0
+    failed_last_micro_batch: Count = 0
+    passed_total: Count = 0
+    failed_total: Count = 0
 
 
 #: An expectation's name as a key (a DNS-1123 label, like the vertex names): the service puts
@@ -77,9 +89,9 @@ class VertexMetrics(_Model):
     Several queries reading the same vertex each count it; the largest count is kept.
     """
 
-    rows_last_micro_batch: int = Field(default=0, ge=0)
+    rows_last_micro_batch: Count = 0
     rows_per_second: float = Field(default=0.0, ge=0)
-    rows_total: int = Field(default=0, ge=0)
+    rows_total: Count = 0
     #: Per expectation name, in declaration order (empty: the vertex declares none).
     expectations: dict[ExpectationName, ExpectationMetrics] = Field(
         default_factory=dict, max_length=MAX_EXPECTATIONS_PER_VERTEX
@@ -99,11 +111,11 @@ class PipelineMetrics(_Model):
     """
 
     state: QueryState = QueryState.NOT_STARTED
-    active_queries: int = Field(default=0, ge=0)
+    active_queries: Count = 0
     failed: str | None = None
-    micro_batches: int = Field(default=0, ge=0)
+    micro_batches: Count = 0
     input_rows_per_second: float = Field(default=0.0, ge=0)
     processed_rows_per_second: float = Field(default=0.0, ge=0)
-    last_micro_batch_timestamp: int | None = None
-    observed_at: int = 0
+    last_micro_batch_timestamp: Millis | None = None
+    observed_at: Millis = 0
     vertices: dict[str, VertexMetrics] = Field(default_factory=dict)

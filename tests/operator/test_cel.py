@@ -270,6 +270,24 @@ def test_reserved_spark_conf_keys_are_refused_by_cel_and_the_operator(key: str) 
         )
 
 
+@pytest.mark.parametrize(
+    "key",
+    ["spark.kubernetes.driver.pod.featureSteps", "spark.kubernetes.executor.pod.featureSteps"],
+)
+def test_pod_feature_steps_are_reserved(key: str) -> None:
+    # Spark would load these user classes to rewrite the Pods it builds, after the operator
+    # checked the spec's ServiceAccounts and Secrets: neither the CRD nor the operator lets
+    # a sparkConf set them.
+    messages = _refused_by_cel(key)
+    assert len(messages) == 1 and key in messages[0], (key, messages)
+    with pytest.raises(
+        ValidationError, match=rf"sparkConf: {re.escape(key)} is set by the operator"
+    ):
+        SparkApplicationSpec.parse(
+            {"image": "i", "mainApplicationFile": "f", "sparkConf": {key: "com.x.Steal"}}
+        )
+
+
 @pytest.mark.parametrize("key", _OPERATOR_SET_KEYS)
 def test_cel_and_the_operator_agree_on_every_key_the_operator_sets(key: str) -> None:
     assert bool(_refused_by_cel(key)) is operator_owned(key), key

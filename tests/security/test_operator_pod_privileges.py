@@ -247,3 +247,28 @@ async def test_a_running_driver_changed_to_a_foreign_account_is_stopped_and_rest
     )
     assert second["metadata"]["uid"] != first["metadata"]["uid"]
     assert second["spec"]["serviceAccountName"] == "spark-driver"
+
+
+async def test_spark_pod_feature_steps_cannot_rewrite_the_pods(
+    kube: SparkglassEmulator, operator: OperatorProcess
+) -> None:
+    """Spark on Kubernetes loads the classes named by ``spark.kubernetes.{driver,executor}.
+    pod.featureSteps`` (from the application's jar) to rewrite the Pods it builds: a step
+    could set any ServiceAccount or mount the victim's Secret after every check above. The
+    keys are the operator's: refused (``InvalidSpec`` naming the key) with no child made.
+    kmock applies no CEL, so this is the operator's own check."""
+    steps = {
+        "driver-steps": "spark.kubernetes.driver.pod.featureSteps",
+        "executor-steps": "spark.kubernetes.executor.pod.featureSteps",
+    }
+    for name, key in steps.items():
+        await create_app(kube, application(name, sparkConf={key: "com.evil.MountSecret"}))
+    for name, key in steps.items():
+        await eventually(
+            lambda n=name: state(kube, n) == "FAILED", what=f"{name} refused", operator=operator
+        )
+        ready = {c["type"]: c for c in app_status(kube, name)["conditions"]}["Ready"]
+        assert ready["reason"] == "InvalidSpec", ready
+        assert ready["message"].startswith("spec.sparkConf"), ready["message"]
+        assert f"{key} is set by the operator" in ready["message"], ready["message"]
+        assert children_of(kube, name) == {}, (name, sorted(children_of(kube, name)))
