@@ -55,7 +55,9 @@ class RoundRequest(BaseModel):
     kind: RoundKind = RoundKind.OUTPUT
     filter: str | None = Field(default=None, max_length=MAX_FILTER_LENGTH)
     columns: tuple[str, ...] | None = None
-    expectation: str | None = None
+    # The driver puts the name inside a SQL string literal: the model refuses anything but a
+    # DNS-1123 label even when built directly, not through round_request().
+    expectation: str | None = Field(default=None, max_length=63, pattern=NAME_PATTERN)
 
     def is_plain(self) -> bool:
         """True for the FLIP's plain round (no kind, filter or columns)."""
@@ -148,7 +150,8 @@ def round_request(
             raise InvalidParameterError(
                 "expectation is allowed only with kind=violations", field="expectation"
             )
-        if not re.match(NAME_PATTERN, expectation) or len(expectation) > 63:
+        # fullmatch: with re.match, NAME_PATTERN's ``$`` would also accept a trailing newline.
+        if not re.fullmatch(NAME_PATTERN, expectation) or len(expectation) > 63:
             raise InvalidParameterError(
                 f"expectation={expectation!r} is not an expectation name (a DNS-1123 label)",
                 field="expectation",

@@ -18,10 +18,11 @@ part of the name (``spark_catalog.default.flights_raw`` → ``flights_raw``) is 
 every run of other characters becomes ``-`` (``flights-raw``), and a clash with a name given
 earlier gets ``-2``, ``-3``… A name keeps its vertex for the life of the driver.
 
-Redaction: the extension's tap hands the capture the row as the query produces it, and a
-round's program renders only the columns it names. Columns a redaction rule names (any
-action) are left out of every rendering and may not be filtered on, so at these taps
-``mask`` and ``hash`` act as ``drop``: stronger, never weaker, than the DSL's taps.
+Redaction: the extension's tap hands the capture the row as the query produces it, so every
+round's program names the columns it renders and renders each redacted: a dropped column is
+never rendered (nor requestable), a masked or hashed one is rendered as ``***`` or its
+SHA-256 by the program on the executor, as at the DSL's taps; a filter may not name any
+column a rule names.
 """
 
 from __future__ import annotations
@@ -54,8 +55,8 @@ from sparkglass.runtime.contract.redaction import (
     REDACT_CONF,
     RedactionAction,
     parse_redaction,
-    quote,
     redacted_columns,
+    redacted_select,
 )
 from sparkglass.runtime.contract.round_request import RoundKind
 from sparkglass.runtime.sampling.programs import TapView, program_compiler
@@ -267,20 +268,27 @@ class QueryStatus:
 
 
 def tap_view_of(spark: SparkSession, schema_json: str) -> TapView:
-    """The row a discovered tap captures (every column of the query or view) and which of
-    its columns stay out of every rendering (see the module docstring on redaction)."""
+    """The row a discovered tap captures (every column of the query or view, unredacted) and
+    how a round renders it: without dropped columns, masked and hashed ones through their
+    redaction expression (see the module docstring on redaction)."""
     schema = StructType.fromJson(json.loads(schema_json))
     names = [f.name for f in schema.fields]
     rules = parse_redaction(spark.conf.get(REDACT_CONF, None))
     corrupt = str(spark.conf.get("spark.sql.columnNameOfCorruptRecord", "_corrupt_record"))
-    hidden = {c: RedactionAction.DROP for c in redacted_columns(rules, names, corrupt)}
-    visible = StructType([f for f in schema.fields if f.name not in hidden])
+    redacted = redacted_columns(rules, names, corrupt)
+    visible = [n for n in names if redacted.get(n) is not RedactionAction.DROP]
+    select = redacted_select(names, redacted)
+    renders = {n: e for n, e in zip(visible, select, strict=True) if n in redacted}
+    # The rendered type (a hashed number is a string): from the expressions themselves,
+    # analysed over an empty relation on the driver.
+    data_type = spark.createDataFrame([], schema).selectExpr(*select).schema.simpleString()
     return TapView(
-        select=tuple(quote(n) for n in names if n not in hidden),
-        columns=tuple(n for n in names if n not in hidden),
-        redacted=hidden,
+        select=tuple(select),
+        columns=tuple(visible),
+        redacted=redacted,
         schema_json=schema_json,
-        data_type=visible.simpleString(),
+        data_type=data_type,
+        renders=renders,
     )
 
 
@@ -554,4 +562,3 @@ class DiscoveredPipeline:
                 if self.names(tap.name) == vertex:
                     return self.status.micro_batches(self._queries_of(tap), since_ms)
         return None
-

@@ -10,11 +10,13 @@ row, serialized and sent to the executors with the round:
 - the label (the failed expectations; the error of a corrupt record, or the error of an
   error row a vertex emitted, see :mod:`sparkglass.runtime.contract.error_rows`).
 
-The request is checked here against the tap's row: an unknown column or a predicate that
-does not parse or resolve raises :class:`RoundProgramError` (``field`` ``filter`` or
-``columns``) with Spark's message; so does a filter naming a redacted column (it would reveal
-the value one row at a time), a nondeterministic filter, or one calling a user-defined
-function, ``reflect``/``java_method`` or a subquery.
+The request is checked here, on the driver, before any executor sees it: an unknown column
+or a predicate that does not parse or resolve raises :class:`RoundProgramError` (``field``
+``filter`` or ``columns``) with Spark's message; so does a filter naming a redacted column (it
+would reveal the value one row at a time), a nondeterministic filter, and one using anything
+but the cheap built-ins of :data:`FILTER_RULE` (an allowlist: the filter runs on the
+application's task threads, so ``rlike``, ``repeat``, user-defined functions, reflection and
+subqueries are refused, and so are LIKE patterns that backtrack).
 """
 
 from __future__ import annotations
@@ -41,17 +43,42 @@ from sparkglass.runtime.contract.round_request import INTERNAL_PREFIX, RoundKind
 
 #: The Java class that compiles and runs programs.
 PROGRAM_CLASS = "io.sparkglass.sampling.RowProgram"
-#: Expression classes a filter may not use (by simple-name suffix): user code, reflection,
-#: subqueries.
-_DENIED = (
-    "UDF",
-    "UDAF",
-    "Reflection",
-    "Reflect",
-    "Subquery",
-    "Exists",
-    "ListQuery",
-    "ExternalFunction",
+#: The Catalyst expressions a request's filter may be made of (simple class names, as the
+#: filter runs after ``ReplaceExpressions``, so what is checked is what the executor runs).
+#: An allowlist, because the filter runs on the application's task threads for every row a
+#: gate admits: each of these costs time linear in its inputs and allocates at most their
+#: size, so no filter can hang or exhaust a query (``rlike`` with a backtracking pattern,
+#: ``repeat`` of a column, user functions, reflection and subqueries are all refused).
+#: ``With``/``CommonExpression*`` are how ``BETWEEN`` and ``nullif`` evaluate a shared
+#: operand once.
+_FILTER_EXPRESSIONS = frozenset(
+    {
+        # columns, constants, nested fields
+        "AttributeReference", "Literal", "GetStructField", "GetArrayItem", "GetMapValue",
+        # boolean logic and comparisons
+        "And", "Or", "Not", "EqualTo", "EqualNullSafe", "LessThan", "LessThanOrEqual",
+        "GreaterThan", "GreaterThanOrEqual", "In", "InSet", "IsNull", "IsNotNull",
+        "With", "CommonExpressionDef", "CommonExpressionRef",
+        # conditionals and conversions
+        "CaseWhen", "If", "Cast", "Coalesce",
+        # arithmetic
+        "Add", "Subtract", "Multiply", "Divide", "IntegralDivide", "Remainder", "Pmod",
+        "UnaryMinus", "UnaryPositive", "Abs", "Round", "BRound",
+        # strings (LIKE/ILIKE: see _like_problem)
+        "Like", "Lower", "Upper", "StringTrim", "StringTrimLeft", "StringTrimRight", "Length",
+        "Substring", "StartsWith", "EndsWith", "Contains",
+        # date and time fields
+        "Year", "Quarter", "Month", "DayOfMonth", "DayOfWeek", "WeekDay", "DayOfYear",
+        "WeekOfYear", "Hour", "Minute", "Second",
+    }
+)  # fmt: skip
+#: What a filter may use, as the error says it.
+FILTER_RULE = (
+    "a filter runs in the application's tasks, so it may use only cheap deterministic "
+    "built-ins: "
+    "comparisons, AND/OR/NOT, arithmetic, abs/round, [I]LIKE, IN, IS [NOT] NULL, BETWEEN, "
+    "CASE/IF, CAST, COALESCE, lower/upper/trim/ltrim/rtrim/length/substring/startswith/"
+    "endswith/contains and date/time fields (year ... second)"
 )
 _ALLOWED_PACKAGE = "org.apache.spark.sql.catalyst.expressions."
 #: Label given to corrupt records in ``errors`` rounds.
@@ -67,10 +94,12 @@ class TapView:
     """The row a tap captures: the vertex's columns after redaction.
 
     ``select``: the SQL expressions building it (each keeps its column's name); ``columns``:
-    the names in it (``label_column`` last when set); ``redacted``: the vertex's columns a
-    rule names, with the action; ``schema_json``: its Spark type as JSON; ``data_type``: as
+    the names in it (``label_column`` last when set), dropped columns never among them;
+    ``redacted``: the vertex's columns a rule names, with the action; ``schema_json``: the
+    Spark type (JSON) of the row the capture receives; ``data_type``: the rendered row as
     ``struct<...>`` without the label column; ``corrupt_column``: the corrupt-record column
-    when the vertex has one.
+    when the vertex has one. Every program renders only ``columns`` (through ``renders``
+    when the captured row is not yet redacted), never every field of ``schema_json``.
     """
 
     select: tuple[str, ...]
@@ -81,6 +110,9 @@ class TapView:
     corrupt_column: str | None = None
     label_column: str | None = None
     expectation_names: tuple[str, ...] = field(default=())
+    #: Column → the SQL expression rendering it redacted, for a tap whose captured row is
+    #: the vertex's raw row (the session extension's taps): masked and hashed columns.
+    renders: dict[str, str] = field(default_factory=dict)
 
 
 def _corrupt_record_column(spark: SparkSession) -> str:
@@ -197,15 +229,17 @@ def compile_program(
                 )
     jvm: Any = spark._jvm
     gateway: Any = spark.sparkContext._gateway
-    array = None
-    # The label column (a tap's own) is never rendered: name the columns unless all are.
-    if columns is not None or view.label_column is not None:
-        array = gateway.new_array(jvm.java.lang.String, len(chosen))
-        for i, name in enumerate(chosen):
-            array[i] = name
+    # Always name the columns: the captured row may hold more than is visible (the label
+    # column, a tap's own; at the extension's taps the raw row with its redacted columns),
+    # and only the visible ones may ever be rendered.
+    array = gateway.new_array(jvm.java.lang.String, len(chosen))
+    renders = gateway.new_array(jvm.java.lang.String, len(chosen))
+    for i, name in enumerate(chosen):
+        array[i] = name
+        renders[i] = view.renders.get(name)
     try:
         raw = getattr(jvm, PROGRAM_CLASS).compile(
-            spark._jsparkSession, view.schema_json, filter_sql, array, label_sql
+            spark._jsparkSession, view.schema_json, filter_sql, array, label_sql, renders
         )
     except Exception as exc:  # Spark's ParseException / AnalysisException through Py4J
         message = _java_message(exc)
@@ -221,22 +255,54 @@ def compile_program(
                     "application; a filter may not name a redacted column",
                     field="filter",
                 )
-        for name in answer["expressions"]:
+        for name, function in zip(answer["expressions"], answer["functions"], strict=True):
             simple = name.rsplit(".", 1)[-1].split("$")[0]
-            if not name.startswith(_ALLOWED_PACKAGE) or any(d in simple for d in _DENIED):
+            if not name.startswith(_ALLOWED_PACKAGE) or simple not in _FILTER_EXPRESSIONS:
                 raise RoundProgramError(
-                    f"filter: {simple} is not allowed in a filter (only Spark's built-in "
-                    "functions over the vertex's columns; no user-defined functions, "
-                    "reflection or subqueries)",
+                    f"filter: {function} ({simple}) is not allowed in a filter: {FILTER_RULE}",
                     field="filter",
                 )
-        if not answer["deterministic"]:
+        if not answer["deterministic"]:  # none of the allowed is not: kept as a backstop
             raise RoundProgramError(
                 "filter: must be deterministic (no rand(), uuid() or other nondeterministic "
                 "function)",
                 field="filter",
             )
+        for pattern, escape in answer["likePatterns"]:
+            problem = _like_problem(pattern, escape)
+            if problem is not None:
+                raise RoundProgramError(f"filter: {problem}", field="filter")
     return CompiledProgram(program=str(answer["program"]), data_type=str(answer["dataType"]))
+
+
+def _like_problem(pattern: str | None, escape: str) -> str | None:
+    """Why a LIKE pattern may not run on the executors, or ``None`` when it may.
+
+    Spark runs LIKE as a Java regular expression (``%`` → ``.*``) that backtracks: with
+    several ``%`` apart (``%a%b%c``) one non-matching value costs time polynomial in its
+    length. Allowed are the shapes that cost time linear in it, the ones Spark itself turns
+    into string tests: a constant pattern whose only ``%`` are one leading and one trailing
+    (``abc%``, ``%abc``, ``%abc%``), or a single ``%`` inside (``abc%def``); ``_`` anywhere.
+    """
+    if pattern is None:
+        return "the pattern of LIKE/ILIKE must be a constant string"
+    wildcards: list[int] = []
+    i = 0
+    while i < len(pattern):
+        if pattern[i] == escape:
+            i += 2
+            continue
+        if pattern[i] == "%":
+            wildcards.append(i)
+        i += 1
+    inner = [w for w in wildcards if w not in (0, len(pattern) - 1)]
+    if not inner or (len(wildcards) == 1 and len(pattern) > 1):
+        return None
+    return (
+        f"LIKE/ILIKE pattern {pattern!r} is not allowed: a filter runs in the application's "
+        "tasks and a '%' in the middle of a pattern that has others backtracks; use at most "
+        "a leading and a trailing '%' (abc%, %abc, %abc%) or a single one inside (abc%def)"
+    )
 
 
 def _original(view: TapView, name: str) -> str:

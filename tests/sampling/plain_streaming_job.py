@@ -3,7 +3,8 @@
 It never uses the sparkglass DSL: spark-submit gives it the sampling jar, the plugin, the
 session extension and the confs; its only sparkglass line is ``sparkglass.runtime.attach``.
 It prints JSON lines (``{"event": ...}``) and takes commands from the file
-``$SG_JOB_COMMANDS`` (spark-submit gives a Python driver no stdin): ``fault`` (start a round
+``$SG_JOB_COMMANDS`` (spark-submit gives a Python driver no stdin; ``$SG_JOB_SQL``, when set,
+is the query ``doubler`` runs over the view ``ticks``): ``fault`` (start a round
 whose program cannot be read, so every gate of the query's tap throws), ``stop``.
 """
 
@@ -54,7 +55,7 @@ def main() -> None:
     rate = spark.readStream.format("rate").option("rowsPerSecond", 50)
     rate.option("numPartitions", 2).load().createOrReplaceTempView("ticks")
     query = (
-        spark.sql("SELECT value, value * 2 AS doubled FROM ticks")
+        spark.sql(os.environ.get("SG_JOB_SQL", "SELECT value, value * 2 AS doubled FROM ticks"))
         .writeStream.format("noop")
         .queryName("doubler")
         .trigger(processingTime="200 milliseconds")

@@ -81,8 +81,9 @@ class Job:
             self.proc.wait()
 
 
-def start_job(conf: dict[str, str], workdir: Path) -> Job:
-    """``spark-submit`` the job with the sampling jar and ``conf``."""
+def start_job(conf: dict[str, str], workdir: Path, sql: str | None = None) -> Job:
+    """``spark-submit`` the job with the sampling jar and ``conf`` (``sql``: the query named
+    ``doubler``, over the view ``ticks``, instead of the job's own)."""
     command_file = workdir / "command"
     spark_submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
     src = str(Path(sparkglass.__file__).resolve().parents[1])
@@ -93,6 +94,8 @@ def start_job(conf: dict[str, str], workdir: Path) -> Job:
         "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")]),
         "SG_JOB_COMMANDS": str(command_file),
     }
+    if sql is not None:
+        env["SG_JOB_SQL"] = sql
     args = [str(spark_submit), "--master", "local[2]", "--jars", str(sampling_jar())]
     base = {
         "spark.ui.enabled": "false",

@@ -10,8 +10,17 @@ from typing import Any
 import httpx
 import pytest
 
+from sparkglass.runtime.contract.errors import InvalidParameterError
+from sparkglass.runtime.contract.round_request import RoundKind, RoundRequest, round_request
 from sparkglass.runtime.sampling import registry
-from tests.flights_stream import REDACT, FlightsStream, start_flights_stream, stop_flights_stream
+from sparkglass.runtime.sampling.programs import compile_program, tap_view
+from tests.flights_stream import (
+    REDACT,
+    SCHEMA,
+    FlightsStream,
+    start_flights_stream,
+    stop_flights_stream,
+)
 
 pytestmark = pytest.mark.spark
 
@@ -107,3 +116,71 @@ def test_filter_injection_is_refused_with_the_reason(
 def test_unknown_expectation_and_kind_are_named(driver: httpx.Client) -> None:
     _refused(driver, {"kind": "violations", "expectation": "no-such"}, "expectation", "no-such")
     _refused(driver, {"kind": "everything"}, "kind", "violations")
+
+
+#: What every refusal of an expensive filter says: the rule, besides the function.
+_RULE = "cheap deterministic built-ins"
+
+
+@pytest.mark.parametrize(
+    ("filter_sql", "words"),
+    [
+        # Catastrophic backtracking: one row would hold a task thread for hours.
+        ("concat(repeat('x', 20000), carrier) rlike '(x+x+)+y'", ("rlike", _RULE)),
+        ("carrier rlike '(a+)+b'", ("rlike", _RULE)),
+        ("carrier regexp '(a|aa)+b'", ("RLike", _RULE)),
+        ("regexp_extract(carrier, '(a+)+b', 1) = ''", ("regexp_extract", _RULE)),
+        # A gigabyte per row: the executor runs out of memory and the user's query fails.
+        ("length(repeat(carrier, 500000000)) > 0", ("repeat", _RULE)),
+        ("length(lpad(carrier, 1000000000, 'x')) > 0", ("lpad", _RULE)),
+        ("sequence(1, 100000000)[0] > 0", ("sequence", _RULE)),
+        ("length(space(1000000000)) > 0", ("space", _RULE)),
+        # Hashing, JSON and higher-order functions are no predicates a round needs.
+        ("sha2(carrier, 512) = ''", ("sha2", _RULE)),
+        ("exists(array(carrier), x -> x = 'UA')", ("exists", _RULE)),
+        # LIKE runs as a backtracking regular expression: several '%' apart are refused, and
+        # so is a pattern that is not a constant.
+        ("carrier LIKE '%a%a%a%a%a%a%b'", ("LIKE", "'%a%a%a%a%a%a%b'")),
+        ("carrier ILIKE '%U%A%'", ("LIKE",)),
+        ("carrier LIKE dest", ("constant",)),
+    ],
+)
+def test_an_expensive_filter_is_refused_on_the_driver_naming_the_function_and_the_rule(
+    driver: httpx.Client, filter_sql: str, words: tuple[str, ...]
+) -> None:
+    _refused(driver, {"filter": filter_sql}, "filter", *words)
+
+
+@pytest.mark.parametrize(
+    "filter_sql",
+    [
+        "carrier = 'UA' AND dep_delay > 30 OR NOT (flight <= 10) AND flight <> 3",
+        "flight + 1 - 2 * 3 / 4 % 5 > 0 AND -flight < 0 AND flight div 2 >= 0",
+        "carrier LIKE 'U%' AND carrier ILIKE '%a%' AND dest LIKE 'O%D' AND dest NOT LIKE '_X_'",
+        "carrier IN ('UA', 'AA') AND dep_delay IS NOT NULL AND dest IS NULL OR flight IS NULL",
+        "dep_delay BETWEEN -5 AND 60 AND flight NOT BETWEEN 7 AND 9",
+        "CASE WHEN dep_delay > 1 THEN true ELSE false END AND if(flight > 1, true, false)",
+        "CAST(flight AS STRING) = '1' AND coalesce(dep_delay, 0) >= 0 AND nvl(dest, 'x') = 'y'",
+        "lower(carrier) = 'ua' AND upper(dest) = 'ORD' AND trim(dest) = 'ORD' AND length(dest) = 3",
+        "substring(dest, 1, 2) = 'OR' AND startswith(dest, 'O') AND endswith(dest, 'D') "
+        "AND contains(dest, 'R') AND abs(dep_delay) > 1 AND round(dep_delay, 1) > 1",
+        "year(to_date(dest)) = 2024 AND month(to_date(dest)) > 0 AND hour(TIMESTAMP"
+        "'2024-01-01 03:00:00') = 3 AND dayofweek(DATE'2024-01-02') > 0",
+    ],
+)
+def test_cheap_filters_are_accepted(spark: Any, filter_sql: str) -> None:
+    # Compiled as the driver compiles a round's filter (starting rounds over HTTP would hit
+    # the limit of concurrent rounds before the filter is looked at).
+    df = spark.createDataFrame([], SCHEMA)
+    view = tap_view(df)
+    compiled = compile_program(spark, view, filter_sql, None, None, user_filter=filter_sql)
+    assert compiled.data_type.startswith("struct<carrier:string")
+
+
+def test_an_expectation_name_with_a_trailing_newline_is_refused() -> None:
+    # The name ends up inside a SQL string literal on the driver: the whole of it must match.
+    with pytest.raises(InvalidParameterError) as refused:
+        round_request(kind="violations", expectation="not-early\n")
+    assert refused.value.field == "expectation"
+    with pytest.raises(ValueError, match="expectation"):
+        RoundRequest(kind=RoundKind.VIOLATIONS, expectation="not-early\n")

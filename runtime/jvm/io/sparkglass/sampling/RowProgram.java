@@ -110,11 +110,24 @@ public final class RowProgram implements Serializable {
    * @param columns the columns to render, in order, or null for all
    * @param labelSql a string expression labelling each row, or null
    * @return JSON {@code {"program": base64, "dataType": "struct<...>", "references": [...],
-   *     "deterministic": bool, "expressions": [class names...]}}
+   *     "deterministic": bool, "expressions": [class names...], "functions": [their SQL
+   *     names...], "likePatterns": [[pattern or null, escape]...]}}
    * @throws Exception Spark's ParseException or AnalysisException for a bad filter or column
    */
   public static String compile(SparkSession spark, String schemaJson, String filterSql,
       String[] columns, String labelSql) throws Exception {
+    return compile(spark, schemaJson, filterSql, columns, labelSql, null);
+  }
+
+  /**
+   * As {@link #compile(SparkSession, String, String, String[], String, String)}, with
+   * {@code renders}: for each of {@code columns}, the Spark SQL expression that renders it
+   * (named as the column), or null for the column as it is. A tap whose row is the vertex's
+   * raw row (the session extension's) renders masked and hashed columns this way, so the
+   * redaction still runs on the executor before the row leaves it.
+   */
+  public static String compile(SparkSession spark, String schemaJson, String filterSql,
+      String[] columns, String labelSql, String[] renders) throws Exception {
     StructType schema = (StructType) DataType.fromJson(schemaJson);
     org.apache.spark.sql.Dataset<Row> empty =
         spark.createDataFrame(new ArrayList<Row>(), schema);
@@ -124,8 +137,10 @@ public final class RowProgram implements Serializable {
         chosen.add(functions.col(quote(name)));
       }
     } else {
-      for (String name : columns) {
-        chosen.add(functions.col(quote(name)));
+      for (int i = 0; i < columns.length; i++) {
+        String render = renders == null ? null : renders[i];
+        chosen.add(render == null ? functions.col(quote(columns[i]))
+            : functions.expr(render).as(columns[i]));
       }
     }
     Map<String, String> options = new LinkedHashMap<>();
@@ -160,6 +175,8 @@ public final class RowProgram implements Serializable {
     int next = 2;
     List<String> references = new ArrayList<>();
     List<String> classes = new ArrayList<>();
+    List<String> names = new ArrayList<>();
+    List<List<String>> likePatterns = new ArrayList<>();
     boolean deterministic = true;
     if (filterSql != null) {
       Expression raw = ((Alias) list.apply(next++)).child();
@@ -168,6 +185,7 @@ public final class RowProgram implements Serializable {
         references.add(refs.next().name());
       }
       collectClasses(raw, classes);
+      collectNames(raw, names, likePatterns);
       deterministic = raw.deterministic();
       filter = bind(raw, input);
     }
@@ -185,6 +203,8 @@ public final class RowProgram implements Serializable {
     answer.put("references", references);
     answer.put("deterministic", deterministic);
     answer.put("expressions", classes);
+    answer.put("functions", names);
+    answer.put("likePatterns", likePatterns);
     return JSON.writeValueAsString(answer);
   }
 
@@ -212,6 +232,27 @@ public final class RowProgram implements Serializable {
     scala.collection.Iterator<Expression> it = e.children().iterator();
     while (it.hasNext()) {
       collectClasses(it.next(), out);
+    }
+  }
+
+  /**
+   * The SQL names of a filter's expressions (in {@link #collectClasses} order), and for each
+   * LIKE the pattern and escape character ({@code [null, escape]} when the pattern is not a
+   * constant): the driver refuses patterns whose regular expression could backtrack for long.
+   */
+  private static void collectNames(Expression e, List<String> names, List<List<String>> likes) {
+    names.add(e.prettyName());
+    if (e instanceof org.apache.spark.sql.catalyst.expressions.Like) {
+      Expression pattern = e.children().apply(1);
+      Object value = pattern.foldable() ? pattern.eval(null) : null;
+      List<String> like = new ArrayList<>();
+      like.add(value == null ? null : value.toString());
+      like.add(String.valueOf(((org.apache.spark.sql.catalyst.expressions.Like) e).escapeChar()));
+      likes.add(like);
+    }
+    scala.collection.Iterator<Expression> it = e.children().iterator();
+    while (it.hasNext()) {
+      collectNames(it.next(), names, likes);
     }
   }
 
