@@ -149,20 +149,40 @@ async def driver_access(ctx: OperatorContext, app: dict[str, Any]) -> DriverAcce
                 f"--allow-cleartext-control"
             ),
         )
+    return pinned_access(
+        endpoint,
+        token,
+        secret,
+        name,
+        server_name(names.service_name(name), namespace),
+        missing=(
+            f"the driver of {name!r} serves HTTPS but its control Secret "
+            f"{names.secret_name(name)!r} holds no certificate to verify it with"
+        ),
+        restart=restart,
+    )
+
+
+def pinned_access(
+    endpoint: str,
+    token: str | None,
+    secret: dict[str, Any] | None,
+    name: str,
+    tls_server_name: str,
+    *,
+    missing: str,
+    restart: str,
+) -> DriverAccess:
+    """:class:`DriverAccess` to ``endpoint`` pinned to the certificate in the operator's own
+    control ``secret`` and checked against ``tls_server_name``; a refusal instead when the
+    Secret holds none (``missing``), an unreadable one, or an expired one (each followed by
+    ``restart``: what the user does about it). Application ``name`` is for the messages."""
     try:
         stored = read_stored_certificate(children.secret_tls_data(secret)) if secret else None
     except ValueError as exc:
         return DriverAccess(endpoint, token, None, refusal=f"control Secret of {name!r}: {exc}")
     if stored is None:
-        return DriverAccess(
-            endpoint,
-            token,
-            None,
-            refusal=(
-                f"the driver of {name!r} serves HTTPS but its control Secret "
-                f"{names.secret_name(name)!r} holds no certificate to verify it with; {restart}"
-            ),
-        )
+        return DriverAccess(endpoint, token, None, refusal=f"{missing}; {restart}")
     if stored.not_after <= datetime.now(UTC):
         return DriverAccess(
             endpoint,
@@ -173,7 +193,6 @@ async def driver_access(ctx: OperatorContext, app: dict[str, Any]) -> DriverAcce
                 f"{stored.not_after.isoformat()}; {restart}"
             ),
         )
-    pinned = ControlTLS(
-        ca_pem=stored.cert_pem, server_name=server_name(names.service_name(name), namespace)
+    return DriverAccess(
+        endpoint, token, ControlTLS(ca_pem=stored.cert_pem, server_name=tls_server_name)
     )
-    return DriverAccess(endpoint, token, pinned)

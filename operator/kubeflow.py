@@ -51,24 +51,21 @@ from __future__ import annotations
 import base64
 import secrets
 from collections.abc import Sequence
-from datetime import UTC, datetime
 from typing import Any
 
 import structlog
 
 from sparkglass.runtime.contract.sampling_settings import PREFIX, SamplingSettings
-from sparkglass.runtime.control.client import ControlTLS
 
 from . import children, names
 from .certificates import (
     ControlCertificate,
     issue_control_certificate,
-    read_stored_certificate,
     reissue_reason,
     server_name,
 )
 from .cluster import PODS, SECRETS, ApiError, Cluster, Conflict, Kind, NotFound
-from .driver_access import DriverAccess
+from .driver_access import DriverAccess, pinned_access
 
 log = structlog.get_logger(__name__)
 
@@ -398,29 +395,15 @@ async def driver_access(cluster: Cluster, app: dict[str, Any], pod: dict[str, An
         f"delete the Secret {secret_name(name)!r} and restart the application, whose next "
         f"driver mounts the new certificate"
     )
-    try:
-        stored = read_stored_certificate(children.secret_tls_data(secret)) if secret else None
-    except ValueError as exc:
-        return DriverAccess(endpoint, token, None, refusal=f"control Secret of {name!r}: {exc}")
-    if stored is None:
-        return DriverAccess(
-            endpoint,
-            token,
-            None,
-            refusal=f"the control Secret {secret_name(name)!r} holds no certificate; {restart}",
-        )
-    if stored.not_after <= datetime.now(UTC):
-        return DriverAccess(
-            endpoint,
-            token,
-            None,
-            refusal=(
-                f"the control certificate of {name!r} expired at "
-                f"{stored.not_after.isoformat()}; {restart}"
-            ),
-        )
-    pinned = ControlTLS(ca_pem=stored.cert_pem, server_name=tls_server_name(name, namespace))
-    return DriverAccess(endpoint, token, pinned)
+    return pinned_access(
+        endpoint,
+        token,
+        secret,
+        name,
+        tls_server_name(name, namespace),
+        missing=f"the control Secret {secret_name(name)!r} holds no certificate",
+        restart=restart,
+    )
 
 
 async def readable(cluster: Cluster, namespaces: Sequence[str]) -> str | None:
