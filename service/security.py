@@ -357,18 +357,11 @@ class AuthFailureLimiter:
             self._addresses.add(client, -1.0)
             checking = self._checking[key] = _Checking(holds_unit=True)
         checking.requests += 1
-        status = 0
-
-        async def watching_send(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = int(message["status"])
-            await send(message)
-
+        watching_send, seen = _watch_status(send)
         try:
             await self._app(scope, receive, watching_send)
         finally:
-            self._settle(key, checking, status)
+            self._settle(key, checking, seen[0])
 
     def _settle(self, key: tuple[str, str], checking: _Checking, status: int) -> None:
         client, digest = key
@@ -390,20 +383,13 @@ class AuthFailureLimiter:
     async def _known_token(
         self, scope: Scope, receive: Receive, send: Send, client: str, digest: str
     ) -> None:
-        status = 0
-
-        async def watching_send(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = int(message["status"])
-            await send(message)
-
+        watching_send, seen = _watch_status(send)
         try:
             await self._app(scope, receive, watching_send)
         finally:
-            if status == 401:  # revoked or expired since: an unknown token from now on
+            if seen[0] == 401:  # revoked or expired since: an unknown token from now on
                 self.failed(client, digest)
-            elif _authenticated(status):
+            elif _authenticated(seen[0]):
                 self._known.remember(digest)
 
 
@@ -434,3 +420,16 @@ class SecurityHeadersMiddleware:
             await send(message)
 
         await self._app(scope, receive, with_headers)
+
+
+def _watch_status(send: Send) -> tuple[Send, list[int]]:
+    """``send`` wrapped to pass every message on, and a one-item list holding the answer's
+    HTTP status once it starts (0 before; still readable after the app raised)."""
+    seen = [0]
+
+    async def watching_send(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            seen[0] = int(message["status"])
+        await send(message)
+
+    return watching_send, seen
