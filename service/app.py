@@ -151,6 +151,8 @@ def build_state(
             settings.audit_flush_seconds,
             settings.audit_buffer_events,
             registry=metrics.registry,
+            read_window_seconds=settings.audit_read_window_seconds,
+            read_buffer_bytes=settings.audit_read_buffer_bytes,
         ),
         metrics=metrics,
         catalog=catalog,

@@ -5,17 +5,35 @@ Events are queued in memory and written in batches every ``audit_flush_seconds``
 background thread (and on shutdown), so a poll costs no extra database write in its own
 request: 200 clients polling every 3 s would otherwise add ~70 writes/s to SQLite.
 
-The queue is bounded (``audit_buffer_events``): while the database refuses writes, the
-oldest events beyond the bound are dropped, counted in
+Reads are coalesced (``audit_read_window_seconds``, 60 s by default): repeated identical
+reads, the same principal reading the same round of the same vertex (or the same listing)
+from the same address with the same outcome, become one event per window carrying how many
+requests it stands for (``request_count``) and the first and last time (``at``,
+``last_at``); ``record_count`` is the sum of the records they were sent (a ``304`` sends
+none). A page polling a shared result once a second then costs one row a minute instead of
+sixty, so the store grows with rounds and principals, not with polls. Only ``read`` and
+``list`` events are coalesced: triggers, writes, admin actions and denials (401/403) are
+each queued as their own event at once, whatever reads surround them, so no request can
+hide a refusal or a write inside a count. Open windows are bounded in bytes
+(``audit_read_buffer_bytes``): when full, the oldest window is closed early (queued as an
+event; nothing is lost, that key just coalesces less). Windows are closed when they end,
+when the audit trail is read in this process (``flush``) and on shutdown.
+
+The queue of events waiting to be written is bounded (``audit_buffer_events``): while the
+database refuses writes, events beyond the bound are dropped, counted in
 ``sparkglass_audit_events_dropped_total`` and logged once per flush, so a failing database
-costs a bounded amount of memory and the loss is visible.
+costs a bounded amount of memory and the loss is visible. Reads are dropped first (oldest
+first); a refusal, write or trigger is dropped only when the queue holds nothing else, so a
+flood of reads cannot push a denial out of the queue.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import threading
+import time
 from collections import deque
 from typing import TYPE_CHECKING
 
@@ -36,21 +54,89 @@ log = logging.getLogger(__name__)
 
 #: Default of ``Settings.audit_buffer_events``.
 DEFAULT_BUFFER_EVENTS = 10_000
+#: Default of ``Settings.audit_read_window_seconds``.
+DEFAULT_READ_WINDOW_SECONDS = 60.0
+#: Default of ``Settings.audit_read_buffer_bytes``.
+DEFAULT_READ_BUFFER_BYTES = 4 * 1024 * 1024
 
 #: Who a 401 is recorded as: no principal could be established.
 ANONYMOUS = "anonymous"
 
+#: The only actions that are coalesced: reads of samples and listings. Everything else
+#: (trigger, register, delete, token-*, denied) is one event per request.
+COALESCED_ACTIONS = frozenset({"read", "list"})
+#: Statuses never coalesced, whatever the action says (a refusal is always its own event).
+_NEVER_COALESCED_STATUSES = frozenset({"401", "403", "429"})
+
+#: Python's cost of one open window beyond its strings (the key tuple, the first event, the
+#: window object and the dict slot: about 650 bytes with tracemalloc for short names, so
+#: the estimate errs high and the bound holds).
+_WINDOW_OVERHEAD_BYTES = 1024
+
 _MAX_DETAIL = 512
 _MAX_CLIENT = 64
 
+_Key = tuple[str, str, str, str, str, str | None, str | None, str | None, str | None]
+
+
+def _key(event: AuditRecord) -> _Key:
+    return (
+        event.actor,
+        event.action,
+        event.namespace,
+        event.application,
+        event.vertex,
+        event.round_id,
+        event.status,
+        event.client,
+        event.detail,
+    )
+
+
+def _window_bytes(event: AuditRecord) -> int:
+    return _WINDOW_OVERHEAD_BYTES + sum(len(part or "") for part in _key(event))
+
+
+class _Window:
+    """Identical reads since ``first`` (``opened``: monotonic seconds)."""
+
+    __slots__ = ("count", "first", "last_at", "opened", "records", "size")
+
+    def __init__(self, first: AuditRecord, opened: float, size: int) -> None:
+        self.first = first
+        self.opened = opened
+        self.count = 1
+        self.records = first.record_count
+        self.last_at = first.at
+        self.size = size
+
+    def event(self) -> AuditRecord:
+        if self.count == 1:
+            return self.first
+        return dataclasses.replace(
+            self.first,
+            record_count=self.records,
+            request_count=self.count,
+            last_at=self.last_at,
+        )
+
+
+def coalescible(event: AuditRecord) -> bool:
+    """Whether ``event`` may be merged with identical ones: successful reads and listings
+    only, never a refusal, write or trigger."""
+    return event.action in COALESCED_ACTIONS and event.status not in _NEVER_COALESCED_STATUSES
+
 
 class AuditWriter:
-    """Buffers :class:`AuditRecord` events (at most ``max_events``) and flushes them to the
-    store.
+    """Buffers :class:`AuditRecord` events (at most ``max_events`` waiting to be written),
+    coalesces identical reads over ``read_window_seconds`` (open windows bounded by
+    ``read_buffer_bytes``) and flushes them to the store.
 
-    ``registry``: where ``sparkglass_audit_events_dropped_total`` is registered (the
-    service's metrics registry; a private one when ``None``). Raises ``ValueError`` when
-    ``max_events`` is below 1 or ``flush_seconds`` not positive.
+    ``read_window_seconds`` 0 turns coalescing off (one event per read). ``registry``:
+    where ``sparkglass_audit_events_dropped_total`` is registered (the service's metrics
+    registry; a private one when ``None``). Raises ``ValueError`` when ``max_events`` is
+    below 1, ``flush_seconds`` not positive, or ``read_window_seconds`` /
+    ``read_buffer_bytes`` negative.
     """
 
     def __init__(
@@ -59,15 +145,31 @@ class AuditWriter:
         flush_seconds: float = 1.0,
         max_events: int = DEFAULT_BUFFER_EVENTS,
         registry: CollectorRegistry | None = None,
+        *,
+        read_window_seconds: float = DEFAULT_READ_WINDOW_SECONDS,
+        read_buffer_bytes: int = DEFAULT_READ_BUFFER_BYTES,
     ) -> None:
         if max_events < 1:
             raise ValueError(f"audit_buffer_events must be at least 1, got {max_events}")
         if flush_seconds <= 0:
             raise ValueError(f"audit_flush_seconds must be above 0, got {flush_seconds}")
+        if read_window_seconds < 0:
+            raise ValueError(
+                f"audit_read_window_seconds must be at least 0, got {read_window_seconds}"
+            )
+        if read_buffer_bytes < 0:
+            raise ValueError(f"audit_read_buffer_bytes must be at least 0, got {read_buffer_bytes}")
         self._sessions = sessions
         self._flush_seconds = flush_seconds
         self._max = max_events
+        self._window_s = read_window_seconds
+        self._max_window_bytes = read_buffer_bytes
+        #: Waiting to be written: reads (dropped first) and everything else.
+        self._pending_reads: deque[AuditRecord] = deque()
         self._pending: deque[AuditRecord] = deque()
+        #: Open read windows, oldest first (insertion order).
+        self._windows: dict[_Key, _Window] = {}
+        self._window_bytes = 0
         self._lock = threading.Lock()
         self._flush_lock = threading.Lock()
         self._stop = threading.Event()
@@ -83,9 +185,22 @@ class AuditWriter:
 
     @property
     def pending(self) -> int:
-        """How many events wait to be written (at most ``max_events``)."""
+        """How many events wait to be written (at most ``max_events``; open read windows
+        not included)."""
         with self._lock:
-            return len(self._pending)
+            return len(self._pending) + len(self._pending_reads)
+
+    @property
+    def open_windows(self) -> int:
+        """How many read windows are open (coalescing identical reads)."""
+        with self._lock:
+            return len(self._windows)
+
+    @property
+    def window_bytes(self) -> int:
+        """Estimated bytes held by open read windows (at most ``read_buffer_bytes``)."""
+        with self._lock:
+            return self._window_bytes
 
     @property
     def dropped(self) -> int:
@@ -99,10 +214,53 @@ class AuditWriter:
         return self._max
 
     def record(self, event: AuditRecord) -> None:
-        """Queue one event (written within ``flush_seconds``); drops the oldest queued event
-        when the buffer is full."""
+        """Queue one event (written within ``flush_seconds``), or, for a read or listing,
+        count it in its open window (written when the window closes). Drops the oldest
+        queued read (or, with none queued, the oldest event) when the buffer is full."""
         with self._lock:
-            self._pending.append(event)
+            if not coalescible(event):
+                self._pending.append(event)
+            elif self._window_s > 0:
+                self._coalesce_locked(event, time.monotonic())
+            else:
+                self._pending_reads.append(event)
+            self._trim_locked()
+
+    def _coalesce_locked(self, event: AuditRecord, now: float) -> None:
+        key = _key(event)
+        window = self._windows.get(key)
+        if window is not None and now - window.opened < self._window_s:
+            window.count += 1
+            window.records += event.record_count
+            window.last_at = max(window.last_at, event.at)
+            return
+        if window is not None:  # ended: written, and a new window opens for this read
+            self._close_locked(key)
+        size = _window_bytes(event)
+        if size > self._max_window_bytes:  # no room at all: its own event
+            self._pending_reads.append(event)
+            return
+        while self._windows and self._window_bytes + size > self._max_window_bytes:
+            self._close_locked(next(iter(self._windows)))  # the oldest window, early
+        self._windows[key] = _Window(event, now, size)
+        self._window_bytes += size
+
+    def _close_locked(self, key: _Key) -> None:
+        window = self._windows.pop(key)
+        self._window_bytes -= window.size
+        self._pending_reads.append(window.event())
+
+    def _close_windows(self, everything: bool) -> None:
+        """Queue the windows that ended (``everything``: all of them)."""
+        now = time.monotonic()
+        with self._lock:
+            ended = [
+                key
+                for key, window in self._windows.items()
+                if everything or now - window.opened >= self._window_s
+            ]
+            for key in ended:
+                self._close_locked(key)
             self._trim_locked()
 
     def note(
@@ -137,33 +295,36 @@ class AuditWriter:
         )
 
     def flush(self) -> int:
-        """Write every queued event now; returns how many were written (0 when the database
-        failed: the events stay queued, within the bound). Waits for a flush under way in
-        another thread, so that every event queued before the call is written when it
-        returns (the audit route flushes, then reads)."""
+        """Close every open read window and write every queued event now; returns how many
+        were written (0 when the database failed: the events stay queued, within the
+        bound). Waits for a flush under way in another thread, so that every event recorded
+        before the call is written when it returns (the audit route flushes, then reads)."""
         with self._flush_lock:
+            self._close_windows(everything=True)
             return self._flush_locked()
 
     def _flush_locked(self) -> int:
         with self._lock:
-            batch = list(self._pending)
+            others = list(self._pending)
+            reads = list(self._pending_reads)
             self._pending.clear()
-        if batch:
+            self._pending_reads.clear()
+        written = 0
+        if others or reads:
+            batch = sorted(others + reads, key=lambda e: e.at)
             try:
                 with self._sessions.begin() as session:
                     written = repository.add_audit_events(session, batch)
             except Exception as exc:
                 # Keep the events for the next attempt rather than losing the trail, but
-                # only as many as the bound allows (the newest win).
+                # only as many as the bound allows (reads go first).
                 # First line only: SQLAlchemy appends the statement and every row.
                 reason = (str(exc).splitlines() or [type(exc).__name__])[0][:300]
                 log.warning("audit flush of %d events failed; will retry: %s", len(batch), reason)
                 with self._lock:
-                    self._pending.extendleft(reversed(batch))
+                    self._pending.extendleft(reversed(others))
+                    self._pending_reads.extendleft(reversed(reads))
                     self._trim_locked()
-                written = 0
-        else:
-            written = 0
         self._log_drops()
         return written
 
@@ -173,7 +334,7 @@ class AuditWriter:
         self._thread.start()
 
     def stop(self) -> None:
-        """Stop the flusher and write what is left."""
+        """Stop the flusher and write what is left (open read windows included)."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
@@ -181,14 +342,17 @@ class AuditWriter:
 
     def _run(self) -> None:
         while not self._stop.wait(self._flush_seconds):
-            self.flush()
+            with self._flush_lock:
+                self._close_windows(everything=False)
+                self._flush_locked()
 
     def _trim_locked(self) -> None:
-        excess = len(self._pending) - self._max
+        excess = len(self._pending) + len(self._pending_reads) - self._max
         if excess <= 0:
             return
         for _ in range(excess):
-            self._pending.popleft()
+            # Reads first: a flood of reads must not push a refusal or a write out.
+            (self._pending_reads or self._pending).popleft()
         self._dropped_total += excess
         self._dropped_unlogged += excess
         self._dropped_counter.inc(excess)

@@ -130,11 +130,22 @@ class AuditEventInfo(_Model):
     application: str
     vertex: str
     round_id: str | None
-    record_count: int = Field(description="records read, or entries listed")
+    record_count: int = Field(
+        description="records read (summed over coalesced reads; a 304 sends none), or "
+        "entries listed"
+    )
     status: str | None
     client: str | None = Field(default=None, description="caller's address, when known")
     detail: str | None = Field(
         default=None, description="what an admin action did, or the refused request"
+    )
+    request_count: int = Field(
+        default=1,
+        description="identical requests the event stands for: 1, or more for reads "
+        "coalesced over audit_read_window_seconds (at: the first, last_at: the last)",
+    )
+    last_at: int | None = Field(
+        default=None, description="ms since the epoch of the last coalesced read"
     )
 
 
@@ -200,6 +211,8 @@ def audit_info(row: AuditEvent) -> AuditEventInfo:
         status=row.status,
         client=row.client,
         detail=row.detail,
+        request_count=row.request_count,
+        last_at=row.last_at,
     )
 
 

@@ -138,6 +138,23 @@ class Settings(BaseSettings):
         "take them; beyond it the oldest are dropped, counted in "
         "sparkglass_audit_events_dropped_total and logged.",
     )
+    audit_read_window_seconds: float = Field(
+        default=60.0,
+        ge=0,
+        le=3600,
+        description="Identical reads (the same principal reading the same round of a vertex, "
+        "or the same listing, from the same address with the same outcome) within this many "
+        "seconds (0-3600) are audited as one event carrying their count and first and last "
+        "time; 0: one event per read. Triggers, writes, admin actions and denials are always "
+        "one event each.",
+    )
+    audit_read_buffer_bytes: int = Field(
+        default=4 * 1024 * 1024,
+        ge=0,
+        le=1024 * 1024 * 1024,
+        description="Most bytes (0-1 GiB, estimated) held by open read windows; when full, "
+        "the oldest window is written early (nothing is lost, it just coalesces less).",
+    )
     round_workers: int = Field(default=8, ge=1, description="Threads running rounds.")
     datasample_ttl_seconds: int = Field(
         default=600,

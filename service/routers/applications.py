@@ -12,6 +12,7 @@ from pydantic import ValidationError
 from sparkglass.runtime.contract.expectations import ExpectationCounts
 from sparkglass.runtime.control.client import ControlClient, ControlError
 
+from ..audit import client_of
 from ..auth import Permission, Principal
 from ..catalog import CatalogError, register_local_application
 from ..dependencies import AdminDep, PrincipalDep, ReaderDep, SessionDep, StateDep, check
@@ -52,7 +53,7 @@ def _driver_location(url: str) -> str:
 
 @router.get("/applications", response_model=list[ApplicationSummary], responses=_ERRORS)
 def list_all_applications(
-    state: StateDep, session: SessionDep, principal: PrincipalDep
+    state: StateDep, session: SessionDep, principal: PrincipalDep, request: Request
 ) -> list[ApplicationSummary]:
     """Applications in every namespace the caller may read."""
     if state.catalog is not None:
@@ -66,7 +67,12 @@ def list_all_applications(
         if a.namespace in allowed
     ]
     state.audit.note(
-        principal.user, "list", namespace="", record_count=len(listed), detail="applications"
+        principal.user,
+        "list",
+        namespace="",
+        record_count=len(listed),
+        detail="applications",
+        client=client_of(request),
     )
     return listed
 
@@ -77,7 +83,7 @@ def list_all_applications(
     responses=_ERRORS,
 )
 def list_applications(
-    namespace: str, state: StateDep, session: SessionDep, principal: ReaderDep
+    namespace: str, state: StateDep, session: SessionDep, principal: ReaderDep, request: Request
 ) -> list[ApplicationSummary]:
     """Applications of one namespace (``local`` in local mode)."""
     refresh_catalog(state, namespace)
@@ -88,6 +94,7 @@ def list_applications(
         namespace=namespace,
         record_count=len(listed),
         detail="applications",
+        client=client_of(request),
     )
     return listed
 

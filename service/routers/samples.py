@@ -6,7 +6,7 @@ import functools
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Header, HTTPException, Query, Response, status
+from fastapi import APIRouter, Header, HTTPException, Query, Request, Response, status
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import StreamingResponse
@@ -20,6 +20,7 @@ from sparkglass.runtime.contract.sample_result import (
 )
 from sparkglass.runtime.control.client import ControlClient, ControlError, ControlRejected
 
+from ..audit import client_of
 from ..auth import Permission
 from ..dependencies import (
     FORBIDDEN,
@@ -138,6 +139,7 @@ async def data_sample(
     vertex: str,
     state: StateDep,
     credentials: BearerDep,
+    http_request: Request,
     subtask_index: SubtaskIndex = None,
     max_records: MaxRecords = None,
     kind: Kind = None,
@@ -173,7 +175,15 @@ async def data_sample(
             raise _unprocessable(exc.field, str(exc)) from None
         if not request.is_plain():
             return await _narrow_sample(
-                state, principal, namespace, app, vertex, request, subtask_index, max_records
+                state,
+                principal,
+                namespace,
+                app,
+                vertex,
+                request,
+                subtask_index,
+                max_records,
+                client_of(http_request),
             )
     fresh = state.coordinator.fresh_answer(app, vertex)
     answer: PollAnswer
@@ -208,6 +218,7 @@ async def data_sample(
             record_count=record_count,
             status=result.status.value,
             at=repository.now_ms(),
+            client=client_of(http_request),
         )
     )
     return response
@@ -230,6 +241,7 @@ async def _narrow_sample(
     request: RoundRequest,
     subtask_index: int | None,
     max_records: int | None,
+    client: str | None,
 ) -> Response:
     """A round with a kind, filter or columns: the driver's own lazy trigger, keyed by the
     request (its results are not shared with plain rounds nor kept in the store)."""
@@ -288,6 +300,7 @@ async def _narrow_sample(
             record_count=result.record_count(),
             status=result.status.value,
             at=repository.now_ms(),
+            client=client,
         )
     )
     return json_body(body)
@@ -301,6 +314,7 @@ def round_history(
     state: StateDep,
     session: SessionDep,
     principal: ReaderDep,
+    http_request: Request,
     limit: Annotated[int, Query(ge=1, le=500, description="Most rounds to list (1-500).")] = 50,
 ) -> list[RoundSummary]:
     """The vertex's rounds, newest first (no records)."""
@@ -317,6 +331,7 @@ def round_history(
         vertex=vertex,
         record_count=len(rounds),
         detail="rounds",
+        client=client_of(http_request),
     )
     return rounds
 
@@ -328,6 +343,7 @@ async def round_result(
     round_id: str,
     state: StateDep,
     principal: ReaderDep,
+    http_request: Request,
     subtask_index: SubtaskIndex = None,
     max_records: MaxRecords = None,
     if_none_match: IfNoneMatch = None,
@@ -338,7 +354,7 @@ async def round_result(
     ``stream_concurrency`` bodies are being sent and none ends within
     ``stream_wait_seconds``)."""
 
-    def load() -> tuple[str, BodyPlan | None, str]:
+    def load() -> tuple[str, BodyPlan | None, str, str]:
         with state.sessions() as session:
             app = application_or_404(state, namespace, application, session)
             row = repository.get_round(session, round_id)
@@ -350,15 +366,18 @@ async def round_result(
             head = repository.round_head(row)
             etag = entity_tag(head, subtask_index, max_records)
             if not_modified(if_none_match, etag):
-                return etag, None, row.vertex
+                return etag, None, row.vertex, head.status.value
             # A stored result may be ~50 MB: its body is written from the store a page at
             # a time.
-            return etag, plan_body(session, head, subtask_index, max_records), row.vertex
+            plan = plan_body(session, head, subtask_index, max_records)
+            return etag, plan, row.vertex, head.status.value
 
-    etag, plan, vertex = await run_in_threadpool(load)
+    etag, plan, vertex, round_status = await run_in_threadpool(load)
     if plan is None:
-        return not_modified_response(etag)
-    response = await state.coordinator.bodies.stream(plan, validator_headers(etag))
+        response = not_modified_response(etag)
+    else:
+        response = await state.coordinator.bodies.stream(plan, validator_headers(etag))
+    # A 304 is audited too (no records sent); repeated ones are coalesced (audit.py).
     state.audit.record(
         AuditRecord(
             actor=principal.user,
@@ -367,9 +386,10 @@ async def round_result(
             application=application,
             vertex=vertex,
             round_id=round_id,
-            record_count=plan.record_count,
-            status=plan.head.status.value,
+            record_count=0 if plan is None else plan.record_count,
+            status=round_status,
             at=repository.now_ms(),
+            client=client_of(http_request),
         )
     )
     return response

@@ -151,7 +151,9 @@ class SampleRecord(Base):
 
 
 class AuditEvent(Base):
-    """Who read or triggered which sample, when, and how many records they got."""
+    """Who read or triggered which sample, when, and how many records they got; who was
+    refused; what an admin did. A read event may stand for several identical reads
+    (``request_count``, ``at``..``last_at``)."""
 
     __tablename__ = "audit_events"
 
@@ -170,6 +172,11 @@ class AuditEvent(Base):
     #: Free text of admin actions and denials (``GET /api/v1/...``, ``token 3 user=bob``);
     #: never a secret.
     detail: Mapped[str | None] = mapped_column(String(512), nullable=True)
+    #: How many identical requests the event stands for: 1, or more for reads coalesced
+    #: over ``audit_read_window_seconds`` (``at`` the first, ``last_at`` the last of them).
+    request_count: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
+    #: Time of the last request a coalesced read stands for; null for single events.
+    last_at: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
 
 
 class ApiToken(Base):

@@ -578,6 +578,10 @@ class AuditRecord:
     at: int
     client: str | None = None
     detail: str | None = None
+    #: Identical requests this event stands for (coalesced reads: more than 1).
+    request_count: int = 1
+    #: The last of them (coalesced reads only).
+    last_at: int | None = None
 
 
 def add_audit_events(session: Session, events: Iterable[AuditRecord]) -> int:

@@ -7,6 +7,9 @@ PostgreSQL) and the real ``sparkglass token`` command.
 - Admin deletes, listings and 401/403 denials left no trace in the audit trail.
 - While the database failed, the audit buffer grew without bound and dropped nothing
   visibly.
+- Identical reads are coalesced into one event per window (``audit_read_window_seconds``):
+  refusals (401/403) among them, identical or not, must each stay their own event, and a
+  flood of reads must not push a refusal out of the buffer or out of the read windows.
 """
 
 from __future__ import annotations
@@ -387,7 +390,8 @@ def test_audit_buffer_stays_bounded_while_the_database_fails(
     database_url: str, start_service: ServiceFactory, caplog: pytest.LogCaptureFixture
 ) -> None:
     bound = 20
-    svc = start_service(database_url, audit_buffer_events=bound)
+    # One event per read (no coalescing): the listings below fill the buffer.
+    svc = start_service(database_url, audit_buffer_events=bound, audit_read_window_seconds=0)
     assert _dropped(svc) == 0
     engine = create_engine(database_url)
     try:
@@ -414,3 +418,116 @@ def test_audit_buffer_stays_bounded_while_the_database_fails(
         engine.dispose()
     listed = [e for e in svc.audit() if e["action"] == "list" and e["actor"] == "vera"]
     assert len(listed) == bound  # the newest events were kept
+
+
+# --------------------------------------------------------------------------- coalescing
+
+
+def _store_events(database_url: str) -> list[dict[str, Any]]:
+    """Every audit row, straight from the store (not through the route being tested)."""
+    engine = create_engine(database_url)
+    try:
+        with engine.connect() as conn:
+            result = conn.execute(text("SELECT * FROM audit_events ORDER BY id"))
+            return [dict(row._mapping) for row in result]
+    finally:
+        engine.dispose()
+
+
+def _poll_until_complete(svc: Service) -> None:
+    deadline = time.monotonic() + 30
+    while True:
+        r = svc.get(POLL, SAMPLER)
+        assert r.status_code == 200, r.text
+        if r.json()["status"] == "COMPLETE" and not r.json()["stale"]:
+            return
+        assert time.monotonic() < deadline, "no COMPLETE round"
+        time.sleep(0.05)
+
+
+def test_refusals_among_identical_reads_are_each_their_own_event(
+    database_url: str, start_service: ServiceFactory
+) -> None:
+    """A caller with a read token polls (coalesced) and, between polls, repeats refused
+    calls: the same forbidden delete, a forbidden trigger, garbage tokens. Each refusal is
+    its own row with count 1, however identical; the reads' count holds only reads."""
+    svc = start_service(database_url)  # the default 60 s read window
+    _poll_until_complete(svc)
+    reads = refused_403 = 0
+    garbage: list[str] = []
+    for i in range(30):
+        assert svc.get(POLL, VIEWER).status_code == 200
+        reads += 1
+        if i % 5 == 0:
+            # The identical forbidden request, again and again.
+            assert svc.http.delete(f"{APPS}/flights", headers=bearer(VIEWER)).status_code == 403
+            assert svc.get(f"{APPS}/flights/vertices/enriched/data-sample", VIEWER).status_code == (
+                403
+            )
+            refused_403 += 2
+            token = f"garbage-{i}-0123456789"  # each its own token: below the limiter
+            assert svc.get(POLL, token).status_code == 401
+            garbage.append(token)
+    assert svc.get(POLL, "garbage-0-0123456789").status_code == 401  # the same one again
+    garbage.append("garbage-0-0123456789")
+    svc.state.audit.flush()
+    events = _store_events(database_url)
+    denied = [e for e in events if e["action"] == "denied"]
+    assert len(denied) == refused_403 + len(garbage)
+    assert all(e["request_count"] == 1 and e["last_at"] is None for e in denied)
+    assert sum(e["status"] == "403" and e["actor"] == "vera" for e in denied) == refused_403
+    fingerprints = [e["detail"] for e in denied if e["status"] == "401"]
+    assert sorted(fingerprints) == sorted(
+        f"GET {POLL} (token sha256:{hashlib.sha256(t.encode()).hexdigest()[:12]})" for t in garbage
+    )
+    vera_reads = [e for e in events if e["actor"] == "vera" and e["action"] != "denied"]
+    assert {e["action"] for e in vera_reads} == {"read"}
+    assert sum(e["request_count"] for e in vera_reads) == reads
+    assert all(e["status"] == "COMPLETE" for e in vera_reads)
+
+
+def test_a_flood_of_reads_cannot_push_a_refusal_out(
+    database_url: str, start_service: ServiceFactory
+) -> None:
+    """While the database refuses writes, a refusal sits in a bounded buffer; reads flooding
+    in after it (each its own event: coalescing off, the worst case) are dropped before it.
+    And with coalescing on, reads of many distinct resources that overflow the read windows
+    close windows early: every read is still counted."""
+    bound = 5
+    svc = start_service(database_url, audit_buffer_events=bound, audit_read_window_seconds=0)
+    engine = create_engine(database_url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(text("ALTER TABLE audit_events RENAME TO audit_events_away"))
+        assert svc.http.delete(f"{APPS}/flights", headers=bearer(VIEWER)).status_code == 403
+        for _ in range(40):
+            assert svc.get(APPS, VIEWER).status_code == 200
+        wait_for(lambda: svc.state.audit.dropped == 40 + 1 - bound, 10, "reads to be dropped")
+        with engine.begin() as conn:
+            conn.execute(text("ALTER TABLE audit_events_away RENAME TO audit_events"))
+        wait_for(lambda: svc.state.audit.pending == 0, 10, "the buffer to be written")
+    finally:
+        engine.dispose()
+    events = _store_events(database_url)
+    (denied,) = [e for e in events if e["action"] == "denied"]
+    assert denied["actor"] == "vera" and denied["status"] == "403"
+    assert len([e for e in events if e["action"] == "list"]) == bound - 1
+
+
+def test_overflowing_read_windows_loses_no_read_and_no_refusal(
+    database_url: str, start_service: ServiceFactory
+) -> None:
+    svc = start_service(database_url, audit_read_buffer_bytes=2500)  # about two windows
+    reads = 0
+    for i in range(20):
+        vertex = ("parse", "flights", "enriched", "carrier-names")[i % 4]
+        assert svc.get(f"{APPS}/flights/vertices/{vertex}/rounds", VIEWER).status_code == 200
+        reads += 1
+        assert svc.state.audit.window_bytes <= 2500
+        if i == 10:
+            assert svc.http.delete(f"{APPS}/flights", headers=bearer(VIEWER)).status_code == 403
+    svc.state.audit.flush()
+    events = _store_events(database_url)
+    assert len([e for e in events if e["action"] == "denied"]) == 1
+    listed = [e for e in events if e["action"] == "list" and e["detail"] == "rounds"]
+    assert sum(e["request_count"] for e in listed) == reads
