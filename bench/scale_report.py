@@ -82,9 +82,11 @@ def store_growth(
 
     Extrapolated: measured bytes per stored round (its row, its records and their indexes)
     times the rounds an hour of open pages starts (one per application and vertex per
-    refresh interval), plus measured bytes per audit event times the events an hour of polls
-    writes. Retention deletes rows older than ``retention_hours``, so the store levels off at
-    one retention period of growth (SQLite reuses the freed pages; the file does not shrink).
+    refresh interval), plus measured bytes per audit event times the audit events an hour
+    writes (measured as a rate: identical reads are coalesced per window, so it is not polls
+    times a constant). Retention deletes rows older than ``retention_hours``, so the store
+    levels off at one retention period of growth (SQLite reuses the freed pages; the file
+    does not shrink).
     """
     rounds_mb = bytes_per_round * rounds_per_hour / 1e6
     audit_mb = bytes_per_audit_event * audit_events_per_hour / 1e6

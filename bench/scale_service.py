@@ -13,7 +13,9 @@ windows of ``window_s`` each: p50/p99 from the scheduled send (no coordinated om
 the service process's CPU per poll (``/proc``), and from the store (SQLite's ``dbstat``,
 bytes used in the pages) the bytes per stored round (round row, its records, their indexes)
 and per audit event. Store growth per hour of retention is extrapolated from those (not
-measured over an hour)."""
+measured over an hour): rounds per refresh interval, and audit events at the rate the store
+received them while the pages polled (identical reads are coalesced into one event per
+``audit_read_window_seconds``, so events grow with time and readers, not with polls)."""
 
 from __future__ import annotations
 
@@ -317,7 +319,10 @@ def apps_curve(args: argparse.Namespace) -> dict[str, Any]:
         "store_growth_note": (
             "extrapolated, not measured over an hour: bytes per stored round x one round per "
             "application per refresh interval, plus bytes per audit event x audit events per "
-            "poll x polls per hour; rounds of the fake driver's vertex hold 9 short records, "
+            "hour at the rate the store received them from the end of warm-up to shutdown "
+            "(reads are coalesced per principal, round and window, so that rate does not grow "
+            "with polls; the windows still open at shutdown count whole, so it errs high for "
+            "short runs); rounds of the fake driver's vertex hold 9 short records, "
             "so bytes per round scale with the records a real vertex returns"
         ),
         "points": points,
@@ -334,6 +339,9 @@ def _apps_point(
         t0 = time.monotonic()
         warm_polls = _warm_up(url, n, 60 + n)
         print(f"[scale] apps {n}: warm-up {time.monotonic() - t0:.1f} s", flush=True)
+        # Audit events written from here to shutdown, over that time: their rate per hour.
+        steady_events0 = store_tables(db)["audit_events"]["rows"]
+        steady_t0 = time.monotonic()
         repeats: list[dict[str, float]] = []
         polls = warm_polls
         extra: dict[str, Any] = {"codes": {}}
@@ -366,6 +374,7 @@ def _apps_point(
             )
             repeats.append(rep)
         seconds = time.monotonic() - t0
+        steady_seconds = time.monotonic() - steady_t0
     after = store_tables(db)  # the service has stopped: its audit buffer is flushed
     grown = {t: {k: after[t][k] - before[t][k] for k in ("bytes", "rows")} for t in STORE_TABLES}
     rounds = grown["rounds"]["rows"]
@@ -373,7 +382,8 @@ def _apps_point(
     events = grown["audit_events"]["rows"]
     per_round = round_bytes / rounds if rounds else 0.0
     per_event = grown["audit_events"]["bytes"] / events if events else 0.0
-    polls_per_hour = n * PAGES_PER_APP * 3600.0
+    steady_events = after["audit_events"]["rows"] - steady_events0
+    events_per_hour = steady_events * 3600.0 / max(1.0, steady_seconds)
     return {
         "applications": n,
         "repeats": len(repeats),
@@ -391,12 +401,13 @@ def _apps_point(
             ),
             "bytes_per_audit_event": round(per_event),
             "audit_events_per_poll": round(events / max(1, polls), 3),
+            "audit_events_per_hour": round(events_per_hour),
             "polls": polls,
             "growth": store_growth(
                 bytes_per_round=per_round,
                 rounds_per_hour=n * 3600.0 / args.refresh_s,
                 bytes_per_audit_event=per_event,
-                audit_events_per_hour=polls_per_hour * events / max(1, polls),
+                audit_events_per_hour=events_per_hour,
                 retention_hours=args.retention_hours,
             ),
         },
