@@ -375,7 +375,7 @@ class AuditWriter:
 
 def client_of(request: Request) -> str | None:
     """The caller's address (host only: the port says nothing about who it is)."""
-    return request.client.host if request.client else None
+    return request.client.host[:_MAX_CLIENT] if request.client else None
 
 
 async def audit_denials(request: Request, exc: Exception) -> Response:
