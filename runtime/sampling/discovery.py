@@ -28,7 +28,6 @@ column a rule names.
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import logging
 import re
@@ -441,13 +440,20 @@ class DiscoveredPipeline:
         # Imported here: the DSL tap module pulls in more than discovery needs at import.
         from sparkglass.runtime.sampling.tap import read_rows
 
-        df = self._spark.table(node.materialized)
+        spark, table = self._spark, node.materialized
+        df = spark.table(table)
+
+        def read(limit: int, max_chars: int) -> list[tuple[int, str]]:
+            # The table as it is now: a DataFrame kept from registration lists the files it
+            # had then, and a later write (a refresh) deletes them (FAILED_READ_FILE).
+            return read_rows(spark.table(table), limit, max_chars)
+
         self._coordinator.register_tap(
             TapInfo(
                 vertex=vertex,
                 tap_key=f"{self._name}/{vertex}/materialized",
-                data_type=tap_view_of(self._spark, df.schema.json()).data_type,
-                materialized=MaterializedOutput(functools.partial(read_rows, df), written),
+                data_type=tap_view_of(spark, df.schema.json()).data_type,
+                materialized=MaterializedOutput(read, written),
             )
         )
         self._materialized[vertex] = written
