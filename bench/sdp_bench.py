@@ -131,6 +131,10 @@ class Rounds:
             self.results.append(
                 {"status": str(result.status), "records": result.total_record_count}
             )
+            if result.status is not SampleStatus.COMPLETE:
+                # e.g. FAILED, QUERY_TERMINATED: the previous run's tap, until this run's
+                # query places its own; do not spin on it.
+                self._stop.wait(0.1)
 
     def __enter__(self) -> Rounds:
         self._thread.start()
