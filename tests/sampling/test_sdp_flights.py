@@ -1,8 +1,10 @@
-"""examples/sdp-flights run by ``sparkglass pipelines run``: its flows listed and sampled.
+"""examples/sdp-flights run by ``sparkglass pipelines run``: every dataset sampled.
 
-A real ``spark-pipelines`` run (Spark Connect server in the launcher's process), no change to
-the project: the live streaming flow is sampled through its tap while it runs. (Sampling
-each dataset from its table once its flow ended is not covered yet: docs/pipelines.md.)
+One real ``spark-pipelines`` run (Spark Connect server in the launcher's process), reused for
+every assertion: the live streaming flow is sampled through its tap while it runs; once the
+(triggered) run ended, every dataset, materialized views and the ``@dp.append_flow`` target
+included, is sampled from its table (end-of-input); the description has the flow -> dataset
+edge and the attributes declared by decorators or given with ``--attributes``.
 """
 
 from __future__ import annotations
