@@ -24,9 +24,10 @@ the run (Spark's ``executorCpuTime``, UI REST API), as records per second of tas
 core; A, B, C once per round in a rotating order, the first ``--warmup-rounds`` discarded,
 then per-round paired overheads (``100 * (1 - scenario / baseline)``) with their median and
 95% bootstrap interval (``bench/spread.py``), adding rounds until each interval is within
-``--ci-pp`` points or ``--max-minutes`` passed. The run's fixed costs (graph registration,
-table creation and reset, query start) are part of every scenario, so the overheads are
-those of a whole pipeline run, not of a bare job. Writes ``bench/results/sampling-sdp.json``.
+``--ci-pp`` points or ``--max-minutes`` passed. Task CPU is executor work only: a run
+completes one stage, the flow's micro-batch (read, compute, write the table's files; seen
+with ``--sdp-rows 200000``); graph registration, table reset and query start run on the
+driver and are not counted. Writes ``bench/results/sampling-sdp.json``.
 
 Run alone: ``.venv/bin/python bench/sampling_bench.py --scenario sdp`` (its own process: the
 Spark Connect server puts pyspark in Connect mode for the rest of the process).

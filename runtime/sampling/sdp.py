@@ -8,7 +8,10 @@ the control endpoint can live there: ``sparkglass pipelines run`` points the lau
 :func:`main` instead of pyspark's CLI file, and :func:`main` runs pyspark's CLI unchanged
 after hooking one function, ``handle_pipeline_events``, which runs once the graph is
 registered and the run has started. There it attaches to the classic session
-(:func:`sparkglass.runtime.sampling.attach.attach`) with a :class:`SdpGraph`.
+(:func:`sparkglass.runtime.sampling.attach.attach`) with a :class:`SdpGraph`. It also swaps
+pyspark's graph element registry for a subclass that notes each Python flow's target and
+the sparkglass attributes declared on its function (:class:`Definitions`) before
+registering it unchanged.
 
 The graph: every streaming flow runs as a streaming query named by the flow's identifier
 (the extension taps it; its sink is the dataset it writes, its inputs the datasets it
@@ -233,7 +236,10 @@ def main() -> None:
         """pyspark's registry, noting each flow's target and declared attributes."""
 
         def register_flow(self, flow: Any) -> None:
-            definitions.record(flow.name, flow.target, flow.func)
+            try:
+                definitions.record(flow.name, flow.target, flow.func)
+            except Exception as exc:  # noting must never fail the user's pipeline
+                print(f"sparkglass: flow {flow!r} not noted: {exc}", file=sys.stderr)
             super().register_flow(flow)
 
     def handle(results: Iterator[dict[str, Any]]) -> None:
