@@ -340,8 +340,8 @@ def main() -> None:
         "Declarative Pipeline scenario alone (bench/sdp_bench.py); all: dsl, then sdp in a "
         "process of its own [all]",
     )
-    parser.add_argument("--sdp-rows", type=int, default=2_000_000, help="SDP: records per run")
-    parser.add_argument("--sdp-files", type=int, default=4, help="SDP: input Parquet files")
+    parser.add_argument("--sdp-rows", type=int, default=8_000_000, help="SDP: records per run")
+    parser.add_argument("--sdp-files", type=int, default=8, help="SDP: input Parquet files")
     parser.add_argument("--sdp-output", type=Path, default=None, help="SDP: result file")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)

@@ -17,7 +17,11 @@ expression (two nested SHA-512s, about 1 µs of CPU per record). Each run is a f
   graph, so the extension's rule places no tap; checked: no tap placed during the run);
 - **B idle**: ``true``: the rule taps the flow's output (checked: a tap placed), no round;
 - **C active**: like B while rounds on the ``work`` vertex run back to back (the default
-  3 s window, 100 records/s per subtask).
+  3 s window, 100 records/s per subtask). A round can open only once this run's tap is
+  registered (the discovery poll, every 0.5 s, after the query started), so the start of
+  the micro-batch runs without one: hence many records per run (8M by default), so that
+  the batch outlasts that. Rounds opened earlier hit the previous run's stopped tap and end
+  ``FAILED`` at once (``rounds_by_status`` counts them).
 
 Measured like the other scenarios: task CPU seconds of every stage that completed during
 the run (Spark's ``executorCpuTime``, UI REST API), as records per second of task CPU per
@@ -258,8 +262,8 @@ def _half_width(ci: dict[str, Any]) -> float:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Run the SDP scenario (see module docstring); returns and writes the result."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0], allow_abbrev=False)
-    parser.add_argument("--sdp-rows", type=int, default=2_000_000, help="records per run")
-    parser.add_argument("--sdp-files", type=int, default=4, help="input Parquet files [4]")
+    parser.add_argument("--sdp-rows", type=int, default=8_000_000, help="records per run [8M]")
+    parser.add_argument("--sdp-files", type=int, default=8, help="input Parquet files [8]")
     parser.add_argument("--rounds", type=int, default=10, help="measured rounds at least [10]")
     parser.add_argument("--ci-pp", type=float, default=0.5, help="interval half-width target")
     parser.add_argument("--max-minutes", type=float, default=20.0, help="round budget [20]")
