@@ -24,6 +24,9 @@ numbers are written alongside; ``median_*`` keys give the medians of per-round r
 ``bench/results/sampling.json`` and prints a table.
 
 Run: ``make bench-sampling`` or ``.venv/bin/python bench/sampling_bench.py [--rounds 6]``.
+``--scenario sdp`` runs only the Spark Declarative Pipeline scenario (``bench/sdp_bench.py``,
+``bench/results/sampling-sdp.json``); ``--scenario dsl`` only the ones above; the default,
+``all``, runs the DSL scenarios and then the SDP one in a process of its own.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ import json
 import logging
 import os
 import statistics
+import subprocess
 import sys
 import threading
 import time
@@ -328,8 +332,48 @@ def main() -> None:
         "--quality-rounds", type=int, default=6, help="expectation/filter cost rounds [6]"
     )
     parser.add_argument("--output", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--scenario",
+        choices=("all", "dsl", "sdp"),
+        default="all",
+        help="dsl: the DSL scenarios A/B/C, gate and quality costs; sdp: the Spark "
+        "Declarative Pipeline scenario alone (bench/sdp_bench.py); all: dsl, then sdp in a "
+        "process of its own [all]",
+    )
+    parser.add_argument("--sdp-rows", type=int, default=8_000_000, help="SDP: records per run")
+    parser.add_argument("--sdp-files", type=int, default=8, help="SDP: input Parquet files")
+    parser.add_argument("--sdp-output", type=Path, default=None, help="SDP: result file")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
+    if args.scenario == "sdp":
+        import sdp_bench
+
+        sdp_bench.main(sys.argv[1:])
+        return
+    run_dsl(args)
+    if args.scenario == "all":
+        # Its own process: the Spark Connect server it starts leaves pyspark in Connect mode.
+        subprocess.run(
+            [sys.executable, __file__, *_without_scenario(sys.argv[1:]), "--scenario", "sdp"],
+            check=True,
+        )
+
+
+def _without_scenario(argv: list[str]) -> list[str]:
+    out: list[str] = []
+    skip = False
+    for item in argv:
+        if skip:
+            skip = False
+        elif item == "--scenario":
+            skip = True
+        elif not item.startswith("--scenario="):
+            out.append(item)
+    return out
+
+
+def run_dsl(args: argparse.Namespace) -> None:
+    """The DSL scenarios (module docstring): writes ``args.output`` and prints a table."""
 
     spark = spark_session(
         "sparkglass-sampling-bench",

@@ -28,7 +28,6 @@ column a rule names.
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import logging
 import re
@@ -41,6 +40,11 @@ from typing import Any
 from pyspark.sql import SparkSession
 from pyspark.sql.types import StructType
 
+from sparkglass.runtime.contract.attributes import (
+    OVERRIDES_CONF,
+    AttributeOverride,
+    parse_overrides,
+)
 from sparkglass.runtime.contract.description import (
     DNS1123_MAX_LENGTH,
     PipelineDescription,
@@ -49,7 +53,7 @@ from sparkglass.runtime.contract.description import (
     VertexKind,
     topological_order,
 )
-from sparkglass.runtime.contract.errors import PipelineError
+from sparkglass.runtime.contract.errors import PipelineError, PlanError
 from sparkglass.runtime.contract.pipeline_metrics import PipelineMetrics, QueryState, VertexMetrics
 from sparkglass.runtime.contract.redaction import (
     REDACT_CONF,
@@ -292,6 +296,22 @@ def tap_view_of(spark: SparkSession, schema_json: str) -> TapView:
     )
 
 
+def read_overrides(spark: SparkSession) -> dict[str, AttributeOverride]:
+    """Per-vertex attribute overrides from ``spark.sparkglass.pipeline.attributes``
+    (:data:`~sparkglass.runtime.contract.attributes.OVERRIDES_CONF`, spec-shaped YAML/JSON,
+    see :func:`~sparkglass.runtime.contract.attributes.parse_overrides`): vertex name →
+    the attributes it sets. Unreadable overrides are logged and ignored (sampling never fails
+    the job; ``sparkglass pipelines run --attributes`` checks them before the run starts).
+    An override naming a vertex that never appears is ignored: a discovered graph grows as
+    the job runs."""
+    text = spark.conf.get(OVERRIDES_CONF, None)
+    try:
+        return parse_overrides(text)
+    except PlanError as exc:
+        log.warning("ignoring %s: %s", OVERRIDES_CONF, exc)
+        return {}
+
+
 class DiscoveredPipeline:
     """The pipeline the extension's taps make visible, attached like a DSL ``Pipeline``
     (``name``, ``describe()``, ``metrics()``; see
@@ -327,6 +347,7 @@ class DiscoveredPipeline:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.discovery = Discovery(version=-1, taps=())
+        self.overrides = read_overrides(spark)
 
     @property
     def name(self) -> str:
@@ -419,13 +440,20 @@ class DiscoveredPipeline:
         # Imported here: the DSL tap module pulls in more than discovery needs at import.
         from sparkglass.runtime.sampling.tap import read_rows
 
-        df = self._spark.table(node.materialized)
+        spark, table = self._spark, node.materialized
+        df = spark.table(table)
+
+        def read(limit: int, max_chars: int) -> list[tuple[int, str]]:
+            # The table as it is now: a DataFrame kept from registration lists the files it
+            # had then, and a later write (a refresh) deletes them (FAILED_READ_FILE).
+            return read_rows(spark.table(table), limit, max_chars)
+
         self._coordinator.register_tap(
             TapInfo(
                 vertex=vertex,
                 tap_key=f"{self._name}/{vertex}/materialized",
-                data_type=tap_view_of(self._spark, df.schema.json()).data_type,
-                materialized=MaterializedOutput(functools.partial(read_rows, df), written),
+                data_type=tap_view_of(spark, df.schema.json()).data_type,
+                materialized=MaterializedOutput(read, written),
             )
         )
         self._materialized[vertex] = written
@@ -443,7 +471,9 @@ class DiscoveredPipeline:
 
     # ------------------------------------------------------------- description
     def describe(self) -> PipelineDescription:
-        """Every discovered query and view, and the graph's nodes, with the edges known."""
+        """Every discovered query and view, and the graph's nodes, with the edges known and
+        each vertex's attributes: those the graph declares (an SDP flow's decorators) with
+        :attr:`overrides` merged in."""
         with contextlib.suppress(Exception):  # answer from what is known if the JVM is busy
             self.refresh()
         with self._lock:
@@ -495,6 +525,10 @@ class DiscoveredPipeline:
         for key, tap in taps.items():
             if key not in nodes:
                 add(tap.name, tap.inputs, False)
+        for vertex in vertices.values():
+            update = self.overrides.get(vertex.name)
+            if update:
+                vertex.attributes = vertex.attributes.model_copy(update=update)
         all_vertices = list(sources.values()) + list(vertices.values())
         try:
             ordered = topological_order(all_vertices)

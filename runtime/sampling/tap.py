@@ -31,6 +31,7 @@ from typing import Protocol
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from sparkglass.runtime.contract.redaction import quote
 from sparkglass.runtime.contract.round_request import RoundKind
 from sparkglass.runtime.contract.sampling_settings import settings_from_spark
 from sparkglass.runtime.sampling.programs import TapView, program_compiler, tap_view
@@ -119,19 +120,18 @@ def read_rows(df: DataFrame, limit: int, max_chars: int) -> list[tuple[int, str]
     """Up to ``limit`` rows of bounded ``df`` as ``(partition index, to_json row)`` pairs,
     rendered as the tap renders them (redacted, null fields included) and cut to
     ``max_chars + 1`` characters on the executors, so no wide row reaches the driver whole
-    (one character more than kept tells the caller the row was cut)."""
+    (one character more than kept tells the caller the row was cut).
+
+    Written with SQL text only (no ``pyspark.sql.functions``): in a Spark Declarative
+    Pipeline's driver process pyspark is in Spark Connect mode, where those build Connect
+    columns a classic DataFrame refuses (``NOT_EXPECTED_TYPE``)."""
     view = tap_view(df)
     redacted = df.selectExpr(*view.select)
-    rendered = redacted.select(
-        F.spark_partition_id().alias("partition"),
-        F.substring(
-            F.to_json(
-                F.struct(*[F.col(f"`{c}`") for c in redacted.columns]),
-                {"ignoreNullFields": "false"},
-            ),
-            1,
-            max_chars + 1,
-        ).alias("data"),
+    row = ", ".join(quote(c) for c in redacted.columns)
+    rendered = redacted.selectExpr(
+        "spark_partition_id() AS partition",
+        f"substring(to_json(struct({row}), map('ignoreNullFields', 'false')), 1, "
+        f"{int(max_chars) + 1}) AS data",
     ).limit(limit)
     return [(int(r["partition"]), str(r["data"])) for r in rendered.collect()]
 

@@ -1,10 +1,20 @@
-"""``sparkglass pipelines run``: the spark-defaults.conf it writes (no Spark needed)."""
+"""``sparkglass pipelines run``: the spark-defaults.conf it writes and its checks of the
+attribute overrides (no Spark needed)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from sparkglass.cli.pipelines import read_defaults, sampling_defaults, write_conf_dir
+from typer.testing import CliRunner
+
+from sparkglass.cli import _register, app
+from sparkglass.cli.pipelines import (
+    overrides_conf,
+    read_defaults,
+    sampling_defaults,
+    write_conf_dir,
+)
+from sparkglass.runtime.contract.attributes import OVERRIDES_CONF, parse_overrides
 from sparkglass.runtime.sampling.discovery import EXTENSIONS_CLASS
 from sparkglass.runtime.sampling.jar import PLUGIN_CLASS
 
@@ -43,3 +53,33 @@ def test_sampling_can_be_turned_off_for_a_run() -> None:
     merged = sampling_defaults({}, Path("/j/sg.jar"), off)
     assert merged["spark.sparkglass.sampling.enabled"] == "false"
     assert sampling_defaults(merged, Path("/j/sg.jar"), {})["spark.jars"] == "/j/sg.jar"
+
+
+def test_attribute_overrides_become_one_conf_line_and_bad_ones_fail_before_the_run(
+    tmp_path: Path,
+) -> None:
+    text = (
+        "- name: carrier-delays\n"
+        "  attributes:\n"
+        "    noOutputUntilEndOfInput: true\n"
+        "    idempotent: {key: [carrier]}\n"
+        "- name: origin-counts\n"
+        "  attributes: {idempotent: null}\n"
+    )
+    line = overrides_conf(text)
+    assert "\n" not in line
+    assert parse_overrides(line) == parse_overrides(text)
+    merged = sampling_defaults({}, Path("/j/sg.jar"), {OVERRIDES_CONF: line})
+    write_conf_dir(tmp_path, merged, None)
+    assert parse_overrides(read_defaults(tmp_path / "spark-defaults.conf")[OVERRIDES_CONF]) == (
+        parse_overrides(text)
+    )
+    # An unknown attribute fails the command before anything is launched.
+    bad = tmp_path / "bad.yml"
+    bad.write_text("- name: carrier-delays\n  attributes: {noOutputUntil: true}\n")
+    _register()
+    result = CliRunner().invoke(
+        app, ["pipelines", "run", "--attributes", str(bad)], terminal_width=200
+    )
+    assert result.exit_code == 2, result.output
+    assert "noOutputUntil" in result.output and "carrier-delays" in result.output

@@ -1,8 +1,10 @@
-"""examples/sdp-flights run by ``sparkglass pipelines run``: its flows listed and sampled.
+"""examples/sdp-flights run by ``sparkglass pipelines run``: every dataset sampled.
 
-A real ``spark-pipelines`` run (Spark Connect server in the launcher's process), no change to
-the project: the live streaming flow is sampled through its tap while it runs. (Sampling
-each dataset from its table once its flow ended is not covered yet: docs/pipelines.md.)
+One real ``spark-pipelines`` run (Spark Connect server in the launcher's process), reused for
+every assertion: the live streaming flow is sampled through its tap while it runs; once the
+(triggered) run ended, every dataset, materialized views and the ``@dp.append_flow`` target
+included, is sampled from its table (end-of-input); the description has the flow -> dataset
+edge and the attributes declared by decorators or given with ``--attributes``.
 """
 
 from __future__ import annotations
@@ -21,15 +23,27 @@ from typing import Any
 import pytest
 
 import sparkglass
+from sparkglass.runtime.contract.description import VertexAttributes
 from sparkglass.runtime.contract.sample_result import SampleStatus
 from sparkglass.runtime.control.client import ControlClient, ControlRejected
-from sparkglass.runtime.sampling.sdp import HOLD_ENV, READY_FILE_ENV
+from sparkglass.runtime.sampling.sdp import ENDED, HOLD_ENV, READY_FILE_ENV
 
 pytestmark = pytest.mark.spark
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "sdp-flights"
 TOKEN = "sdp-test-token"
-DATASETS = ["flights-raw", "delayed-flights", "origin-counts", "carrier-delays"]
+#: Every dataset of the example (vertex name) and the columns of its rows.
+DATASETS = {
+    "flights-raw": [
+        "year", "month", "day", "dep_delay", "arr_delay", "carrier", "flight", "origin", "dest"
+    ],
+    "delayed-flights": ["carrier", "flight", "origin", "dest", "dep_delay", "arr_delay"],
+    "origin-counts": ["origin", "count"],
+    "carrier-delays": ["carrier", "late_flights", "avg_delay"],
+    "late-arrivals": ["carrier", "flight", "origin", "dest", "arr_delay"],
+}  # fmt: skip
+#: The flow that feeds ``late-arrivals`` (``@dp.append_flow``): a vertex of its own.
+APPEND_FLOW = "late-arrivals-from-raw"
 
 
 def prepare(root: Path) -> None:
@@ -86,10 +100,12 @@ def test_every_dataset_of_the_sdp_example_is_sampled(tmp_path: Path) -> None:
     cmd = [
         sys.executable, "-m", "sparkglass", "pipelines", "run", "--hold", "30",
         "--spec", str(project / "spark-pipeline.yml"),
+        "--attributes", str(project / "sparkglass-attributes.yml"),
         "--conf", "spark.ui.enabled=false",
         "--conf", f"spark.sql.warehouse.dir={tmp_path / 'warehouse'}",
     ]  # fmt: skip
-    log = (tmp_path / "run.log").open("wb")
+    log_path = tmp_path / "run.log"
+    log = log_path.open("wb")
     proc = subprocess.Popen(
         cmd, cwd=project, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
     )
@@ -111,8 +127,36 @@ def test_every_dataset_of_the_sdp_example_is_sampled(tmp_path: Path) -> None:
             assert live.status is SampleStatus.COMPLETE, live
             assert live.total_record_count > 0 and live.materialized_at is None
             # Every dataset and flow is listed (from the run's events and the taps).
-            listed = lambda: set(DATASETS) <= set(client.vertices())  # noqa: E731
+            listed = lambda: set(DATASETS) | {APPEND_FLOW} <= set(client.vertices())  # noqa: E731
             until("every dataset listed", listed, 120, proc)
+            # A triggered run: every flow ends; then each dataset is read from its table.
+            until("the run's end", lambda: ENDED in log_path.read_text(), 180, proc)
+            for vertex, columns in DATASETS.items():
+                result = sample(client, vertex)
+                assert result is not None and result.status is SampleStatus.COMPLETE, (
+                    vertex,
+                    result,
+                )
+                assert result.materialized_at is not None, (vertex, result)
+                records = [r for s in result.samples for r in s.records]
+                assert records and result.total_record_count == len(records), (vertex, result)
+                for record in records:
+                    assert list(json.loads(record.data)) == columns, (vertex, record)
+            # The edges, flow -> dataset for the append flow, and the attributes: declared
+            # by decorators under @dp.materialized_view, or overridden (a SQL dataset).
+            described = {v.name: v for v in client.pipeline().vertices}
+            assert described[APPEND_FLOW].inputs == ["flights-raw"]
+            assert described["late-arrivals"].inputs == [APPEND_FLOW]
+            assert described["delayed-flights"].inputs == ["flights-raw"]
+            assert described["origin-counts"].inputs == ["flights-raw"]
+            assert described["carrier-delays"].inputs == ["delayed-flights"]
+            origin = described["origin-counts"].attributes
+            assert origin.no_output_until_end_of_input
+            assert origin.idempotent is not None and origin.idempotent.key == ["origin"]
+            carrier = described["carrier-delays"].attributes
+            assert carrier.no_output_until_end_of_input
+            assert carrier.idempotent is not None and carrier.idempotent.key == ["carrier"]
+            assert described["flights-raw"].attributes == VertexAttributes()
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGTERM)

@@ -96,6 +96,31 @@ def write_conf_dir(target: Path, defaults: Mapping[str, str], user_dir: Path | N
     (target / "spark-defaults.conf").write_text("\n".join(lines) + "\n")
 
 
+def overrides_conf(text: str) -> str:
+    """Attribute overrides (YAML text, see ``parse_overrides``) as the one-line JSON value of
+    ``spark.sparkglass.pipeline.attributes`` (a spark-defaults.conf value is one line).
+    Raises ``typer.BadParameter`` naming the problem (unknown attribute, wrong type…)."""
+    import json
+
+    from sparkglass.runtime.contract.attributes import parse_overrides
+    from sparkglass.runtime.contract.errors import PlanError
+
+    try:
+        parsed = parse_overrides(text)
+    except PlanError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--attributes") from None
+    vertices = [
+        {"name": vertex, "attributes": {field: _jsonable(v) for field, v in update.items()}}
+        for vertex, update in parsed.items()
+    ]
+    return json.dumps({"pipeline": {"vertices": vertices}}, separators=(",", ":"))
+
+
+def _jsonable(value: object) -> object:
+    dump = getattr(value, "model_dump", None)
+    return dump(mode="json") if callable(dump) else value
+
+
 def launcher_command(entry: Path, args: Sequence[str]) -> list[str]:
     """``spark-class SparkPipelines <entry> run <args>`` with the installed pyspark's script."""
     import pyspark
@@ -131,7 +156,17 @@ def run(
         0.0, "--hold", min=0, help="Seconds to keep serving the datasets after the run ended."
     ),
     name: str = typer.Option("pipeline", "--name", help="The pipeline's name in descriptions."),
+    attributes: Path | None = typer.Option(
+        None,
+        "--attributes",
+        exists=True,
+        dir_okay=False,
+        help="A YAML file of per-vertex attribute overrides, shaped like a SparkApplication's "
+        "`pipeline.vertices` (`[{name: carrier-delays, attributes: "
+        "{noOutputUntilEndOfInput: true}}]`); shown in the vertex descriptions.",
+    ),
 ) -> None:
+    from sparkglass.runtime.contract.attributes import OVERRIDES_CONF
     from sparkglass.runtime.sampling.jar import sampling_jar
     from sparkglass.runtime.sampling.sdp import HOLD_ENV
 
@@ -143,6 +178,8 @@ def run(
                 f"{item!r}: expected spark.sparkglass.KEY=VALUE", param_hint="--sampling-conf"
             )
         sampling[key] = value
+    if attributes is not None:
+        sampling[OVERRIDES_CONF] = overrides_conf(attributes.read_text())
     user_dir_env = os.environ.get("SPARK_CONF_DIR")
     user_dir = Path(user_dir_env) if user_dir_env else None
     user = read_defaults(user_dir / "spark-defaults.conf") if user_dir else {}
