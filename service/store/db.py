@@ -30,6 +30,7 @@ from alembic.config import Config
 from sqlalchemy import Connection, Engine, create_engine, event, make_url, text
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.pool import NullPool
 
 log = logging.getLogger(__name__)
 
@@ -123,10 +124,44 @@ def migrate(engine: Engine, revision: str = "head") -> None:
     time (see the module docstring): a process that finds another migrating waits for it."""
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS_DIR))
-    with _sqlite_file_lock(engine), engine.begin() as connection:
-        _lock_for_migration(connection)
-        config.attributes["connection"] = connection
-        command.upgrade(config, revision)
+    with _sqlite_file_lock(engine), _migration_engine(engine) as migrating:
+        with migrating.begin() as connection:
+            _lock_for_migration(connection)
+            config.attributes["connection"] = connection
+            command.upgrade(config, revision)
+
+
+@contextlib.contextmanager
+def _migration_engine(engine: Engine) -> Iterator[Engine]:
+    """The engine to migrate with: ``engine`` itself, except on SQLite.
+
+    Python's sqlite3 driver commits before every DDL statement on its own, so on ``engine``
+    a migration that fails half way (a lock timeout on a busy machine, a killed process)
+    would leave tables behind without the Alembic revision that created them, and every
+    later start would fail with "table ... already exists". On SQLite the migration
+    therefore runs on a separate engine whose transactions SQLAlchemy opens itself
+    (``BEGIN IMMEDIATE``; SQLite's DDL is transactional), so it commits whole or not at all.
+    """
+    if engine.dialect.name != "sqlite":
+        yield engine
+        return
+    migrating = create_engine(
+        engine.url, connect_args={"check_same_thread": False, "timeout": 30}, poolclass=NullPool
+    )
+
+    @event.listens_for(migrating, "connect")
+    def _driver_autocommit(dbapi_conn: Any, _record: Any) -> None:
+        dbapi_conn.isolation_level = None  # no implicit BEGIN/COMMIT from the driver
+        dbapi_conn.execute("PRAGMA busy_timeout=30000")
+
+    @event.listens_for(migrating, "begin")
+    def _begin_immediate(conn: Connection) -> None:
+        conn.exec_driver_sql("BEGIN IMMEDIATE")  # the write lock now, not half way through
+
+    try:
+        yield migrating
+    finally:
+        migrating.dispose()
 
 
 def _lock_for_migration(connection: Connection) -> None:

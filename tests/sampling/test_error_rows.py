@@ -176,12 +176,14 @@ def test_downstream_sees_neither_error_rows_nor_the_error_column(
     while out.count() < 50:
         assert time.monotonic() < deadline, "no rows reached the sink"
         time.sleep(0.2)
-    assert out.filter("carrier = 'UA' OR dest = 'ATL'").count() == 0
-    assert out.filter("seats = 150").count() == out.count()
+    # One snapshot: the memory sink keeps growing between two separate counts.
+    rows = out.collect()
+    assert not [r for r in rows if r["carrier"] == "UA" or r["dest"] == "ATL"]
+    assert [r for r in rows if r["seats"] != 150] == []
     # Only those rows left: the others all arrive (the join is row for row).
     frame = errors["frame"]
     good = frame[(frame["carrier"] != "UA") & (frame["dest"] != "ATL")]
-    arrived = {r["flight"] for r in out.select("flight").distinct().collect()}
+    arrived = {r["flight"] for r in rows}
     assert arrived <= set(good["flight"]) and len(arrived) > 10
 
 

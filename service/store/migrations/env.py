@@ -15,6 +15,9 @@ context.configure(
     connection=connection,
     target_metadata=Base.metadata,
     render_as_batch=connection.dialect.name == "sqlite",
+    # SQLite's DDL is transactional; store.db.migrate opens the transaction itself there, so
+    # a failed migration leaves no table behind (Alembic assumes otherwise for SQLite).
+    transactional_ddl=True,
 )
 with context.begin_transaction():
     context.run_migrations()
