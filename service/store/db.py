@@ -124,11 +124,14 @@ def migrate(engine: Engine, revision: str = "head") -> None:
     time (see the module docstring): a process that finds another migrating waits for it."""
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS_DIR))
-    with _sqlite_file_lock(engine), _migration_engine(engine) as migrating:
-        with migrating.begin() as connection:
-            _lock_for_migration(connection)
-            config.attributes["connection"] = connection
-            command.upgrade(config, revision)
+    with (
+        _sqlite_file_lock(engine),
+        _migration_engine(engine) as migrating,
+        migrating.begin() as connection,
+    ):
+        _lock_for_migration(connection)
+        config.attributes["connection"] = connection
+        command.upgrade(config, revision)
 
 
 @contextlib.contextmanager
