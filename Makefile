@@ -7,6 +7,10 @@ VENV := .venv
 BIN := $(VENV)/bin
 DEMO_ARGS ?= --days 60 --files-per-trigger 5 --feed-interval 1
 PYTEST_ARGS ?=
+# Test processes of `make test`: whole files go to each (--dist loadfile keeps a file's
+# module fixtures, e.g. one streaming pipeline, in one process), each with its own local
+# Spark session. 1 runs the suite in this process, as plain `pytest` does.
+PYTEST_WORKERS ?= 2
 
 .PHONY: demo test lint typecheck pytest e2e venv install install-test browser bench \
         bench-sampling bench-planner bench-async bench-service bench-scale clean help java-check \
@@ -59,7 +63,7 @@ browser:
 	  else echo "note: install Debian's chromium for the browser tests (they are skipped without it)" >&2; fi; }
 
 pytest: install-test java-check browser
-	$(BIN)/pytest $(PYTEST_ARGS)
+	$(BIN)/pytest $(if $(filter-out 1,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loadfile) $(PYTEST_ARGS)
 
 test: lint typecheck pytest
 
