@@ -27,7 +27,10 @@ import scala.jdk.javaapi.CollectionConverters;
 public final class TapFunctions {
   static final String GATE = "sg_tap_gate";
   static final String CAPTURE = "sg_tap_capture";
-  /** Conf: taps the extension places use {@link NativeTapGate} (default false). */
+  /**
+   * Conf: taps use {@link NativeTapGate} (default true); {@code false} is the escape hatch back
+   * to the {@link GateUdf}.
+   */
   public static final String NATIVE_GATE_CONF = "spark.sparkglass.sampling.nativeGate";
 
   private TapFunctions() {}
@@ -58,21 +61,32 @@ public final class TapFunctions {
    */
   public static Expression condition(String tapKey, List<? extends Expression> columns) {
     Expression row = CreateStruct$.MODULE$.apply(seq(new ArrayList<Expression>(columns)));
-    Expression gate = nativeGateEnabled() ? new NativeTapGate(tapKey) : gate(tapKey);
+    Expression gate = null;
+    if (nativeGateEnabled()) {
+      try {
+        gate = new NativeTapGate(tapKey);
+      } catch (Throwable e) { // never fail the query for sampling: the UDF gate instead
+        NativeGateFallbacks.record(e);
+      }
+    }
+    if (gate == null) {
+      gate = gate(tapKey);
+    }
     return new If(gate, capture(tapKey, row), Literal$.MODULE$.TrueLiteral());
   }
 
   /**
    * Whether taps placed by {@link StreamTapRule} use the code-generated gate
-   * ({@link NativeTapGate}) instead of the {@code GateUdf}: {@link #NATIVE_GATE_CONF} in the
-   * active session's conf, false by default.
+   * ({@link NativeTapGate}) instead of the {@code GateUdf}: true unless
+   * {@link #NATIVE_GATE_CONF} is {@code false} in the active session's conf (the same rule as
+   * the DSL's {@code native_gate_enabled}).
    */
   static boolean nativeGateEnabled() {
     try {
-      return "true".equalsIgnoreCase(
-          SQLConf.get().getConfString(NATIVE_GATE_CONF, "false").trim());
+      return !"false".equalsIgnoreCase(
+          SQLConf.get().getConfString(NATIVE_GATE_CONF, "true").trim());
     } catch (Throwable e) {
-      return false;
+      return true;
     }
   }
 
