@@ -224,6 +224,27 @@ def test_a_dsl_round_captures_rows_behind_the_native_gate_with_codegen_on_and_of
         p.stop()
 
 
+def test_the_extension_knows_every_kind_of_gate(spark) -> None:
+    """``TapFunctions.containsGate`` (the rule leaves a plan that holds a gate alone) finds the
+    native gate, the DSL's UDF gate (``sg_gate_N``) and the extension's (``sg_tap_gate``),
+    and not the capture alone."""
+    ext = spark._jvm.io.sparkglass.extensions.TapFunctions
+    key, gate, capture = register_native_tap(spark)
+    n = key.rsplit("/", 1)[1]
+    udf_gate = f"sg_gate_{int(n, 16)}"
+    spark._jvm.io.sparkglass.sampling.TapUdfs.register(
+        spark._jsparkSession, key, udf_gate, f"sg_ucapture_{n}"
+    )
+
+    def condition_of(sql: str) -> Any:
+        return spark.range(3).filter(sql)._jdf.queryExecution().analyzed().condition()
+
+    assert ext.containsGate(condition_of(condition(gate, capture)))
+    assert ext.containsGate(condition_of(condition(udf_gate, capture)))
+    assert ext.containsGate(ext.gate(key))
+    assert not ext.containsGate(condition_of(f"{capture}(struct(*))"))
+
+
 def test_idle_plan_has_the_native_gate_in_generated_code_and_no_gate_udf(spark) -> None:
     _, gate, capture = register_native_tap(spark)
     df = spark.range(0, 10_000, numPartitions=2).selectExpr("id", "id * 3 AS t")

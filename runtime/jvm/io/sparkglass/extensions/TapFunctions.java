@@ -98,9 +98,13 @@ public final class TapFunctions {
     return new NativeTapGate(key(args, NativeTapGate.NAME));
   }
 
-  /** True when {@code e} is (or contains) a tap gate, ours or one the DSL registered. */
+  /**
+   * True when {@code e} is (or contains) a tap gate, ours or one the DSL registered: a
+   * {@link NativeTapGate}, or a {@link ScalaUDF} named {@code sg_tap_gate} or {@code sg_gate_N}
+   * (Spark wraps the {@link GateUdf} in a lambda, so the UDF gate is known by its name).
+   */
   public static boolean containsGate(Expression e) {
-    if (e instanceof ScalaUDF && ((ScalaUDF) e).function() instanceof GateUdf) {
+    if (e instanceof ScalaUDF && isUdfGateName(((ScalaUDF) e).udfName())) {
       return true;
     }
     if (e instanceof NativeTapGate) {
@@ -112,6 +116,14 @@ public final class TapFunctions {
       }
     }
     return false;
+  }
+
+  private static boolean isUdfGateName(scala.Option<String> name) {
+    if (name == null || name.isEmpty()) {
+      return false;
+    }
+    String n = name.get();
+    return GATE.equals(n) || n.matches("sg_gate_[0-9]+");
   }
 
   private static String key(Seq<Expression> args, String name) {
