@@ -4,10 +4,11 @@ A trivial map (``spark.range(rows, numPartitions=2)`` → ``id * 3`` → ``+ 1``
 to ``noop`` on ``local[2]``, in three variants:
 
 - **plain**: no tap;
-- **udf**: a tap at each of the three map outputs with the current gate, a ``GateUdf`` behind
-  a ``ScalaUDF`` (``CASE WHEN sg_gate() THEN sg_capture(struct(*)) ELSE true END``);
-- **native**: the same taps with the code-generated gate (``NativeTapGate``): in whole-stage
-  generated code an idle tap reads one volatile field.
+- **udf**: a tap at each of the three map outputs with the UDF gate (the gate of
+  ``spark.sparkglass.sampling.nativeGate=false``), a ``GateUdf`` behind a ``ScalaUDF``
+  (``CASE WHEN sg_gate() THEN sg_capture(struct(*)) ELSE true END``);
+- **native**: the same taps with the code-generated gate (``NativeTapGate``, the default):
+  in whole-stage generated code an idle tap reads one volatile field.
 
 No round runs (idle taps). Each round runs the three variants once, in a rotating order; the
 first ``--warmup-rounds`` are discarded (JIT). The figure is task CPU ns per record

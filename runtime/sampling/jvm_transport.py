@@ -16,6 +16,8 @@ from sparkglass.runtime.contract.sampling_settings import SamplingSettings
 
 #: The Java package of the JVM half.
 JVM_PACKAGE = "io.sparkglass.sampling"
+#: The Java package of the session extension and the code-generated gate.
+EXTENSIONS_PACKAGE = "io.sparkglass.extensions"
 
 
 class JvmTransport:
@@ -27,6 +29,7 @@ class JvmTransport:
         assert jvm is not None
         self._driver: Any = getattr(jvm, f"{JVM_PACKAGE}.SamplingDriver")
         self._udfs: Any = getattr(jvm, f"{JVM_PACKAGE}.TapUdfs")
+        self._native_gates: Any = getattr(jvm, f"{EXTENSIONS_PACKAGE}.NativeGates")
 
     def available(self) -> bool:
         """True when the driver plugin runs (``spark.plugins`` named it at startup)."""
@@ -42,6 +45,12 @@ class JvmTransport:
     def register_udfs(self, tap_key: str, gate: str, capture: str) -> None:
         """Register the tap's gate and capture UDFs in this session."""
         self._udfs.register(self._spark._jsparkSession, tap_key, gate, capture)
+
+    def register_native_gate(self, tap_key: str, gate: str, capture: str) -> None:
+        """Register the tap's code-generated gate (``NativeTapGate``) as ``gate()`` and its
+        capture UDF as ``capture(struct)`` in this session. Raises when the session cannot
+        take it (the caller falls back to :meth:`register_udfs`)."""
+        self._native_gates.registerTap(self._spark._jsparkSession, tap_key, gate, capture)
 
     def start_round(
         self,

@@ -5,9 +5,15 @@ DataFrame the filter ::
 
     CASE WHEN sg_gate_N() THEN sg_capture_N(struct(<the row, redacted>)) ELSE true END
 
-whose two JVM UDFs (``runtime/jvm``, registered nondeterministic so the optimizer never
-folds or moves them) cost one volatile read per row when no round runs, build the row only
-when the gate admitted it, and always keep the row (forward-first). The struct is the row
+whose gate and capture (``runtime/jvm``, both nondeterministic so the optimizer never folds
+or moves them) cost one volatile read per row when no round runs, build the row only when
+the gate admitted it, and always keep the row (forward-first). The gate is by default the
+code-generated ``NativeTapGate`` (it shows as ``sg_tap_gate_native(<tap key>)`` in the plan:
+an idle tap is a field read inside whole-stage generated code);
+``spark.sparkglass.sampling.nativeGate=false`` registers the ``GateUdf`` (a ``ScalaUDF``,
+shown as ``sg_gate_N()``) instead, and so does a session that cannot take the native gate
+(counted by :func:`native_gate_fallbacks`, logged once). The capture is the ``CaptureUdf``
+either way. The struct is the row
 after the application's redaction rules (:mod:`sparkglass.runtime.contract.redaction`):
 dropped columns are not in it, masked and hashed ones are replaced, so no redacted value
 leaves the executor. Each round carries a program compiled on the driver
@@ -34,17 +40,22 @@ from pyspark.sql import functions as F
 from sparkglass.runtime.contract.redaction import quote
 from sparkglass.runtime.contract.round_request import RoundKind
 from sparkglass.runtime.contract.sampling_settings import settings_from_spark
+from sparkglass.runtime.sampling.jvm_transport import JvmTransport
 from sparkglass.runtime.sampling.programs import TapView, program_compiler, tap_view
 from sparkglass.runtime.sampling.registry import REGISTRY, AttachedPipeline
 from sparkglass.runtime.sampling.rounds import MaterializedOutput, MicroBatches, TapInfo
 
 log = logging.getLogger(__name__)
 
-#: Prefixes of the per-tap UDF names (they show in the physical plan).
+#: Prefixes of the per-tap function names (the capture's, and the UDF gate's, show in the
+#: physical plan; the native gate shows as ``sg_tap_gate_native(<tap key>)``).
 GATE_PREFIX = "sg_gate_"
 CAPTURE_PREFIX = "sg_capture_"
+#: Conf: ``false`` makes the DSL's taps use the ``GateUdf`` instead of the native gate.
+NATIVE_GATE_CONF = "spark.sparkglass.sampling.nativeGate"
 
 _udf_counter = itertools.count(1)
+_fallback_count = 0
 
 
 class TappedPipeline(AttachedPipeline, Protocol):
@@ -60,6 +71,53 @@ def tap_expression(gate: str, capture: str, view: TapView | None = None) -> str:
     """The SQL filter condition of a tap (always true; see module docstring)."""
     row = ", ".join(view.select) if view is not None else "*"
     return f"CASE WHEN {gate}() THEN {capture}(struct({row})) ELSE true END"
+
+
+def native_gate_enabled(spark: SparkSession) -> bool:
+    """Whether taps use the code-generated gate: true unless
+    ``spark.sparkglass.sampling.nativeGate`` is ``false`` (the JVM extension reads it alike)."""
+    raw = spark.conf.get(NATIVE_GATE_CONF, None)
+    return raw is None or str(raw).strip().lower() != "false"
+
+
+def native_gate_fallbacks() -> int:
+    """Taps of this process that got the UDF gate because the native gate failed."""
+    return _fallback_count
+
+
+def _native_gate_failed(vertex: str, exc: Exception) -> None:
+    global _fallback_count
+    _fallback_count += 1
+    if _fallback_count == 1:
+        log.warning(
+            "the native tap gate failed at vertex %s (%s); taps use the UDF gate instead "
+            "(further fallbacks are counted, not logged)",
+            vertex,
+            exc,
+        )
+
+
+def _tap_filter(
+    df: DataFrame,
+    transport: JvmTransport,
+    vertex: str,
+    tap_key: str,
+    gate: str,
+    capture: str,
+    view: TapView,
+    native: bool,
+) -> DataFrame:
+    """``df`` behind the tap condition, its gate native when ``native`` and that works, else
+    the UDF gate. Raises when even the UDF gate cannot be placed."""
+    condition = tap_expression(gate, capture, view)
+    if native:
+        try:
+            transport.register_native_gate(tap_key, gate, capture)
+            return df.filter(F.expr(condition))
+        except Exception as exc:  # never break the pipeline for sampling: the UDF gate
+            _native_gate_failed(vertex, exc)
+    transport.register_udfs(tap_key, gate, capture)
+    return df.filter(F.expr(condition))
 
 
 def install_tap(
@@ -95,9 +153,10 @@ def install_tap(
     gate, capture = f"{GATE_PREFIX}{n}", f"{CAPTURE_PREFIX}{n}"
     suffix = "" if kind is RoundKind.OUTPUT else f"{kind.value}/"
     tap_key = f"{pipeline.name}/{vertex}/{suffix}{uuid.uuid4().hex[:12]}"
-    app.transport.register_udfs(tap_key, gate, capture)
     try:
-        tapped = df.filter(F.expr(tap_expression(gate, capture, view)))
+        tapped = _tap_filter(
+            df, app.transport, vertex, tap_key, gate, capture, view, native_gate_enabled(spark)
+        )
     except Exception as exc:  # never break the pipeline for sampling
         log.warning("cannot tap vertex %s (%s); it will not be sampleable", vertex, exc)
         return df

@@ -161,7 +161,8 @@ def test_a_query_is_sampled_by_query_name_with_configuration_and_attach(
     assert ready["attached"] and ready["url"]
     assert not ready["dslImported"], "the job must not need the DSL"
     assert sorted(ready["taps"]) == ["query/doubler", "view/ticks"]
-    assert "sg_tap_gate()" in ready["plan"]
+    # The native gate by default (test_native_gate.py: the UDF gate with nativeGate=false).
+    assert "sg_tap_gate_native(query/doubler)" in ready["plan"], ready["plan"]
     with ControlClient(ready["url"], TOKEN) as client:
         description = client.pipeline()
         by_name = {v.name: v for v in description.vertices}

@@ -129,10 +129,13 @@ def test_disabled_installs_nothing_enabled_installs_the_tap(spark, sampling_conf
     on.vertex("double", "nums", lambda df: df.selectExpr("id", "id * 2 AS doubled"))
     tapped = on.output("double")
     plan_on = physical_plan(tapped)
-    assert "sg_gate_" in plan_on and "sg_capture_" in plan_on
+    # The gate is the code-generated one by default (test_native_gate.py: the UDF gate with
+    # spark.sparkglass.sampling.nativeGate=false); the capture is a UDF.
+    assert "sg_tap_gate_native(plan-on/double/" in plan_on and "sg_capture_" in plan_on
     # The row is built only behind the gate; it is rendered (to_json) by the round's program.
     # (tap numbers count taps of the whole session: match any)
-    assert "CASE WHEN sg_gate_" in plan_on and re.search(r"sg_capture_\d+\(struct\(", plan_on)
+    assert "CASE WHEN sg_tap_gate_native(" in plan_on
+    assert re.search(r"sg_capture_\d+\(struct\(", plan_on)
     assert "StructsToJson" not in plan_on
     # forward-first: every row passes the tap unchanged
     assert sorted(tapped.collect()) == sorted(base.collect())

@@ -1,5 +1,6 @@
 package io.sparkglass.extensions;
 
+import io.sparkglass.sampling.TapUdfs;
 import org.apache.spark.sql.SparkSession;
 import org.apache.spark.sql.catalyst.expressions.Expression;
 import scala.collection.immutable.Seq;
@@ -7,7 +8,8 @@ import scala.collection.immutable.Seq;
 /**
  * Registers a tap's code-generated gate ({@link NativeTapGate}) by name in one session, as
  * {@code TapUdfs.register} does for the UDF gate: {@code gateName()} takes no argument. For
- * sessions without {@link SamplingExtensions} (called from Python).
+ * sessions without {@link SamplingExtensions} (called from Python: the DSL's taps use it by
+ * default, {@code runtime/sampling/tap.py}).
  */
 public final class NativeGates {
   private NativeGates() {}
@@ -23,5 +25,17 @@ public final class NativeGates {
           }
           return new NativeTapGate(tapKey);
         }, "java_udf");
+  }
+
+  /**
+   * Registers tap {@code tapKey}'s native gate {@code gateName()} and its capture UDF
+   * {@code captureName(struct)} in {@code spark}: the pair the DSL's tap condition calls.
+   * Throws when the session cannot take the native gate (not a classic session); the caller
+   * then registers the UDF pair ({@code TapUdfs.register}) under the same names.
+   */
+  public static void registerTap(SparkSession spark, String tapKey, String gateName,
+      String captureName) {
+    register(spark, tapKey, gateName);
+    TapUdfs.registerCapture(spark, tapKey, captureName);
   }
 }

@@ -27,7 +27,10 @@ import scala.jdk.javaapi.CollectionConverters;
 public final class TapFunctions {
   static final String GATE = "sg_tap_gate";
   static final String CAPTURE = "sg_tap_capture";
-  /** Conf: taps the extension places use {@link NativeTapGate} (default false). */
+  /**
+   * Conf: taps use {@link NativeTapGate} (default true); {@code false} is the escape hatch back
+   * to the {@link GateUdf}.
+   */
   public static final String NATIVE_GATE_CONF = "spark.sparkglass.sampling.nativeGate";
 
   private TapFunctions() {}
@@ -58,21 +61,32 @@ public final class TapFunctions {
    */
   public static Expression condition(String tapKey, List<? extends Expression> columns) {
     Expression row = CreateStruct$.MODULE$.apply(seq(new ArrayList<Expression>(columns)));
-    Expression gate = nativeGateEnabled() ? new NativeTapGate(tapKey) : gate(tapKey);
+    Expression gate = null;
+    if (nativeGateEnabled()) {
+      try {
+        gate = new NativeTapGate(tapKey);
+      } catch (Throwable e) { // never fail the query for sampling: the UDF gate instead
+        NativeGateFallbacks.record(e);
+      }
+    }
+    if (gate == null) {
+      gate = gate(tapKey);
+    }
     return new If(gate, capture(tapKey, row), Literal$.MODULE$.TrueLiteral());
   }
 
   /**
    * Whether taps placed by {@link StreamTapRule} use the code-generated gate
-   * ({@link NativeTapGate}) instead of the {@code GateUdf}: {@link #NATIVE_GATE_CONF} in the
-   * active session's conf, false by default.
+   * ({@link NativeTapGate}) instead of the {@code GateUdf}: true unless
+   * {@link #NATIVE_GATE_CONF} is {@code false} in the active session's conf (the same rule as
+   * the DSL's {@code native_gate_enabled}).
    */
   static boolean nativeGateEnabled() {
     try {
-      return "true".equalsIgnoreCase(
-          SQLConf.get().getConfString(NATIVE_GATE_CONF, "false").trim());
+      return !"false".equalsIgnoreCase(
+          SQLConf.get().getConfString(NATIVE_GATE_CONF, "true").trim());
     } catch (Throwable e) {
-      return false;
+      return true;
     }
   }
 
@@ -84,9 +98,13 @@ public final class TapFunctions {
     return new NativeTapGate(key(args, NativeTapGate.NAME));
   }
 
-  /** True when {@code e} is (or contains) a tap gate, ours or one the DSL registered. */
+  /**
+   * True when {@code e} is (or contains) a tap gate, ours or one the DSL registered: a
+   * {@link NativeTapGate}, or a {@link ScalaUDF} named {@code sg_tap_gate} or {@code sg_gate_N}
+   * (Spark wraps the {@link GateUdf} in a lambda, so the UDF gate is known by its name).
+   */
   public static boolean containsGate(Expression e) {
-    if (e instanceof ScalaUDF && ((ScalaUDF) e).function() instanceof GateUdf) {
+    if (e instanceof ScalaUDF && isUdfGateName(((ScalaUDF) e).udfName())) {
       return true;
     }
     if (e instanceof NativeTapGate) {
@@ -98,6 +116,14 @@ public final class TapFunctions {
       }
     }
     return false;
+  }
+
+  private static boolean isUdfGateName(scala.Option<String> name) {
+    if (name == null || name.isEmpty()) {
+      return false;
+    }
+    String n = name.get();
+    return GATE.equals(n) || n.matches("sg_gate_[0-9]+");
   }
 
   private static String key(Seq<Expression> args, String name) {

@@ -17,9 +17,17 @@ public final class TapUdfs {
       String captureName) {
     UserDefinedFunction gate =
         functions.udf(new GateUdf(tapKey), DataTypes.BooleanType).asNondeterministic();
+    spark.udf().register(gateName, gate);
+    registerCapture(spark, tapKey, captureName);
+  }
+
+  /**
+   * Registers only {@code captureName(struct)} for tap {@code tapKey} (nondeterministic): the
+   * capture behind a gate registered elsewhere ({@code io.sparkglass.extensions.NativeGates}).
+   */
+  public static void registerCapture(SparkSession spark, String tapKey, String captureName) {
     UserDefinedFunction capture =
         functions.udf(new CaptureUdf(tapKey), DataTypes.BooleanType).asNondeterministic();
-    spark.udf().register(gateName, gate);
     spark.udf().register(captureName, capture);
   }
 
