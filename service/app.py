@@ -202,10 +202,12 @@ def create_app(
         try:
             yield
         finally:
-            sweeper.stop()
-            state.coordinator.close()
-            state.progress.close()
-            state.audit.stop()
+            try:
+                sweeper.stop()
+                state.coordinator.close()
+                state.progress.close()
+            finally:
+                state.audit.stop()  # the open read windows are written whatever failed above
 
     app = FastAPI(
         title="sparkglass",

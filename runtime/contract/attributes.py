@@ -250,6 +250,10 @@ def _vertex_entries(spec: object) -> Iterable[object]:
     )
 
 
+#: Longest attribute-override text read, characters (a spec's vertices list, not data).
+MAX_OVERRIDES_CHARS = 1_000_000
+
+
 def parse_overrides(
     spec: Mapping[str, Any] | Sequence[Any] | str | None,
 ) -> dict[str, AttributeOverride]:
@@ -264,12 +268,27 @@ def parse_overrides(
     if spec is None:
         return {}
     if isinstance(spec, str):
+        if len(spec) > MAX_OVERRIDES_CHARS:
+            raise PlanError(
+                f"attribute overrides are {len(spec)} characters: allowed at most "
+                f"{MAX_OVERRIDES_CHARS}"
+            )
         try:
             spec = yaml.safe_load(spec)
         except yaml.YAMLError as exc:
             raise PlanError(f"attribute overrides are not valid YAML: {exc}") from exc
+        except RecursionError:
+            # Thousands of nested brackets: the parser recurses once per level.
+            raise PlanError("attribute overrides are nested too deeply to read") from None
         if spec is None:
             return {}
+    try:
+        return _parse_entries(spec)
+    except RecursionError:
+        raise PlanError("attribute overrides are nested too deeply to read") from None
+
+
+def _parse_entries(spec: Mapping[str, Any] | Sequence[Any]) -> dict[str, AttributeOverride]:
     out: dict[str, AttributeOverride] = {}
     for entry in _vertex_entries(spec):
         if not isinstance(entry, Mapping) or not isinstance(entry.get("name"), str):

@@ -310,6 +310,9 @@ def read_overrides(spark: SparkSession) -> dict[str, AttributeOverride]:
     except PlanError as exc:
         log.warning("ignoring %s: %s", OVERRIDES_CONF, exc)
         return {}
+    except Exception:  # sampling never fails the job, whatever the conf holds
+        log.warning("ignoring unreadable %s", OVERRIDES_CONF, exc_info=True)
+        return {}
 
 
 class DiscoveredPipeline:

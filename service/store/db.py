@@ -124,6 +124,10 @@ def migrate(engine: Engine, revision: str = "head") -> None:
     time (see the module docstring): a process that finds another migrating waits for it."""
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    if revision == "head" and _at_head(engine, config):
+        # The usual restart: no lock taken, so a start never waits behind a running
+        # service's write transaction (SQLite's BEGIN IMMEDIATE below would).
+        return
     with (
         _sqlite_file_lock(engine),
         _migration_engine(engine) as migrating,
@@ -132,6 +136,17 @@ def migrate(engine: Engine, revision: str = "head") -> None:
         _lock_for_migration(connection)
         config.attributes["connection"] = connection
         command.upgrade(config, revision)
+
+
+def _at_head(engine: Engine, config: Config) -> bool:
+    """Whether the store's Alembic revision is already the packaged head (a plain read)."""
+    from alembic.runtime.migration import MigrationContext
+    from alembic.script import ScriptDirectory
+
+    head = ScriptDirectory.from_config(config).get_current_head()
+    with engine.connect() as connection:
+        current = MigrationContext.configure(connection).get_current_revision()
+    return current is not None and current == head
 
 
 @contextlib.contextmanager

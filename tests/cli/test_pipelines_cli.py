@@ -83,3 +83,20 @@ def test_attribute_overrides_become_one_conf_line_and_bad_ones_fail_before_the_r
     )
     assert result.exit_code == 2, result.output
     assert "noOutputUntil" in result.output and "carrier-delays" in result.output
+
+
+def test_overrides_nested_too_deeply_or_too_long_are_a_clear_error() -> None:
+    import pytest
+
+    from sparkglass.runtime.contract.attributes import MAX_OVERRIDES_CHARS
+    from sparkglass.runtime.contract.errors import PlanError
+
+    for deep in ("[" * 5_000 + "]" * 5_000, "a: " * 5_000 + "1"):
+        with pytest.raises(PlanError, match="nested too deeply|not valid YAML"):
+            parse_overrides(deep)
+    with pytest.raises(PlanError, match=f"allowed at most {MAX_OVERRIDES_CHARS}"):
+        parse_overrides("#" * (MAX_OVERRIDES_CHARS + 1))
+    import typer
+
+    with pytest.raises(typer.BadParameter, match="nested too deeply"):
+        overrides_conf("[" * 5_000 + "]" * 5_000)

@@ -9,6 +9,7 @@ machine in the operator's store start-up).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -66,3 +67,27 @@ def test_an_interrupted_migration_leaves_no_table_and_the_next_start_migrates(
         assert {"applications", "rounds", "alembic_version"} <= tables(db_url)
     finally:
         sessions.kw["bind"].dispose()
+
+
+def test_a_store_at_head_opens_while_another_connection_holds_the_write_lock(
+    tmp_path: Path,
+) -> None:
+    """A restart next to a running service's long write transaction does not wait for it:
+    a store already at head is not locked for migration at all."""
+    import sqlite3
+    import time
+
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    db.open_store(url).kw["bind"].dispose()  # migrated once
+    writer = sqlite3.connect(tmp_path / "store.db", isolation_level=None)
+    try:
+        writer.execute("BEGIN IMMEDIATE")  # a writer in the middle of its transaction
+        began = time.monotonic()
+        sessions = db.open_store(url)
+        waited = time.monotonic() - began
+        sessions.kw["bind"].dispose()
+    finally:
+        writer.execute("ROLLBACK")
+        writer.close()
+    # Without the check, migrate() waited for the writer's lock (busy timeout: 30 s).
+    assert waited < 20, waited

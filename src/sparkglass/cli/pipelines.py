@@ -18,7 +18,6 @@ Everything else on the command line (``--spec``, ``--full-refresh``, ``--conf``,
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -50,17 +49,69 @@ def register(app: typer.Typer) -> None:
 
 
 def read_defaults(path: Path) -> dict[str, str]:
-    """The entries of a spark-defaults.conf (``key value`` or ``key=value`` lines)."""
+    """The entries of a spark-defaults.conf, read as Spark reads it (``java.util.Properties``:
+    ``key value``, ``key=value`` or ``key:value``; ``#``/``!`` comment lines; a backslash
+    escapes the next character, ``\\uXXXX`` included; a line ending in a backslash goes on).
+    """
     out: dict[str, str] = {}
     if not path.is_file():
         return out
-    for line in path.read_text().splitlines():
-        line = line.strip()
-        if not line or line.startswith("#"):
+    logical: list[str] = []
+    pending = ""
+    for raw in path.read_text(encoding="utf-8").splitlines():
+        line = pending + (raw.lstrip() if pending else raw.strip())
+        if not pending and (not line or line[0] in "#!"):
             continue
-        parts = re.split(r"[\s=]", line, maxsplit=1)
-        out[parts[0]] = parts[1].strip() if len(parts) > 1 else ""
+        trailing = len(line) - len(line.rstrip("\\"))
+        if trailing % 2:  # an odd run of backslashes: the line continues
+            pending = line[:-1]
+            continue
+        pending = ""
+        logical.append(line)
+    if pending:
+        logical.append(pending)
+    for line in logical:
+        key, value = _split_entry(line)
+        out[key] = value
     return out
+
+
+_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "f": "\f"}
+
+
+def _split_entry(line: str) -> tuple[str, str]:
+    """One logical Properties line → (key, value), both unescaped."""
+    key: list[str] = []
+    i = 0
+    while i < len(line) and line[i] not in " \t\f=:":
+        if line[i] == "\\" and i + 1 < len(line):
+            key.append(_unescape_at(line, i))
+            i += 6 if line[i + 1] == "u" else 2
+            continue
+        key.append(line[i])
+        i += 1
+    while i < len(line) and line[i] in " \t\f":
+        i += 1
+    if i < len(line) and line[i] in "=:":
+        i += 1
+        while i < len(line) and line[i] in " \t\f":
+            i += 1
+    value: list[str] = []
+    while i < len(line):
+        if line[i] == "\\" and i + 1 < len(line):
+            value.append(_unescape_at(line, i))
+            i += 6 if line[i + 1] == "u" else 2
+            continue
+        value.append(line[i])
+        i += 1
+    return "".join(key), "".join(value)
+
+
+def _unescape_at(line: str, i: int) -> str:
+    nxt = line[i + 1]
+    if nxt == "u":
+        return chr(int(line[i + 2 : i + 6], 16))
+    return _ESCAPES.get(nxt, nxt)
 
 
 def sampling_defaults(
@@ -92,8 +143,30 @@ def write_conf_dir(target: Path, defaults: Mapping[str, str], user_dir: Path | N
         for item in user_dir.iterdir():
             if item.is_file() and item.name != "spark-defaults.conf":
                 shutil.copy2(item, target / item.name)
-    lines = [f"{key} {value}" for key, value in defaults.items()]
-    (target / "spark-defaults.conf").write_text("\n".join(lines) + "\n")
+    lines = [
+        f"{properties_escape(key, key=True)} {properties_escape(value)}"
+        for key, value in defaults.items()
+    ]
+    (target / "spark-defaults.conf").write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def properties_escape(text: str, *, key: bool = False) -> str:
+    """``text`` escaped for a ``java.util.Properties`` file (spark-defaults.conf is read with
+    ``Properties.load``, where a backslash escapes the next character): a JSON value such as
+    ``{"key":["a\\"b"]}`` reaches the driver as written. Keys also escape the separators."""
+    out = (
+        text.replace("\\", "\\\\")
+        .replace("\n", "\\n")
+        .replace("\r", "\\r")
+        .replace("\t", "\\t")
+        .replace("\f", "\\f")
+    )
+    if key:
+        for ch in " =:#!":
+            out = out.replace(ch, "\\" + ch)
+    elif out[:1] == " ":
+        out = "\\" + out  # Properties drops the blanks that start a value
+    return out
 
 
 def overrides_conf(text: str) -> str:
