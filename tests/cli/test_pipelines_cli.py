@@ -92,7 +92,7 @@ def test_overrides_nested_too_deeply_or_too_long_are_a_clear_error() -> None:
     from sparkglass.runtime.contract.errors import PlanError
 
     for deep in ("[" * 5_000 + "]" * 5_000, "a: " * 5_000 + "1"):
-        with pytest.raises(PlanError, match="nested too deeply|not valid YAML"):
+        with pytest.raises(PlanError, match=r"nested too deeply|not valid YAML"):
             parse_overrides(deep)
     with pytest.raises(PlanError, match=f"allowed at most {MAX_OVERRIDES_CHARS}"):
         parse_overrides("#" * (MAX_OVERRIDES_CHARS + 1))
