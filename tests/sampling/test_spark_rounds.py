@@ -401,6 +401,12 @@ def test_no_data_says_why_for_an_idle_query_and_an_empty_vertex(spark, sampling_
     p.start()
     try:
         wait_for_batches(p, 3)  # the file's batch and some rate batches
+        # The file's micro-batch must be reported for the idle query itself (the listener's
+        # reports lag by seconds on a loaded machine; the count above may be rate batches).
+        deadline = time.monotonic() + 60
+        while getattr(p.micro_batches("idle", 0), "last_end_ms", None) is None:
+            assert time.monotonic() < deadline, "the file's micro-batch was never reported"
+            time.sleep(0.1)
         c = registry.coordinator_for(spark)
         # Both at once: the idle round runs to its wait's end anyway.
         idle_id, empty_id = c.start_round("idle").round_id, c.start_round("empty").round_id

@@ -413,7 +413,14 @@ def test_audit_buffer_stays_bounded_while_the_database_fails(
         assert any("audit flush of" in r.getMessage() for r in caplog.records)
         with engine.begin() as conn:
             conn.execute(text("ALTER TABLE audit_events_away RENAME TO audit_events"))
-        wait_for(lambda: svc.state.audit.pending == 0, 10, "the buffer to be written")
+        # flush() waits for a flush under way (whose events have left `pending` but are not
+        # written yet: reading the store then missed the refusal on a loaded machine) and
+        # writes the rest; a failed attempt puts its events back into `pending`.
+        wait_for(
+            lambda: svc.state.audit.flush() >= 0 and svc.state.audit.pending == 0,
+            10,
+            "the buffer to be written",
+        )
     finally:
         engine.dispose()
     listed = [e for e in svc.audit() if e["action"] == "list" and e["actor"] == "vera"]
@@ -505,7 +512,14 @@ def test_a_flood_of_reads_cannot_push_a_refusal_out(
         wait_for(lambda: svc.state.audit.dropped == 40 + 1 - bound, 10, "reads to be dropped")
         with engine.begin() as conn:
             conn.execute(text("ALTER TABLE audit_events_away RENAME TO audit_events"))
-        wait_for(lambda: svc.state.audit.pending == 0, 10, "the buffer to be written")
+        # flush() waits for a flush under way (whose events have left `pending` but are not
+        # written yet: reading the store then missed the refusal on a loaded machine) and
+        # writes the rest; a failed attempt puts its events back into `pending`.
+        wait_for(
+            lambda: svc.state.audit.flush() >= 0 and svc.state.audit.pending == 0,
+            10,
+            "the buffer to be written",
+        )
     finally:
         engine.dispose()
     events = _store_events(database_url)
