@@ -81,30 +81,29 @@ _ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "f": "\f"}
 
 def _split_entry(line: str) -> tuple[str, str]:
     """One logical Properties line → (key, value), both unescaped."""
-    key: list[str] = []
-    i = 0
-    while i < len(line) and line[i] not in " \t\f=:":
-        if line[i] == "\\" and i + 1 < len(line):
-            key.append(_unescape_at(line, i))
-            i += 6 if line[i + 1] == "u" else 2
-            continue
-        key.append(line[i])
-        i += 1
+    key, i = _read_unescaped(line, 0, stops=" \t\f=:")
     while i < len(line) and line[i] in " \t\f":
         i += 1
     if i < len(line) and line[i] in "=:":
         i += 1
         while i < len(line) and line[i] in " \t\f":
             i += 1
-    value: list[str] = []
-    while i < len(line):
+    value, _ = _read_unescaped(line, i, stops="")
+    return key, value
+
+
+def _read_unescaped(line: str, i: int, *, stops: str) -> tuple[str, int]:
+    """The unescaped text of ``line`` from ``i`` up to an unescaped character of ``stops``
+    (or the end), and the index where it stopped."""
+    out: list[str] = []
+    while i < len(line) and line[i] not in stops:
         if line[i] == "\\" and i + 1 < len(line):
-            value.append(_unescape_at(line, i))
+            out.append(_unescape_at(line, i))
             i += 6 if line[i + 1] == "u" else 2
             continue
-        value.append(line[i])
+        out.append(line[i])
         i += 1
-    return "".join(key), "".join(value)
+    return "".join(out), i
 
 
 def _unescape_at(line: str, i: int) -> str:
