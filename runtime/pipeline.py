@@ -163,6 +163,23 @@ class _MicroBatch:
     vertex_rows: dict[str, int]  # observed rows per vertex in this micro-batch
 
 
+def _latest_micro_batch(query: StreamingQuery) -> _MicroBatch | None:
+    """The query's latest finished micro-batch as the query itself holds it (no row counts),
+    or ``None`` (none yet, or the query is gone). An idle query's periodic no-data progress
+    (every 10 s, ``spark.sql.streaming.noDataProgressEventInterval``; it has no ``addBatch``
+    duration, and the listener sees it as ``onQueryIdle``) is not a micro-batch."""
+    try:
+        progress = query.lastProgress
+        if progress is None or "addBatch" not in (progress.durationMs or {}):
+            return None
+        start_ms = _epoch_ms(str(progress.timestamp))
+        return _MicroBatch(
+            str(progress.id), start_ms, start_ms + int(progress.batchDuration or 0), {}
+        )
+    except Exception:  # a stopped session, or a timestamp Spark changed: the listener decides
+        return None
+
+
 def _epoch_ms(timestamp: str) -> int:
     """Spark's progress timestamp (``2026-11-22T17:55:01.123Z``) in ms since the epoch."""
     return int(datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp() * 1000)
@@ -817,16 +834,27 @@ class Pipeline:
         vertex (a bounded vertex, or before ``start()``)."""
         sinks = self._sinks_downstream_of(vertex)
         with self._lock:
-            ids = {str(q.id) for name, q in self._queries.items() if name in sinks}
+            queries = [q for name, q in self._queries.items() if name in sinks]
+            ids = {str(q.id) for q in queries}
             if not ids:
                 return None
             mine = [b for b in self._batches if b.query_id in ids]
         after = [b for b in mine if b.start_ms >= since_ms]
         counted = [b.vertex_rows[vertex] for b in after if vertex in b.vertex_rows]
+        last_end_ms = max((b.end_ms for b in mine), default=None)
+        if not after:
+            # The listener bus delivers progress seconds late on a loaded driver; the query
+            # holds its latest progress as soon as the micro-batch ends. Asked only when the
+            # listener saw none, so a busy query costs no call to the JVM.
+            latest = [b for b in map(_latest_micro_batch, queries) if b is not None]
+            after = [b for b in latest if b.start_ms >= since_ms]
+            if after:
+                counted = []
+                last_end_ms = max(last_end_ms or 0, *(b.end_ms for b in after))
         return MicroBatches(
             completed=len(after),
             rows=sum(counted) if len(counted) == len(after) else None,
-            last_end_ms=max((b.end_ms for b in mine), default=None),
+            last_end_ms=last_end_ms,
         )
 
     def _sinks_downstream_of(self, vertex: str) -> set[str]:

@@ -419,6 +419,37 @@ def test_no_data_says_why_for_an_idle_query_and_an_empty_vertex(spark, sampling_
     assert (empty.status, empty.no_data_reason) == (SampleStatus.NO_DATA, "NO_ROWS")
 
 
+def test_micro_batches_come_from_the_query_when_the_listener_lags(spark, sampling_conf):
+    """On a loaded driver the listener bus delivers progress seconds late; a round deciding
+    NO_ROWS against NO_MICRO_BATCH then asks the query itself. With the listener removed (the
+    worst lag), micro-batches that ran after a time are still seen, without row counts."""
+    sampling_conf(enabled=True)
+    p = Pipeline("lagging-listener", spark)
+    p.source("ticks", spark.readStream.format("rate").option("rowsPerSecond", 10).load())
+    p.vertex("empty", "ticks", lambda df: df.where("value < 0"))
+    p.sink(
+        "empty-out",
+        "empty",
+        lambda df: df.writeStream.format("noop").trigger(processingTime="200 milliseconds"),
+    )
+    p.start()
+    try:
+        wait_for_batches(p, 1)
+        assert p._listener is not None
+        spark.streams.removeListener(p._listener)
+        seen_by_listener = p.progress().micro_batches
+        since_ms = int(time.time() * 1000)
+        deadline = time.monotonic() + 60
+        while (batches := p.micro_batches("empty", since_ms)) is None or not batches.completed:
+            assert time.monotonic() < deadline, "no micro-batch seen without the listener"
+            time.sleep(0.1)
+        assert p.progress().micro_batches == seen_by_listener  # the listener really was gone
+        assert batches.rows is None  # the query's own progress carries no per-vertex counts
+        assert batches.last_end_ms is not None and batches.last_end_ms >= since_ms
+    finally:
+        p.stop()
+
+
 def test_two_queries_reading_one_vertex_render_valid_json(spark, sampling_conf):
     """Two streaming queries read vertex ``wide``, so its partition 0 runs in two tasks at
     once (``local[2]``). Both render captured rows with the round's one program per partition,
