@@ -437,14 +437,16 @@ def test_micro_batches_come_from_the_query_when_the_listener_lags(spark, samplin
         wait_for_batches(p, 1)
         assert p._listener is not None
         spark.streams.removeListener(p._listener)
-        seen_by_listener = p.progress().micro_batches
+        # Events the bus queued before the removal may still arrive; they are of micro-batches
+        # that started before since_ms, so none of them can answer the question below.
         since_ms = int(time.time() * 1000)
         deadline = time.monotonic() + 60
         while (batches := p.micro_batches("empty", since_ms)) is None or not batches.completed:
             assert time.monotonic() < deadline, "no micro-batch seen without the listener"
             time.sleep(0.1)
-        assert p.progress().micro_batches == seen_by_listener  # the listener really was gone
-        assert batches.rows is None  # the query's own progress carries no per-vertex counts
+        # The listener's batches carry the vertex's row count; the query's own progress none:
+        # the answer came from the query.
+        assert batches.rows is None
         assert batches.last_end_ms is not None and batches.last_end_ms >= since_ms
     finally:
         p.stop()
