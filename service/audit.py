@@ -21,8 +21,9 @@ when the audit trail is read in this process (``flush``) and on shutdown.
 
 The queue of events waiting to be written is bounded (``audit_buffer_events``): while the
 database refuses writes, events beyond the bound are dropped, counted in
-``sparkglass_audit_events_dropped_total`` and logged once per flush, so a failing database
-costs a bounded amount of memory and the loss is visible. Reads are dropped first (oldest
+``sparkglass_audit_events_dropped_total`` (a read window as the reads it stood for) and
+logged once per flush, so a failing database costs a bounded amount of memory and the loss
+is visible. Reads are dropped first (oldest
 first); a refusal, write or trigger is dropped only when the queue holds nothing else, so a
 flood of reads cannot push a denial out of the queue.
 """
@@ -94,7 +95,8 @@ def _key(event: AuditRecord) -> _Key:
 
 
 def _window_bytes(event: AuditRecord) -> int:
-    return _WINDOW_OVERHEAD_BYTES + sum(len(part or "") for part in _key(event))
+    # UTF-8 bytes, not characters: a key of non-ASCII names holds up to 4 bytes per character.
+    return _WINDOW_OVERHEAD_BYTES + sum(len((part or "").encode()) for part in _key(event))
 
 
 class _Window:
@@ -350,12 +352,15 @@ class AuditWriter:
         excess = len(self._pending) + len(self._pending_reads) - self._max
         if excess <= 0:
             return
+        lost = 0
         for _ in range(excess):
             # Reads first: a flood of reads must not push a refusal or a write out.
-            (self._pending_reads or self._pending).popleft()
-        self._dropped_total += excess
-        self._dropped_unlogged += excess
-        self._dropped_counter.inc(excess)
+            dropped = (self._pending_reads or self._pending).popleft()
+            # A closed read window stands for request_count reads: all of them are lost.
+            lost += max(1, dropped.request_count or 1)
+        self._dropped_total += lost
+        self._dropped_unlogged += lost
+        self._dropped_counter.inc(lost)
 
     def _log_drops(self) -> None:
         # One line per flush interval, not per event: a failing database under load would

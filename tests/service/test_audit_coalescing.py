@@ -12,12 +12,15 @@ from typing import Any
 
 from fastapi.testclient import TestClient
 from sqlalchemy import inspect, select
+from sqlalchemy.orm import sessionmaker
 
 from sparkglass.service.app import create_app
+from sparkglass.service.audit import AuditWriter
 from sparkglass.service.catalog import register_local_application
 from sparkglass.service.settings import Settings
 from sparkglass.service.store import make_engine, migrate, open_store
 from sparkglass.service.store.orm import AuditEvent
+from sparkglass.service.store.repository import AuditRecord
 
 from .conftest import STORE_KEY, ServiceFactory, auth
 from .fake_driver import TOKEN, FakeDriver
@@ -202,3 +205,44 @@ def test_migration_0005_keeps_older_events_as_single_requests(db_url: str) -> No
             assert (row.actor, row.request_count, row.last_at) == ("old", 1, None)
     finally:
         sessions.kw["bind"].dispose()
+
+
+def _read(application: str = "flights", actor: str = "viewer-user") -> AuditRecord:
+    return AuditRecord(
+        actor=actor,
+        action="read",
+        namespace="local",
+        application=application,
+        vertex="parse",
+        round_id=None,
+        record_count=10,
+        status="200",
+        at=1,
+        client=None,
+        detail=None,
+    )
+
+
+def test_a_dropped_read_window_counts_every_read_it_stood_for(tmp_path: Path) -> None:
+    """While the database refuses writes, a closed read window dropped from the full queue
+    loses every read it coalesced: the drop count says so, not 1."""
+    # No migration: the audit table does not exist, so every write fails.
+    broken = sessionmaker(bind=make_engine(f"sqlite:///{tmp_path / 'empty.db'}"))
+    writer = AuditWriter(broken, flush_seconds=3600, max_events=1, read_window_seconds=3600)
+    for _ in range(5):
+        writer.record(_read("flights"))
+    for _ in range(3):
+        writer.record(_read("weather"))
+    assert writer.dropped == 0  # both windows still open
+    assert writer.flush() == 0  # closes both; the store refuses them; one fits the queue
+    assert writer.dropped == 5  # the older window, all its 5 reads
+    assert writer.pending == 1
+
+
+def test_window_bytes_count_utf8_bytes_not_characters(tmp_path: Path) -> None:
+    sessions = sessionmaker(bind=make_engine(f"sqlite:///{tmp_path / 'a.db'}"))
+    ascii_writer = AuditWriter(sessions, flush_seconds=3600, read_window_seconds=3600)
+    wide_writer = AuditWriter(sessions, flush_seconds=3600, read_window_seconds=3600)
+    ascii_writer.record(_read("e" * 100))
+    wide_writer.record(_read("é" * 100))  # 2 bytes each in UTF-8
+    assert wide_writer.window_bytes - ascii_writer.window_bytes == 100
