@@ -27,6 +27,11 @@ by the refresh interval (``--refresh-interval``, 10 s), plus one: a poll starts 
 when the result it would get is older than the interval. Writes ``bench/results/service.json``.
 The load generator, Spark and the service share the machine's cores: ``load_generator_lag_ms``
 (p99 of how late the open loop's requests left) says when the generator itself fell behind.
+With ``--cpu-partition`` (the default on 2 or more cores) the demo's Spark driver (its JVM and
+the Python side) runs on the last core only and everything else (service, anchor, load
+generator) on the others, through Linux CPU affinity inherited by child processes: on a
+2-core machine the streaming demo otherwise takes both cores, and the figures measure Spark,
+not the service. The service and its anchor get the same cores, so their ratio stays fair.
 
 Against a running service instead, the open loop only::
 
@@ -567,16 +572,40 @@ def bench_workers(
     }
 
 
+def cpu_partition(enabled: bool) -> dict[str, list[int]] | None:
+    """Split this process's cores: the last for Spark, the rest for everything else.
+
+    Returns ``{"spark": [...], "service_and_load": [...]}`` (core numbers), or ``None`` when
+    not enabled, with fewer than 2 cores, or without ``os.sched_setaffinity`` (not Linux).
+    Sets this process's affinity to the non-Spark cores; :func:`demo_driver` narrows it to the
+    Spark core while the JVM starts (a child inherits its parent's affinity)."""
+    if not enabled or not hasattr(os, "sched_setaffinity"):
+        return None
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        return None
+    split = {"spark": cores[-1:], "service_and_load": cores[:-1]}
+    os.sched_setaffinity(0, split["service_and_load"])
+    return split
+
+
 @contextmanager
-def demo_driver() -> Iterator[tuple[str, str]]:
+def demo_driver(spark_cores: list[int] | None = None) -> Iterator[tuple[str, str]]:
     """The flights demo streaming on a local Spark with sampling on; yields its control
-    endpoint (url, token)."""
+    endpoint (url, token). ``spark_cores``: the cores the driver's JVM and this process's
+    Python side of the driver run on (the affinity of this process is set to them)."""
     from sparkglass.demo.flights import build_pipeline
     from sparkglass.demo.replay import FlightReplay
     from sparkglass.runtime.sampling import registry
     from sparkglass.runtime.session import spark_session
 
     work = Path(tempfile.mkdtemp(prefix="sparkglass-bench-"))
+    before = os.sched_getaffinity(0) if spark_cores is not None else None
+    if spark_cores is not None:
+        # Affinity is per thread and inherited: the JVM, the Py4J callback threads and the
+        # replay thread started below get the Spark cores; this thread goes back afterwards,
+        # so the service and anchor processes it starts later get the other cores.
+        os.sched_setaffinity(0, spark_cores)
     spark = spark_session(
         "sparkglass-service-bench",
         master="local[2]",
@@ -587,6 +616,8 @@ def demo_driver() -> Iterator[tuple[str, str]]:
     replay = FlightReplay(work / "stream", days=365, files_per_tick=1, interval=0.5)
     pipeline.start()
     replay.start()
+    if before is not None:
+        os.sched_setaffinity(0, before)
     try:
         deadline = time.monotonic() + 180
         while pipeline.progress().micro_batches < 1:
@@ -631,6 +662,13 @@ def main() -> None:
     parser.add_argument("--round-seconds", type=float, default=5.0, help="Closed-loop round, s.")
     parser.add_argument("--refresh-interval", type=float, default=10.0, help="Service's, s.")
     parser.add_argument("--stores", default="sqlite,postgresql", help="Comma-separated.")
+    parser.add_argument(
+        "--cpu-partition",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="Run the demo's Spark on the last core only, the service, anchor and load "
+        "generator on the others (Linux, 2+ cores) [on].",
+    )
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--anchor", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--anchor-etag", help=argparse.SUPPRESS)
@@ -644,6 +682,8 @@ def main() -> None:
         app = bare_app(args.anchor.read_bytes(), args.anchor_etag, args.anchor_path)
         uvicorn.run(app, host="127.0.0.1", port=args.anchor_port, log_level="info")
         return
+    # Before the load generator starts: it inherits the non-Spark cores.
+    split = cpu_partition(args.cpu_partition and not args.url)
     gen = LoadGenerator()
     try:
         if args.url:
@@ -660,7 +700,7 @@ def main() -> None:
                 duration=args.open_seconds,
             )
         else:
-            result = run_all(gen, args)
+            result = run_all(gen, args, split)
     finally:
         gen.close()
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -668,7 +708,9 @@ def main() -> None:
     print(json.dumps(result, indent=2))
 
 
-def run_all(gen: LoadGenerator, args: argparse.Namespace) -> dict[str, Any]:
+def run_all(
+    gen: LoadGenerator, args: argparse.Namespace, split: dict[str, list[int]] | None = None
+) -> dict[str, Any]:
     stores = [s.strip() for s in args.stores.split(",") if s.strip()]
     result: dict[str, Any] = {
         "clients": args.clients,
@@ -679,10 +721,12 @@ def run_all(gen: LoadGenerator, args: argparse.Namespace) -> dict[str, Any]:
         "round_seconds": args.round_seconds,
         "refresh_interval_s": args.refresh_interval,
         "vertex": args.vertex,
+        # Cores of each side (None: all processes shared all cores).
+        "cpu_partition": split,
         "run": run_info(),
         "stores": {},
     }
-    with demo_driver() as driver, postgres_database() as pg_url:
+    with demo_driver(split["spark"] if split else None) as driver, postgres_database() as pg_url:
         work = Path(tempfile.mkdtemp(prefix="sparkglass-service-bench-"))
         for store in stores:
             if store == "sqlite":
