@@ -187,7 +187,12 @@ def test_no_import_cycles_in_the_runtime() -> None:
     assert not cycles, cycles
 
 
-SERVICE_ENTRY_MODULES = ("sparkglass.service.app", "sparkglass.operator.app", "sparkglass.cli")
+SERVICE_ENTRY_MODULES = (
+    "sparkglass.service.app",
+    "sparkglass.operator.app",
+    "sparkglass.operator.crd_apply",
+    "sparkglass.cli",
+)
 
 
 def test_service_operator_and_cli_start_without_importing_pyspark() -> None:
@@ -195,6 +200,11 @@ def test_service_operator_and_cli_start_without_importing_pyspark() -> None:
     code = (
         "import sys\n"
         f"for m in {SERVICE_ENTRY_MODULES!r}: __import__(m)\n"
+        # What `sparkglass serve` and `sparkglass operator run` do before running: register
+        # every subcommand (the demo's among them) and build the command line.
+        "import sparkglass.cli, typer.main\n"
+        "sparkglass.cli._register()\n"
+        "typer.main.get_command(sparkglass.cli.app)\n"
         "import sparkglass.runtime.contract.sample_result, sparkglass.runtime.control.client\n"
         f"print(sorted(m for m in sys.modules if m.split('.')[0] in {SPARK_STACK!r}))\n"
     )

@@ -15,12 +15,11 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 
-from sparkglass.runtime.pipeline import Pipeline, PipelineProgress
-
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from sparkglass.demo.replay import FlightReplay, ReplayStatus
+    from sparkglass.runtime.pipeline import Pipeline, PipelineProgress
     from sparkglass.service.local import LocalService
 
 console = Console()
