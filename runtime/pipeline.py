@@ -153,6 +153,9 @@ class PipelineProgress:
 
 #: Micro-batches remembered for sampling rounds (per pipeline; a few minutes at most rates).
 KEPT_MICRO_BATCHES = 1024
+#: How long a query's own latest progress is reused, s: a round's monitor asks every 50 ms
+#: while it waits for a micro-batch, and each read is a Py4J call and a JSON parse.
+QUERY_PROGRESS_CACHE_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -316,6 +319,10 @@ class Pipeline:
         #: Per query id: when its latest micro-batch started (ms since the epoch).
         self._last_start: dict[str, int] = {}
         self._batches: deque[_MicroBatch] = deque(maxlen=KEPT_MICRO_BATCHES)
+        #: Per sink: its streaming query's id (a Py4J call, so asked once at start).
+        self._query_ids: dict[str, str] = {}
+        #: Per sink: when its query's own latest progress was read, and what it held.
+        self._latest_read: dict[str, tuple[float, _MicroBatch | None]] = {}
         #: Materialized vertices and when their output was written (ms since the epoch).
         self._materialized_at: dict[str, int] = {}
         self._listener: _ProgressListener | None = None
@@ -678,7 +685,9 @@ class Pipeline:
                     vertex=name,
                 )
             writer = writer.option("checkpointLocation", self._checkpoint_option(writer, name))
-            self._queries[name] = writer.start()
+            query = writer.start()
+            self._queries[name] = query
+            self._query_ids[name] = str(query.id)  # fixed for the query's life; asked once
 
     def _checkpoint_option(self, writer: DataStreamWriter, sink: str) -> str:
         # DataStreamWriter has no getter; read the option Spark would use, if the user set it.
@@ -831,31 +840,46 @@ class Pipeline:
         """What the streaming queries that run ``vertex`` did since ``since_ms`` (ms since the
         epoch): micro-batches started then and finished, the vertex's rows in them, and when
         the latest one ended. ``None`` when no streaming query of this pipeline runs the
-        vertex (a bounded vertex, or before ``start()``)."""
+        vertex (a bounded vertex, or before ``start()``).
+
+        From the query listener, whose events arrive seconds late on a loaded driver. While it
+        reports none since ``since_ms``, each query's own latest progress (held by the query as
+        soon as its micro-batch ends; read at most every ``QUERY_PROGRESS_CACHE_S``) answers
+        instead: at most one micro-batch per query, with ``rows`` unknown (``None``)."""
         sinks = self._sinks_downstream_of(vertex)
         with self._lock:
-            queries = [q for name, q in self._queries.items() if name in sinks]
-            ids = {str(q.id) for q in queries}
-            if not ids:
+            queries = {n: q for n, q in self._queries.items() if n in sinks}
+            ids = {self._query_ids[n] for n in queries if n in self._query_ids}
+            if not queries:
                 return None
             mine = [b for b in self._batches if b.query_id in ids]
         after = [b for b in mine if b.start_ms >= since_ms]
         counted = [b.vertex_rows[vertex] for b in after if vertex in b.vertex_rows]
         last_end_ms = max((b.end_ms for b in mine), default=None)
-        if not after:
-            # The listener bus delivers progress seconds late on a loaded driver; the query
-            # holds its latest progress as soon as the micro-batch ends. Asked only when the
-            # listener saw none, so a busy query costs no call to the JVM.
-            latest = [b for b in map(_latest_micro_batch, queries) if b is not None]
+        if not after and since_ms < int(time.time() * 1000):
+            # Outside the lock: a Py4J call can take long on a loaded driver.
+            latest = [b for b in map(self._latest_of, queries.items()) if b is not None]
+            if latest:
+                last_end_ms = max(last_end_ms or 0, *(b.end_ms for b in latest))
             after = [b for b in latest if b.start_ms >= since_ms]
-            if after:
-                counted = []
-                last_end_ms = max(last_end_ms or 0, *(b.end_ms for b in after))
+            counted = []
         return MicroBatches(
             completed=len(after),
             rows=sum(counted) if len(counted) == len(after) else None,
             last_end_ms=last_end_ms,
         )
+
+    def _latest_of(self, sink_query: tuple[str, StreamingQuery]) -> _MicroBatch | None:
+        sink, query = sink_query
+        now = time.monotonic()
+        with self._lock:
+            cached = self._latest_read.get(sink)
+        if cached is not None and now - cached[0] < QUERY_PROGRESS_CACHE_S:
+            return cached[1]
+        latest = _latest_micro_batch(query)
+        with self._lock:
+            self._latest_read[sink] = (now, latest)
+        return latest
 
     def _sinks_downstream_of(self, vertex: str) -> set[str]:
         reached, todo = {vertex}, [vertex]

@@ -121,7 +121,8 @@ class UnknownRoundError(SparkglassError):
 
 @dataclass(frozen=True)
 class MicroBatches:
-    """What the driver's query listener saw of the streaming queries that run a vertex.
+    """What the streaming queries that run a vertex did (the driver's query listener, or the
+    queries' own latest progress while the listener lags; see ``Pipeline.micro_batches``).
 
     ``completed``: micro-batches that started at or after the time asked about and finished;
     ``rows``: rows the vertex emitted in those (Spark's observed metrics; ``None`` unknown);
