@@ -13,6 +13,7 @@ Both name the offending file and line. Outside a git checkout (an sdist, an imag
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -184,9 +185,15 @@ def test_no_tracked_file_points_outside_the_repository() -> None:
     problems = []
     for path in _tracked_or_skip():
         file = REPO / path
-        # Symlinks are checked through their targets; a tracked file deleted in the work
-        # tree has nothing to read.
-        if file.is_symlink() or not file.is_file():
+        # A symlink's target is checked as a path (it must stay inside the repository), its
+        # content through the tracked target; a tracked file deleted in the work tree has
+        # nothing to read.
+        if file.is_symlink():
+            target = (file.parent / os.readlink(file)).resolve()
+            if not target.is_relative_to(REPO.resolve()):
+                problems.append(Problem(path, 0, f"symlink to {os.readlink(file)}"))
+            continue
+        if not file.is_file():
             continue
         problems += forbidden_references(path, file.read_bytes())
     assert not problems, "references to files outside the repository:\n" + _report(problems)

@@ -373,3 +373,36 @@ def test_a_status_off_contract_is_an_internal_error_ended_now(bad: dict[str, Any
         RID,
     )
     assert decoded.end_timestamp is not None and before <= decoded.end_timestamp <= after
+
+
+MORE_RESULTS = [
+    *(
+        DataSampleResult(
+            status=SampleStatus.NO_DATA,
+            round_id=RID,
+            end_timestamp=1_700_000_003_000,
+            no_data_reason=reason,
+            last_micro_batch_timestamp=None
+            if reason is NoDataReason.QUERY_NOT_ACTIVE
+            else 1_700_000_002_000,
+        )
+        for reason in NoDataReason
+    ),
+    # A round on a materialized vertex: its rows and when they were written.
+    DataSampleResult(
+        status=SampleStatus.COMPLETE,
+        round_id=RID,
+        end_timestamp=1_700_000_003_000,
+        total_record_count=2,
+        samples=samples(s0=2),
+        materialized_at=1_700_000_001_000,
+    ),
+]
+
+
+@pytest.mark.parametrize("result", MORE_RESULTS, ids=lambda r: r.no_data_reason or "materialized")
+def test_round_trip_of_every_no_data_reason_and_a_materialized_result(
+    result: DataSampleResult,
+) -> None:
+    status = stored(encode(result, BIG))
+    assert decode(status, RID) == result

@@ -75,6 +75,8 @@ ROWS: list[tuple[str, int | None]] = [
     ("3S", None),
     (" 3s", None),
     ("3s ", None),
+    # Python's `$` matches before a final newline: each consumer must anchor with \Z/fullmatch.
+    ("3s\n", None),
     ("s3", None),
     (".5s", None),
     ("1.s", None),
@@ -156,7 +158,10 @@ def _cel_rules_hold(node: dict[str, Any], text: str) -> bool:
 
 def crd_outcome(node: dict[str, Any], text: str) -> Outcome | None:
     """What the API server would do; ``None`` (no value) when only the pattern is known."""
-    if re.search(node["pattern"], text) is None or len(text) > node.get("maxLength", math.inf):
+    # The API server matches with Go's RE2, where `$` is the end of the text; Python's `$`
+    # also matches before a final newline, so `\Z` stands in for it here.
+    pattern = re.sub(r"(?<!\\)\$", r"\\Z", node["pattern"])
+    if re.search(pattern, text) is None or len(text) > node.get("maxLength", math.inf):
         return BAD
     if celpy is None:
         return None
