@@ -69,7 +69,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import functools
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, cast
@@ -366,6 +368,21 @@ def _within(value: Any, low: float, high: float) -> float:
     return min(max(at, low), high) if at else high
 
 
+async def confirmed_run_end(
+    indexed: dict[str, Any] | None,
+    read_live: Callable[[], Awaitable[dict[str, Any] | None]] | None,
+) -> str | None:
+    """:func:`run_end` of the driver Pod as kopf's index holds it, confirmed from the API
+    (``read_live``) before a round is given up. The index follows a watch, which lags behind
+    the API on a loaded operator: it can still show the Pod as it was created (``Pending``,
+    read as a new run's), or not yet at all, after the Pod ran and the round was opened on
+    it. The API read costs one GET only when the index says the run ended."""
+    ended = run_end(indexed)
+    if ended is None or read_live is None:
+        return ended
+    return run_end(await read_live())
+
+
 def _indexed(index: Any, key: tuple[str, str]) -> dict[str, Any] | None:
     """The one object a kopf index holds under ``key`` (None when absent or no index)."""
     if index is None:
@@ -604,7 +621,12 @@ class _Step:
             # A round dies with its driver run, and the Pod shows that before the application's
             # status may (operator/README.md, "When the driver dies mid-round").
             pod = await self._driver_pod(app_name)
-            if ended := run_end(pod):
+            live = None
+            if self.ctx.driver_pods is not None:  # without an index, the Pod came from the API
+                live = functools.partial(
+                    self.ctx.cluster.find, PODS, self.namespace, names.driver_pod_name(app_name)
+                )
+            if ended := await confirmed_run_end(pod, live):
                 message = f"round {round_id} was lost with the driver of {app_name!r}: {ended}"
                 await self._finish("Abandoned", "ApplicationNotRunning", message)
                 return None

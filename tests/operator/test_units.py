@@ -217,6 +217,51 @@ def test_run_end_from_the_driver_pod_alone() -> None:
     assert driver_state.run_end({"status": {"phase": "Pending"}}) == "the driver Pod is a new run's"
 
 
+RUNNING = {"metadata": {"uid": "run-1"}, "status": {"phase": "Running"}}
+PENDING = {"metadata": {"uid": "run-1"}}  # as created: no status yet
+
+
+class LivePod:
+    """The API's view of the driver Pod, counting reads."""
+
+    def __init__(self, pod: dict[str, Any] | None) -> None:
+        self.pod, self.reads = pod, 0
+
+    async def __call__(self) -> dict[str, Any] | None:
+        self.reads += 1
+        return self.pod
+
+
+@pytest.mark.parametrize(
+    ("indexed", "live", "expected", "reads"),
+    [
+        # kopf's index still holds the Pod as created (or not at all) while the API has it
+        # Running, and a round was opened on it: the run goes on (seen under load, where the
+        # round was given up as "a new run's").
+        (PENDING, RUNNING, None, 1),
+        (None, RUNNING, None, 1),
+        # The API agrees: the run is over.
+        (PENDING, PENDING, "the driver Pod is a new run's", 1),
+        (None, None, "the driver Pod is gone", 1),
+        (RUNNING, None, None, 0),  # the index says running: no API read at all
+    ],
+)
+async def test_a_round_is_given_up_only_when_the_api_confirms_the_run_ended(
+    indexed: dict[str, Any] | None, live: dict[str, Any] | None, expected: str | None, reads: int
+) -> None:
+    from sparkglass.operator.datasample import confirmed_run_end
+
+    read_live = LivePod(live)
+    assert await confirmed_run_end(indexed, read_live) == expected
+    assert read_live.reads == reads
+
+
+async def test_without_an_index_the_pod_read_is_the_api_read() -> None:
+    from sparkglass.operator.datasample import confirmed_run_end
+
+    assert await confirmed_run_end(PENDING, None) == "the driver Pod is a new run's"
+
+
 def test_spark_conf_merges_plugins_and_jars_and_lets_users_override() -> None:
     spec = app_spec(
         sparkConf={

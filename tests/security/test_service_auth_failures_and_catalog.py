@@ -7,6 +7,7 @@ of the Kubernetes API emulator (kmock)."""
 from __future__ import annotations
 
 import asyncio
+import math
 import secrets
 import time
 from collections.abc import Iterator
@@ -43,13 +44,21 @@ def service(tmp_path: Path) -> Iterator[ServiceProcess]:
 
 def test_garbage_tokens_get_429_with_retry_after(service: ServiceProcess) -> None:
     with httpx.Client(base_url=service.url, timeout=10) as http:
+        started = time.monotonic()
         codes = [
             http.get(LIST, headers={"Authorization": f"Bearer {secrets.token_hex(16)}"})
             for _ in range(30)
         ]
-        assert [r.status_code for r in codes[:10]] == [401] * 10
+        elapsed = time.monotonic() - started
+        statuses = [r.status_code for r in codes]
+        assert statuses[:10] == [401] * 10
+        assert set(statuses) <= {401, 429}, statuses
+        # The budget refills at limit/window (10/5 s: 2 a second) while the 30 requests go
+        # out: on a loaded machine, where they take seconds, that many more may be answered
+        # 401 instead of 429, and no more.
+        refilled = math.ceil(elapsed * 10 / 5)
         limited = [r for r in codes if r.status_code == 429]
-        assert len(limited) == 20, [r.status_code for r in codes]
+        assert max(1, 20 - refilled) <= len(limited) <= 20, (statuses, elapsed)
         retry = int(limited[0].headers["retry-after"])
         assert 1 <= retry <= 5
         assert "too many failed authentications" in limited[0].json()["detail"]
