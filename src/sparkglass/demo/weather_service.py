@@ -136,9 +136,11 @@ class WeatherApp:
         self._random = random.Random(self.faults.seed)
 
     def reset(self) -> None:
-        """Zero the counters and the per-path failure counts (in_flight is kept: it is live)."""
-        in_flight = self.stats.in_flight
-        self.stats = Stats(in_flight=in_flight, max_in_flight=in_flight)
+        """Zero the counters and the per-path failure counts. A request counts in the counters
+        current when it started, to its end: one still running from before the reset is in
+        none of the new counters (it used to be carried into ``in_flight`` and, ending in the
+        old ones, stayed there: a test then saw one request too many in ``max_in_flight``)."""
+        self.stats = Stats()
         self._fail_counts.clear()
         self._served.clear()
         self._random = random.Random(self.faults.seed)
