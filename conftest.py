@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import uuid
 from collections.abc import Callable, Iterator
@@ -59,3 +60,27 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         by_file[item.path] = min(by_file.get(item.path, 2), weight(item))
     items.sort(key=lambda item: by_file[item.path])  # stable: a file's tests stay together
+
+
+def _pytests_own(handler: logging.Handler) -> bool:
+    # pytest attaches and removes its capture handlers around each phase itself.
+    return type(handler).__module__.startswith("_pytest")
+
+
+@pytest.fixture(autouse=True)
+def _root_logging_restored() -> Iterator[None]:
+    """Undo what a test did to the root logger: ``sparkglass operator run`` configures logging
+    in-process on the stderr of the moment, which is a CliRunner's and closed after it. Left so,
+    every later record in that test process goes to a closed stream; Py4J's error path then
+    logs again from inside the failing write, for ever, holding the handler's lock (a suite
+    under load hung on it in Spark's listener thread)."""
+    root = logging.getLogger()
+    handlers, level = [h for h in root.handlers if not _pytests_own(h)], root.level
+    yield
+    for handler in root.handlers[:]:
+        if not _pytests_own(handler) and handler not in handlers:
+            root.removeHandler(handler)
+    for handler in handlers:
+        if handler not in root.handlers:
+            root.addHandler(handler)
+    root.setLevel(level)
