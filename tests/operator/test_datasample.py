@@ -576,9 +576,9 @@ async def test_finished_datasample_is_deleted_after_its_ttl(
     kube: SparkglassEmulator, operator: OperatorProcess, driver: ScriptedDriver
 ) -> None:
     await running_app(kube, operator, driver)
-    # 3 s: a window wide enough for this test to see the final phase before the deletion on
+    # 6 s: a window wide enough for this test to see the final phase before the deletion on
     # a loaded machine (with 1 s it sometimes saw the DataSample only once it was gone).
-    await post(kube, "datasamples", sample_body("brief", "parse", ttlSecondsAfterFinished=3))
+    await post(kube, "datasamples", sample_body("brief", "parse", ttlSecondsAfterFinished=6))
     await post(kube, "datasamples", sample_body("kept", "parse"))
     await assert_final(kube, "brief", operator, "Complete"), status(kube, "brief")
     await eventually(
@@ -590,7 +590,7 @@ async def test_finished_datasample_is_deleted_after_its_ttl(
     await assert_final(kube, "kept", operator, "Complete")
     # Nothing may happen here, so no condition to wait for: longer than brief's TTL, and
     # kept (no TTL of its own: the operator's default, 1 h) stays.
-    await asyncio.sleep(3.5)
+    await asyncio.sleep(6.5)
     assert phase(kube, "kept") == "Complete"
 
 

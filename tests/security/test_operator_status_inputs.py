@@ -102,8 +102,10 @@ async def test_a_completion_time_in_the_future_does_not_keep_the_records(
     kube: SparkglassEmulator, operator: OperatorProcess, driver: ScriptedDriver
 ) -> None:
     await running_app(kube, operator, driver)
-    await post(kube, "datasamples", sample_body("kept", "parse", ttlSecondsAfterFinished=2))
-    await post(kube, "datasamples", sample_body("bare", "parse", ttlSecondsAfterFinished=2))
+    # 10 s: both must still be there, Complete, when the rewriting starts, however loaded the
+    # machine; the deletion is awaited for up to 60 s below.
+    await post(kube, "datasamples", sample_body("kept", "parse", ttlSecondsAfterFinished=10))
+    await post(kube, "datasamples", sample_body("bare", "parse", ttlSecondsAfterFinished=10))
     assert await wait_final(kube, "kept", operator) == "Complete"
     assert await wait_final(kube, "bare", operator) == "Complete"
     assert status(kube, "kept")["samples"]  # records in etcd: what the TTL must remove
