@@ -175,12 +175,22 @@ def _latest_micro_batch(query: StreamingQuery) -> _MicroBatch | None:
         progress = query.lastProgress
         if progress is None or "addBatch" not in (progress.durationMs or {}):
             return None
-        start_ms = _epoch_ms(str(progress.timestamp))
-        return _MicroBatch(
-            str(progress.id), start_ms, start_ms + int(progress.batchDuration or 0), {}
-        )
+        return _micro_batch_of(progress, {})
     except Exception:  # a stopped session, or a timestamp Spark changed: the listener decides
         return None
+
+
+def _micro_batch_of(progress: Any, vertex_rows: dict[str, int]) -> _MicroBatch:
+    """One micro-batch from a ``StreamingQueryProgress``: it started at the progress's
+    ``timestamp`` (the trigger) and lasted ``batchDuration`` ms.
+
+    Raises:
+        ValueError: the timestamp is not ISO 8601 (``2026-11-22T17:55:01.123Z``).
+    """
+    start_ms = _epoch_ms(str(progress.timestamp))
+    return _MicroBatch(
+        str(progress.id), start_ms, start_ms + int(progress.batchDuration or 0), vertex_rows
+    )
 
 
 def _epoch_ms(timestamp: str) -> int:
@@ -776,12 +786,13 @@ class Pipeline:
             if key.startswith(OBSERVATION_PREFIX)
         }
         try:
-            start_ms = _epoch_ms(str(progress.timestamp))
+            batch = _micro_batch_of(progress, batch_rows)
         except ValueError:  # never lose the row counts over a timestamp Spark changed
-            start_ms = int(time.time() * 1000) - int(progress.batchDuration or 0)
-        batch = _MicroBatch(
-            str(progress.id), start_ms, start_ms + int(progress.batchDuration or 0), batch_rows
-        )
+            end_ms = int(time.time() * 1000)
+            batch = _MicroBatch(
+                str(progress.id), end_ms - int(progress.batchDuration or 0), end_ms, batch_rows
+            )
+        start_ms = batch.start_ms
         with self._lock:
             self._record_expectations(metrics)
             self._batches.append(batch)

@@ -34,6 +34,7 @@ large result:
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import hashlib
 import io
@@ -471,6 +472,11 @@ class ResultBodies:
         self._too_large: ByteLRU[_BodyKey, int] = ByteLRU(SIZE_MEMO_BYTES)
         #: key -> records in the cached body (a filtered body carries fewer than the head).
         self._record_counts: ByteLRU[_BodyKey, int] = ByteLRU(SIZE_MEMO_BYTES)
+        #: key -> the body being built for the cache now (its size, or None: not cached).
+        #: When a round turns over, every open page asks for its new body within a second;
+        #: they wait for the one being built instead of each writing it from the store.
+        self._building: dict[_BodyKey, concurrent.futures.Future[int | None]] = {}
+        self._building_lock = threading.Lock()
 
     @property
     def cache(self) -> ByteLRU[_BodyKey, bytes]:
@@ -527,20 +533,52 @@ class ResultBodies:
         headers = validator_headers(etag)
         cacheable = head.status is not SampleStatus.PENDING and head.round_id is not None
         key: _BodyKey = (head.round_id or "", head.stale, subtask_index, max_records)
+        plan: BodyPlan | None = None
         if cacheable:
             size = self._cached_size(key)
+            if size is None and self._too_large.get(key) is None:
+                size, plan = await self._build_once(key, head)
             if size is not None:
                 return self._from_cache(key, size, head, headers), self._records_of(key, head)
-        plan = await run_in_threadpool(self.plan, head, subtask_index, max_records)
+        if plan is None:
+            plan = await run_in_threadpool(self.plan, head, subtask_index, max_records)
         if not plan.quotas:  # the head alone: a few hundred bytes
             body = b"".join(render_body(self._sessions, plan))
             return Response(body, media_type=_MEDIA_TYPE, headers=headers), 0
-        if cacheable and self._too_large.get(key) is None:
-            size = await run_in_threadpool(self._fill, key, plan)
-            if size is not None:
-                self._record_counts.put(key, plan.record_count, _SIZE_ENTRY_BYTES)
-                return self._from_cache(key, size, head, headers), plan.record_count
         return await self.stream(plan, headers), plan.record_count
+
+    async def _build_once(
+        self, key: _BodyKey, head: DataSampleResult
+    ) -> tuple[int | None, BodyPlan | None]:
+        """Build the body of ``key`` into the cache, once however many requests ask at the
+        same time: the first plans and renders it, the others wait for it (on the event
+        loop, holding nothing). Returns its size (``None``: not cached: too large, no memory
+        pass free, no records, or the build failed) and the plan when this request made it
+        (``None`` for the waiters)."""
+        _, _, subtask_index, max_records = key
+        with self._building_lock:
+            building = self._building.get(key)
+            if building is None:
+                building = concurrent.futures.Future()
+                self._building[key] = building
+                leader = True
+            else:
+                leader = False
+        if not leader:
+            # Shielded: a waiter that goes away must not cancel the build the others wait on.
+            return await asyncio.shield(asyncio.wrap_future(building)), None
+        size: int | None = None
+        try:
+            plan = await run_in_threadpool(self.plan, head, subtask_index, max_records)
+            if plan.quotas:
+                size = await run_in_threadpool(self._fill, key, plan)
+                if size is not None:
+                    self._record_counts.put(key, plan.record_count, _SIZE_ENTRY_BYTES)
+            return size, plan
+        finally:
+            with self._building_lock:
+                del self._building[key]
+            building.set_result(size)
 
     def _records_of(self, key: _BodyKey, head: DataSampleResult) -> int:
         """Records in the cached body of ``key`` (for the audit log)."""

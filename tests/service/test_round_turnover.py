@@ -1,0 +1,157 @@
+"""A round turning over under many open pages: polls while a round runs are answered from
+memory, the round's end is seen at once by the replica that ran it, and a new body is built
+once however many pages ask for it at the same moment."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy import event
+from sqlalchemy.engine import Engine
+
+from sparkglass.service import shared_rounds
+from sparkglass.service.app import create_app
+from sparkglass.service.catalog import register_local_application
+from sparkglass.service.settings import Settings
+from sparkglass.service.shared_rounds import INTERIM_ANSWER_S
+from sparkglass.service.store import repository
+
+from .conftest import STORE_KEY, ServiceFactory, auth
+from .fake_driver import TOKEN, FakeDriver, ServerThread
+from .test_data_sample_api import poll_until_done, sample_url
+
+
+@contextmanager
+def statements(engine: Engine, *needles: str) -> Iterator[list[str]]:
+    """SQL statements run on ``engine`` meanwhile that contain every one of ``needles``."""
+    seen: list[str] = []
+
+    def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if all(n in statement for n in needles):
+            seen.append(statement)
+
+    event.listen(engine, "before_cursor_execute", record)
+    try:
+        yield seen
+    finally:
+        event.remove(engine, "before_cursor_execute", record)
+
+
+def test_polls_during_a_round_are_answered_from_memory_and_its_end_is_seen_at_once(
+    make_service: ServiceFactory,
+) -> None:
+    client = make_service(refresh_interval_seconds=1.0)
+    state = client.app.state.sparkglass  # type: ignore[attr-defined]
+    first = poll_until_done(client, "slow")  # rounds of "slow" stay PENDING for 2 s
+    deadline = time.monotonic() + 60
+    while True:  # the result expires after 1 s; the next poll starts a round
+        body = client.get(sample_url("slow"), headers=auth("sampler")).json()
+        if body["stale"]:
+            break
+        assert time.monotonic() < deadline, "no round started after the refresh interval"
+        time.sleep(0.05)
+    assert body["roundId"] == first["roundId"]
+    engine = state.sessions.kw["bind"]
+    with statements(engine, "FROM rounds") as reads:
+        started = time.monotonic()
+        answers = [
+            client.get(sample_url("slow"), headers=auth("viewer")).json() for _ in range(30)
+        ]
+        elapsed = time.monotonic() - started
+    # Without the interim answer every one of the 30 polls reads two round queries.
+    assert len(reads) <= 2 * (elapsed / INTERIM_ANSWER_S + 2), (len(reads), elapsed)
+    running = [a for a in answers if a["stale"]]
+    assert running and all(a["roundId"] == first["roundId"] for a in running)
+    # The replica that ran the round drops the interim answer when it ends: the very next
+    # poll has the new result, without waiting out INTERIM_ANSWER_S.
+    state.coordinator.wait_idle(60)
+    after = client.get(sample_url("slow"), headers=auth("viewer")).json()
+    assert not after["stale"] and after["roundId"] != first["roundId"]
+    assert after["status"] == "COMPLETE"
+
+
+def test_a_stale_answer_read_before_the_round_ended_is_not_kept_after_it(
+    make_service: ServiceFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The interleaving a loaded replica can produce: a poll reads "round running" from the
+    # store, the round ends and drops the interim answer, then the poll caches what it read.
+    client = make_service(refresh_interval_seconds=1.0)
+    state = client.app.state.sparkglass  # type: ignore[attr-defined]
+    coordinator = state.coordinator
+    poll_until_done(client, "slow")
+    deadline = time.monotonic() + 60
+    while not client.get(sample_url("slow"), headers=auth("sampler")).json()["stale"]:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    app = state.applications.get("local", "flights")
+    key = (app.id, "slow")
+    with coordinator._cache_lock:
+        coordinator._interim.pop(key, None)  # the next poll reads the store
+    real_running_round = repository.running_round
+
+    def running_then_ended(*args: Any, **kwargs: Any) -> Any:
+        row = real_running_round(*args, **kwargs)
+        coordinator._drop_interim(key)  # the round ends right after this read
+        return row
+
+    monkeypatch.setattr(shared_rounds.repository, "running_round", running_then_ended)
+    answer = coordinator.poll(app, "slow", actor="viewer-user", may_trigger=lambda: False)
+    assert answer.result.stale
+    assert coordinator.fresh_answer(app, "slow") is None  # nothing kept past the round's end
+
+
+def _replica(db_url: str, tokens_file: Path) -> Any:
+    return create_app(
+        Settings(
+            database_url=db_url,
+            tokens_file=tokens_file,
+            store_key=STORE_KEY,
+            refresh_interval_seconds=60.0,
+            round_timeout_seconds=60.0,
+            round_grace_seconds=0.0,
+            poll_interval_seconds=0.05,
+        )
+    )
+
+
+def test_pages_asking_for_a_new_body_at_once_read_its_records_once(
+    db_url: str, tokens_file: Path, fake_driver: FakeDriver
+) -> None:
+    first, second = _replica(db_url, tokens_file), _replica(db_url, tokens_file)
+    register_local_application(first.state.sparkglass.sessions, "flights", fake_driver.url, TOKEN)
+    pages = 24
+    barrier = threading.Barrier(pages)
+    with ServerThread(first) as a, ServerThread(second) as b:
+        with httpx.Client(base_url=a.url, timeout=60) as http:
+            deadline = time.monotonic() + 60
+            while True:  # a round of "many" (5 subtasks of 1,000 records) through replica a
+                done = http.get(sample_url("many"), headers=auth("sampler")).json()
+                if done["status"] == "COMPLETE":
+                    break
+                assert time.monotonic() < deadline, done
+                time.sleep(0.05)
+        # Replica b has never built this body: 24 pages ask it for the body at once.
+        engine = second.state.sparkglass.sessions.kw["bind"]
+        with statements(engine, "sample_records.sample_timestamp") as reads:
+
+            def poll(_: int) -> tuple[int, int]:
+                with httpx.Client(base_url=b.url, timeout=60) as http:
+                    barrier.wait()
+                    r = http.get(sample_url("many"), headers=auth("viewer"))
+                    return r.status_code, sum(len(s["records"]) for s in r.json()["samples"])
+
+            with ThreadPoolExecutor(pages) as pool:
+                answers = list(pool.map(poll, range(pages)))
+        first.state.sparkglass.coordinator.wait_idle(10)
+    assert answers == [(200, 5000)] * pages
+    # One page of records per subtask (1,000 records of ~200 bytes fit one page), read once
+    # for all 24 pages.
+    assert len(reads) == 5, f"{len(reads)} record reads for {pages} pages"
