@@ -20,8 +20,6 @@ received them while the pages polled (identical reads are coalesced into one eve
 from __future__ import annotations
 
 import argparse
-import asyncio
-import multiprocessing
 import os
 import socket
 import sqlite3
@@ -36,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from load_generator import LoadGenerator
 from scale_report import store_growth, summarise
 
 REPO = Path(__file__).resolve().parents[1]
@@ -81,101 +80,6 @@ class DriverFarm:
         path = "/" + parts[3]
         inner = {**scope, "path": path, "raw_path": path.encode()}
         await self._apps[int(parts[2])](inner, receive, send)
-
-
-# ------------------------------------------------------------------------ load generator
-
-
-def _percentile(sorted_values: list[float], q: float) -> float:
-    if not sorted_values:
-        return float("nan")
-    return sorted_values[min(len(sorted_values) - 1, max(0, round(q * (len(sorted_values) - 1))))]
-
-
-async def _open_loop(
-    url: str, apps: int, pages: int, interval: float, duration: float
-) -> dict[str, Any]:
-    """``apps * pages`` clients; client ``c`` polls application ``c // pages`` once per
-    ``interval`` with the ETag it holds, as an open page does. Requests leave on schedule
-    whether or not earlier answers came back; latency runs from the scheduled send."""
-    clients = apps * pages
-    limits = httpx.Limits(max_connections=clients * 2, max_keepalive_connections=clients * 2)
-    latencies: list[float] = []
-    lags: list[float] = []
-    codes: dict[str, int] = {}
-    async with httpx.AsyncClient(
-        base_url=url, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}, limits=limits,
-        timeout=30,
-    ) as http:
-        loop = asyncio.get_running_loop()
-        start = loop.time() + 0.5
-        held: list[str | None] = [None] * clients
-
-        async def one(client: int, scheduled: float) -> None:
-            lags.append((loop.time() - scheduled) * 1000)
-            tag = held[client]
-            headers = {"If-None-Match": tag} if tag else {}
-            try:
-                r = await http.get(sample_path(client // pages), headers=headers)
-                code = str(r.status_code)
-                if r.status_code == 200:
-                    held[client] = r.headers.get("etag")
-            except httpx.HTTPError as exc:
-                code = type(exc).__name__
-            latencies.append((loop.time() - scheduled) * 1000)
-            codes[code] = codes.get(code, 0) + 1
-
-        tasks: list[asyncio.Task[None]] = []
-        for k in range(int(duration / interval)):
-            for c in range(clients):
-                # Arrivals spread over the interval, as independent pages are.
-                scheduled = start + k * interval + c * interval / clients
-                delay = scheduled - loop.time()
-                if delay > 0:
-                    await asyncio.sleep(delay)
-                tasks.append(asyncio.create_task(one(c, scheduled)))
-        await asyncio.gather(*tasks)
-    lat = sorted(latencies)
-    return {
-        "p50_ms": _percentile(lat, 0.50),
-        "p99_ms": _percentile(lat, 0.99),
-        "requests": len(lat),
-        "codes": codes,
-        "not_modified_share": codes.get("304", 0) / max(1, len(lat)),
-        "load_generator_lag_p99_ms": _percentile(sorted(lags), 0.99),
-    }
-
-
-def _generator(conn: Any) -> None:
-    while True:
-        job = conn.recv()
-        if job is None:
-            return
-        conn.send(asyncio.run(_open_loop(**job)))
-
-
-class LoadGenerator:
-    """A spawned process running open loops on request (no interpreter shared with the
-    fake drivers or the service)."""
-
-    def __init__(self) -> None:
-        ctx = multiprocessing.get_context("spawn")
-        self._conn, child = ctx.Pipe()
-        self._proc = ctx.Process(target=_generator, args=(child,), daemon=True)
-        self._proc.start()
-
-    def run(self, timeout: float, **kwargs: Any) -> dict[str, Any]:
-        self._conn.send(kwargs)
-        if not self._conn.poll(timeout):
-            raise TimeoutError(f"the open loop did not finish within {timeout} s")
-        result: dict[str, Any] = self._conn.recv()
-        return result
-
-    def close(self) -> None:
-        self._conn.send(None)
-        self._proc.join(timeout=10)
-        if self._proc.is_alive():
-            self._proc.kill()
 
 
 # ------------------------------------------------------------------------ service and store
@@ -348,10 +252,12 @@ def _apps_point(
         for r in range(args.repeats):
             cpu0 = cpu_ms(proc.pid)
             res = gen.run(
+                "open",
                 args.service_window_s + 120,
                 url=url,
-                apps=n,
-                pages=PAGES_PER_APP,
+                token=ADMIN_TOKEN,
+                # Page c polls application c // PAGES_PER_APP.
+                paths=[sample_path(c // PAGES_PER_APP) for c in range(n * PAGES_PER_APP)],
                 interval=1.0,
                 duration=args.service_window_s,
             )

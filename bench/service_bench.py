@@ -41,11 +41,8 @@ Against a running service instead, the open loop only::
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
-import multiprocessing
 import os
-import re
 import socket
 import subprocess
 import sys
@@ -61,6 +58,7 @@ import httpx
 from cryptography.fernet import Fernet
 
 sys.path.insert(0, str(Path(__file__).parent))
+from load_generator import LoadGenerator
 from provenance import run_info
 from spread import median_ci
 
@@ -71,9 +69,6 @@ PG_ADMIN_URL = os.environ.get("SPARKGLASS_TEST_PG", "postgresql://postgres@127.0
 #: The service's gzip settings (``service/app.py``: ``gzip_min_bytes`` default, level 5).
 GZIP_MIN_BYTES = 1024
 GZIP_LEVEL = 5
-#: How long the open loop waits for answers after its last send, s (then: "unfinished").
-OPEN_LOOP_GRACE_S = 30.0
-_ROUND_ID = re.compile(rb'"roundId":"([^"]+)"')
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
 STORE_KEY = Fernet.generate_key().decode()
 
@@ -82,160 +77,10 @@ def sample_path(vertex: str) -> str:
     return f"/api/v1/namespaces/local/applications/{APP}/vertices/{vertex}/data-sample"
 
 
-def _percentile(sorted_values: list[float], q: float) -> float:
-    if not sorted_values:
-        return float("nan")
-    k = min(len(sorted_values) - 1, max(0, round(q * (len(sorted_values) - 1))))
-    return sorted_values[k]
-
-
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-# --- load generator (runs in its own process) -------------------------------------------
-
-
-async def _open_loop(
-    url: str, path: str, token: str, clients: int, interval: float, duration: float
-) -> dict[str, Any]:
-    limits = httpx.Limits(max_connections=clients * 2, max_keepalive_connections=clients * 2)
-    latencies: list[float] = []
-    lags: list[float] = []
-    codes: dict[str, int] = {}
-    round_ids: set[bytes] = set()
-    async with httpx.AsyncClient(
-        base_url=url, headers={"Authorization": f"Bearer {token}"}, limits=limits, timeout=30
-    ) as http:
-        loop = asyncio.get_running_loop()
-        start = loop.time() + 0.5
-        held: list[str | None] = [None] * clients
-
-        async def one(client: int, scheduled: float) -> None:
-            lags.append((loop.time() - scheduled) * 1000)
-            headers = {"If-None-Match": held[client]} if held[client] else {}
-            try:
-                r = await http.get(path, headers=headers)
-                code = str(r.status_code)
-                if r.status_code == 200:
-                    held[client] = r.headers.get("etag")
-                    m = _ROUND_ID.search(r.content[:2000])
-                    if m:
-                        round_ids.add(m.group(1))
-            except httpx.HTTPError as exc:
-                code = type(exc).__name__
-            latencies.append((loop.time() - scheduled) * 1000)
-            codes[code] = codes.get(code, 0) + 1
-
-        tasks: list[asyncio.Task[None]] = []
-        scheduled_of: dict[asyncio.Task[None], float] = {}
-        ticks = int(duration / interval)
-        for k in range(ticks):
-            for c in range(clients):
-                # Arrivals spread evenly over the interval, as independent pages are.
-                scheduled = start + k * interval + c * interval / clients
-                delay = scheduled - loop.time()
-                if delay > 0:
-                    await asyncio.sleep(delay)
-                task = asyncio.create_task(one(c, scheduled))
-                tasks.append(task)
-                scheduled_of[task] = scheduled
-        # A saturated service must still yield a figure, not a hung bench: requests still
-        # open OPEN_LOOP_GRACE_S after the last send are cancelled and counted as
-        # "unfinished", with their latency so far (a lower bound, so p99 is one too).
-        _, pending = await asyncio.wait(tasks, timeout=OPEN_LOOP_GRACE_S)
-        cut = loop.time()
-        for task in pending:
-            task.cancel()
-        await asyncio.gather(*pending, return_exceptions=True)
-        if pending:
-            codes["unfinished"] = len(pending)
-            latencies.extend((cut - scheduled_of[t]) * 1000 for t in pending)
-    lat = sorted(latencies)
-    return {
-        "p50_ms": round(_percentile(lat, 0.50), 2),
-        "p99_ms": round(_percentile(lat, 0.99), 2),
-        "max_ms": round(lat[-1], 2) if lat else None,
-        "requests": len(lat),
-        "codes": codes,
-        "not_modified_share": round(codes.get("304", 0) / max(1, len(lat)), 3),
-        "load_generator_lag_p99_ms": round(_percentile(sorted(lags), 0.99), 2),
-        "rounds_seen": len(round_ids),
-    }
-
-
-async def _closed_loop(
-    url: str, path: str, token: str, clients: int, duration: float, conditional: bool
-) -> dict[str, Any]:
-    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
-    count = 0
-    bytes_in = 0
-    errors = 0
-    async with httpx.AsyncClient(
-        base_url=url, headers={"Authorization": f"Bearer {token}"}, limits=limits, timeout=30
-    ) as http:
-        stop = time.monotonic() + duration
-
-        async def client() -> None:
-            nonlocal count, bytes_in, errors
-            etag: str | None = None  # the tag of the body this client holds, as a page's
-            while time.monotonic() < stop:
-                headers = {"If-None-Match": etag} if conditional and etag else {}
-                try:
-                    r = await http.get(path, headers=headers)
-                    if r.status_code in (200, 304):
-                        count += 1
-                        bytes_in += len(r.content)
-                        if r.status_code == 200:
-                            etag = r.headers.get("etag")
-                    else:
-                        errors += 1
-                except httpx.HTTPError:
-                    errors += 1
-
-        started = time.monotonic()
-        await asyncio.gather(*(client() for _ in range(clients)))
-        elapsed = time.monotonic() - started
-    return {
-        "requests_per_s": count / elapsed,
-        "requests": count,
-        "errors": errors,
-        "mean_body_bytes": bytes_in // max(1, count),
-    }
-
-
-def _generator(conn: Any) -> None:
-    while True:
-        job = conn.recv()
-        if job is None:
-            return
-        kind, kwargs = job
-        fn = _open_loop if kind == "open" else _closed_loop
-        conn.send(asyncio.run(fn(**kwargs)))
-
-
-class LoadGenerator:
-    """A child process that runs loads on request (so it shares no interpreter with Spark
-    or the service)."""
-
-    def __init__(self) -> None:
-        ctx = multiprocessing.get_context("spawn")
-        self._conn, child = ctx.Pipe()
-        self._proc = ctx.Process(target=_generator, args=(child,), daemon=True)
-        self._proc.start()
-
-    def run(self, kind: str, timeout: float, **kwargs: Any) -> dict[str, Any]:
-        self._conn.send((kind, kwargs))
-        if not self._conn.poll(timeout):
-            raise TimeoutError(f"the {kind} load did not finish within {timeout} s")
-        result: dict[str, Any] = self._conn.recv()
-        return result
-
-    def close(self) -> None:
-        self._conn.send(None)
-        self._proc.join(timeout=10)
 
 
 # --- processes under test ----------------------------------------------------------------
@@ -463,9 +308,8 @@ def bench_store(
             "open",
             timeout,
             url=url,
-            path=path,
             token=ADMIN_TOKEN,
-            clients=args.clients,
+            paths=[path] * args.clients,
             interval=args.interval,
             duration=args.open_seconds,
         )
@@ -474,9 +318,8 @@ def bench_store(
                 "open",
                 timeout,
                 url=anchor_url,
-                path=path,
                 token=ADMIN_TOKEN,
-                clients=args.clients,
+                paths=[path] * args.clients,
                 interval=args.interval,
                 duration=args.open_seconds,
             )
@@ -552,9 +395,8 @@ def bench_workers(
             "open",
             args.open_seconds + 120,
             url=url,
-            path=path,
             token=ADMIN_TOKEN,
-            clients=args.clients,
+            paths=[path] * args.clients,
             interval=args.interval,
             duration=args.open_seconds,
         )
@@ -590,10 +432,15 @@ def cpu_partition(enabled: bool) -> dict[str, list[int]] | None:
 
 
 @contextmanager
-def demo_driver(spark_cores: list[int] | None = None) -> Iterator[tuple[str, str]]:
+def demo_driver(
+    spark_cores: list[int] | None = None, refresh_interval_s: float = 10.0
+) -> Iterator[tuple[str, str]]:
     """The flights demo streaming on a local Spark with sampling on; yields its control
     endpoint (url, token). ``spark_cores``: the cores the driver's JVM and this process's
-    Python side of the driver run on (the affinity of this process is set to them)."""
+    Python side of the driver run on (the affinity of this process is set to them).
+    ``refresh_interval_s``: the application's own ``refresh-interval``, which the service
+    follows (a service setting only stands in for an application that states none, and the
+    driver states its default, 60 s)."""
     from sparkglass.demo.flights import build_pipeline
     from sparkglass.demo.replay import FlightReplay
     from sparkglass.runtime.sampling import registry
@@ -609,7 +456,10 @@ def demo_driver(spark_cores: list[int] | None = None) -> Iterator[tuple[str, str
     spark = spark_session(
         "sparkglass-service-bench",
         master="local[2]",
-        conf={"spark.sparkglass.sampling.enabled": "true"},
+        conf={
+            "spark.sparkglass.sampling.enabled": "true",
+            "spark.sparkglass.sampling.refresh-interval": f"{int(refresh_interval_s * 1000)}ms",
+        },
     )
     spark.sparkContext.setLogLevel("ERROR")
     pipeline = build_pipeline(spark, work, max_files_per_trigger=1, trigger_seconds=1.0)
@@ -660,7 +510,12 @@ def main() -> None:
     parser.add_argument("--closed-clients", type=int, default=50, help="Closed-loop clients.")
     parser.add_argument("--rounds", type=int, default=5, help="Closed-loop rounds per variant.")
     parser.add_argument("--round-seconds", type=float, default=5.0, help="Closed-loop round, s.")
-    parser.add_argument("--refresh-interval", type=float, default=10.0, help="Service's, s.")
+    parser.add_argument(
+        "--refresh-interval",
+        type=float,
+        default=10.0,
+        help="The demo application's refresh-interval (and the service's), s [10].",
+    )
     parser.add_argument("--stores", default="sqlite,postgresql", help="Comma-separated.")
     parser.add_argument(
         "--cpu-partition",
@@ -693,9 +548,8 @@ def main() -> None:
                 "open",
                 args.open_seconds + 120,
                 url=args.url.rstrip("/"),
-                path=sample_path(args.vertex),
                 token=args.token,
-                clients=args.clients,
+                paths=[sample_path(args.vertex)] * args.clients,
                 interval=args.interval,
                 duration=args.open_seconds,
             )
@@ -726,7 +580,10 @@ def run_all(
         "run": run_info(),
         "stores": {},
     }
-    with demo_driver(split["spark"] if split else None) as driver, postgres_database() as pg_url:
+    with (
+        demo_driver(split["spark"] if split else None, args.refresh_interval) as driver,
+        postgres_database() as pg_url,
+    ):
         work = Path(tempfile.mkdtemp(prefix="sparkglass-service-bench-"))
         for store in stores:
             if store == "sqlite":
