@@ -36,6 +36,7 @@ from .execution.local import LocalDriverExecutor
 from .kube import make_api_client
 from .metrics import ServiceMetrics
 from .pipeline_progress import PipelineProgressReader
+from .result_body import GZIP_LEVEL
 from .retention import RetentionSweeper
 from .routers import applications, audit, operations, progress, samples
 from .security import AuthFailureLimiter, BodyLimitMiddleware, SecurityHeadersMiddleware
@@ -225,7 +226,9 @@ def create_app(
     # limit wraps the application's own receive.
     # Innermost: a data-sample body (~100 KB of JSON for the demo) shrinks about tenfold;
     # 304s and small answers are sent as they are.
-    app.add_middleware(GZipMiddleware, minimum_size=settings.gzip_min_bytes, compresslevel=5)
+    app.add_middleware(
+        GZipMiddleware, minimum_size=settings.gzip_min_bytes, compresslevel=GZIP_LEVEL
+    )
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(
         AuthFailureLimiter,

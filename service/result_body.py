@@ -26,6 +26,10 @@ large result:
   of ``result_cache_bytes``. A cached body is sent by copying one chunk at a time out of the
   cache, never by holding the body: an evicted body is freed at once, and the rest of the
   response is written from the store again;
+* a cached body of at least ``gzip_min_bytes`` is also kept gzip-compressed (compressed
+  once, when it is built), and clients that accept gzip get those bytes: when a round turns
+  over and 200 open pages fetch its new body, the compression is not done 200 times (the
+  service's gzip middleware passes a body that already has a ``Content-Encoding``);
 * every body carries a weak ``ETag`` (:func:`entity_tag`), and a request whose
   ``If-None-Match`` names it gets ``304 Not Modified`` with no body: 200 open pages polling an
   unchanged result cost the service a hash of the round's head each, not 200 bodies.
@@ -36,6 +40,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import gzip
 import hashlib
 import io
 import threading
@@ -442,6 +447,23 @@ def _skip(chunks: Iterator[bytes], offset: int) -> Iterator[bytes]:
 #: A rendered body's cache key: (round id, stale, subtaskIndex, maxRecords).
 _BodyKey = tuple[str, bool, int | None, int | None]
 
+#: gzip level of the service's responses (its GZipMiddleware uses the same).
+GZIP_LEVEL = 5
+
+
+@dataclass(frozen=True)
+class CachedBody:
+    """A rendered body, and its gzip compression when it is large enough to be sent
+    compressed (``None`` otherwise)."""
+
+    raw: bytes
+    gzipped: bytes | None
+
+    @property
+    def size(self) -> int:
+        """Bytes held: both forms."""
+        return len(self.raw) + len(self.gzipped or b"")
+
 
 class ResultBodies:
     """Sends bodies of stored rounds, keeping finished unfiltered ones in a byte budget.
@@ -460,12 +482,15 @@ class ResultBodies:
         gate: threading.Semaphore,
         streams: StreamGate | None = None,
         stream_wait_s: float = 30.0,
+        gzip_min_bytes: int | None = None,
     ) -> None:
         self._sessions = sessions
+        #: Cached bodies of at least this size are kept gzip-compressed too (None: never).
+        self._gzip_min_bytes = gzip_min_bytes
         self._gate = gate
         self._streams = streams or StreamGate(8)
         self._stream_wait_s = stream_wait_s
-        self._cache: ByteLRU[_BodyKey, bytes] = ByteLRU(max_bytes)
+        self._cache: ByteLRU[_BodyKey, CachedBody] = ByteLRU(max_bytes)
         self._entry_max = max_bytes // ENTRY_SHARE
         #: key -> body size, for bodies found too large for the cache, so the next request
         #: streams at once instead of building it again.
@@ -479,7 +504,7 @@ class ResultBodies:
         self._building_lock = threading.Lock()
 
     @property
-    def cache(self) -> ByteLRU[_BodyKey, bytes]:
+    def cache(self) -> ByteLRU[_BodyKey, CachedBody]:
         """The cache of rendered bodies (its ``bytes`` never exceed ``max_bytes``)."""
         return self._cache
 
@@ -522,11 +547,13 @@ class ResultBodies:
         subtask_index: int | None,
         max_records: int | None,
         if_none_match: str | None = None,
+        accept_gzip: bool = False,
     ) -> tuple[Response, int]:
         """The response carrying ``head``'s body after the post-filters, and how many records
         it carries. A request whose ``if_none_match`` matches the body's :func:`entity_tag`
         gets ``304`` and nothing is read from the store. Runs store reads in the thread
-        pool; a cached body is sent from the event loop."""
+        pool; a cached body is sent from the event loop, compressed when the client
+        ``accept_gzip`` and the body was large enough to be compressed."""
         etag = entity_tag(head, subtask_index, max_records)
         if not_modified(if_none_match, etag):
             return not_modified_response(etag), 0
@@ -536,10 +563,11 @@ class ResultBodies:
         plan: BodyPlan | None = None
         if cacheable:
             size = self._cached_size(key)
-            if size is None and self._too_large.get(key) is None:
+            if size is None and self._too_large.get(key) is None and has_records(head):
                 size, plan = await self._build_once(key, head)
             if size is not None:
-                return self._from_cache(key, size, head, headers), self._records_of(key, head)
+                response = self._from_cache(key, size, head, headers, accept_gzip)
+                return response, self._records_of(key, head)
         if plan is None:
             plan = await run_in_threadpool(self.plan, head, subtask_index, max_records)
         if not plan.quotas:  # the head alone: a few hundred bytes
@@ -560,6 +588,8 @@ class ResultBodies:
             building = self._building.get(key)
             if building is None:
                 building = concurrent.futures.Future()
+                # Running: it can no longer be cancelled, so set_result() below always holds.
+                building.set_running_or_notify_cancel()
                 self._building[key] = building
                 leader = True
             else:
@@ -576,9 +606,11 @@ class ResultBodies:
                     self._record_counts.put(key, plan.record_count, _SIZE_ENTRY_BYTES)
             return size, plan
         finally:
-            with self._building_lock:
-                del self._building[key]
-            building.set_result(size)
+            try:
+                with self._building_lock:
+                    self._building.pop(key, None)
+            finally:
+                building.set_result(size)
 
     def _records_of(self, key: _BodyKey, head: DataSampleResult) -> int:
         """Records in the cached body of ``key`` (for the audit log)."""
@@ -587,7 +619,7 @@ class ResultBodies:
 
     def _cached_size(self, key: _BodyKey) -> int | None:
         body = self._cache.get(key)
-        return None if body is None else len(body)
+        return None if body is None else len(body.raw)
 
     def _fill(self, key: _BodyKey, plan: BodyPlan) -> int | None:
         """Render ``plan`` into the cache if a memory pass is free and the body fits an
@@ -603,25 +635,46 @@ class ResultBodies:
                     return None
             body = out.getvalue()
             del out
-            return len(body) if self._cache.put(key, body, len(body)) else None
+            gzipped = None
+            if self._gzip_min_bytes is not None and len(body) >= self._gzip_min_bytes:
+                gzipped = gzip.compress(body, compresslevel=GZIP_LEVEL, mtime=0)
+            entry = CachedBody(body, gzipped)
+            return len(body) if self._cache.put(key, entry, entry.size) else None
         finally:
             self._gate.release()
 
     def _from_cache(
-        self, key: _BodyKey, size: int, head: DataSampleResult, headers: dict[str, str]
+        self,
+        key: _BodyKey,
+        size: int,
+        head: DataSampleResult,
+        headers: dict[str, str],
+        accept_gzip: bool = False,
     ) -> Response:
-        """A response sending the cached body of ``key`` (``size`` bytes)."""
+        """A response sending the cached body of ``key`` (``size`` bytes uncompressed):
+        its gzip form when the client accepts it and it fits one chunk, else the body."""
         _, _, subtask_index, max_records = key
-        if size <= CHUNK_BYTES:
-            body = self._cache.get(key)
-            if body is not None:
-                return Response(body, media_type=_MEDIA_TYPE, headers=headers)
+        cached = self._cache.get(key)
+        if (
+            accept_gzip
+            and cached is not None
+            and cached.gzipped is not None
+            and len(cached.gzipped) <= CHUNK_BYTES
+        ):
+            return Response(
+                cached.gzipped,
+                media_type=_MEDIA_TYPE,
+                headers={**headers, "content-encoding": "gzip", "vary": "Accept-Encoding"},
+            )
+        if size <= CHUNK_BYTES and cached is not None:
+            return Response(cached.raw, media_type=_MEDIA_TYPE, headers=headers)
+        del cached
 
         async def pieces() -> AsyncIterator[bytes]:
             offset = 0
             while offset < size:
-                body = self._cache.get(key)
-                if body is None:  # evicted meanwhile: the rest comes from the store
+                entry = self._cache.get(key)
+                if entry is None:  # evicted meanwhile: the rest comes from the store
                     # Under the stream gate like any body from the store; the answer has
                     # started, so it waits as long as it takes (holding nothing meanwhile).
                     await self._streams.acquire(None)
@@ -632,8 +685,8 @@ class ResultBodies:
                         yield chunk
                     return
                 # A copy of one chunk: the body itself is not kept across the send.
-                chunk = body[offset : offset + CHUNK_BYTES]
-                del body
+                chunk = entry.raw[offset : offset + CHUNK_BYTES]
+                del entry
                 offset += len(chunk)
                 yield chunk
 

@@ -114,6 +114,9 @@ class SharedRounds:
         #: (application id, vertex) -> rounds of it this replica saw end: a poll that read
         #: the store before a round ended must not keep its stale answer after.
         self._rounds_ended: dict[tuple[int, str], int] = {}
+        #: Bumped by forget(): a poll that read the store before an application was
+        #: forgotten keeps nothing of it (SQLite may give a new application the same id).
+        self._forgotten = 0
         self._cache_lock = threading.Lock()
         self._futures: set[Future[None]] = set()
         #: Bounds the full results (up to ~50 MB each) being fetched and saved, and the
@@ -128,6 +131,7 @@ class SharedRounds:
             self._memory_gate,
             StreamGate(settings.stream_concurrency),
             settings.stream_wait_seconds,
+            gzip_min_bytes=settings.gzip_min_bytes,
         )
 
     @property
@@ -196,7 +200,11 @@ class SharedRounds:
         if cached is not None:
             return cached
         with self._cache_lock:
-            ended_before = self._rounds_ended.get(fresh_key, 0)
+            seen = (self._rounds_ended.get(fresh_key, 0), self._forgotten)
+            self._prune(t, time.monotonic())
+        # The interim answer lasts from before the store read: a poll that waited long for
+        # the store (a loaded replica) must not keep a stale answer past INTERIM_ANSWER_S.
+        read_at = time.monotonic()
         started: Round | None = None
         with self._sessions.begin() as session:
             latest = repository.latest_finished_round(session, app.id, vertex)
@@ -207,8 +215,9 @@ class SharedRounds:
             ):
                 result = repository.round_head(latest)
                 with self._cache_lock:
-                    expires = (latest.end_timestamp or 0) + policy.refresh_ms
-                    self._fresh[fresh_key] = (expires, result)
+                    if self._forgotten == seen[1]:
+                        expires = (latest.end_timestamp or 0) + policy.refresh_ms
+                        self._fresh[fresh_key] = (expires, result)
                 return PollAnswer(result, None)
             abandoned_before = t - int(policy.deadline_s * 1000) - 5000
             running = repository.running_round(
@@ -240,10 +249,11 @@ class SharedRounds:
                 status=SampleStatus.PENDING, round_id=running.id if running else None
             )
         )
-        if running is not None:
+        expires_at = read_at + INTERIM_ANSWER_S
+        if running is not None and time.monotonic() < expires_at:
             with self._cache_lock:
-                if self._rounds_ended.get(fresh_key, 0) == ended_before:
-                    self._interim[fresh_key] = (time.monotonic() + INTERIM_ANSWER_S, answer)
+                if (self._rounds_ended.get(fresh_key, 0), self._forgotten) == seen:
+                    self._interim[fresh_key] = (expires_at, answer)
         if started is not None:
             self._launch(app, vertex, started.id, actor, policy)
         return PollAnswer(answer, started.id if started else None)
@@ -281,7 +291,8 @@ class SharedRounds:
         future = self._pool.submit(self._run, request)
         self._futures.add(future)
         # Before the discard: once wait_idle() sees no round, their interim answers are gone.
-        future.add_done_callback(lambda _: self._drop_interim((app.id, vertex)))
+        key = (app.id, vertex)
+        future.add_done_callback(lambda _: self._drop_interim(key))
         future.add_done_callback(self._futures.discard)
 
     def _run(self, request: RoundRequest) -> None:
@@ -358,6 +369,14 @@ class SharedRounds:
         self._metrics.rounds.labels(result.status.value).inc()
         self._metrics.round_duration.observe(time.monotonic() - start)
 
+    def _prune(self, now_ms: int, now: float) -> None:
+        """Drop expired answers (called with the cache lock held, when a poll reads the
+        store): both maps then hold only vertices polled within their lifetimes."""
+        for k in [k for k, (exp, _) in self._fresh.items() if exp <= now_ms]:
+            del self._fresh[k]
+        for k in [k for k, (exp, _) in self._interim.items() if exp <= now]:
+            del self._interim[k]
+
     def _drop_interim(self, key: tuple[int, str]) -> None:
         """Forget the answer given while a round of ``key`` ran (it just ended): the next
         poll reads the store and finds the new result."""
@@ -388,6 +407,7 @@ class SharedRounds:
     def forget(self, application_id: int) -> None:
         """Drop cached answers of an application (it was deleted or re-registered)."""
         with self._cache_lock:
+            self._forgotten += 1
             for cache in (self._fresh, self._interim, self._rounds_ended):
                 for key in [k for k in cache if k[0] == application_id]:
                     del cache[key]

@@ -205,7 +205,11 @@ async def data_sample(
     # time: no request holds a whole result (result_body.py).
     result = answer.result
     response, record_count = await state.coordinator.bodies.response(
-        result, subtask_index, max_records, if_none_match
+        result,
+        subtask_index,
+        max_records,
+        if_none_match,
+        accept_gzip="gzip" in http_request.headers.get("accept-encoding", ""),
     )
     state.audit.record(
         AuditRecord(

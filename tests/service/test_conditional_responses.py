@@ -4,6 +4,8 @@ large bodies; on SQLite and PostgreSQL, through the real service."""
 
 from __future__ import annotations
 
+import gzip
+
 import pytest
 
 from sparkglass.service import result_body
@@ -116,3 +118,31 @@ def test_the_tag_depends_on_the_head_and_the_filters() -> None:
     assert entity_tag(head, max_records=5) != entity_tag(head, subtask_index=5)
     assert entity_tag(head) != entity_tag(head.model_copy(update={"stale": True}))
     assert entity_tag(head) != entity_tag(head.model_copy(update={"round_id": "r2"}))
+
+
+def test_a_cached_body_is_compressed_once_for_every_page(
+    make_service: ServiceFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client = make_service(gzip_min_bytes=200)
+    compressed: list[int] = []
+    real_compress = gzip.compress
+
+    def counting(data: bytes, *args: object, **kwargs: object) -> bytes:
+        compressed.append(len(data))
+        return real_compress(data, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(result_body.gzip, "compress", counting)
+    done = poll_until_done(client, "many")  # 5,000 records: the body is cached on first read
+    headers = {**auth("viewer"), "Accept-Encoding": "gzip"}
+    answers = [client.get(sample_url("many"), headers=headers) for _ in range(5)]
+    assert compressed == [compressed[0]] and compressed[0] > 200  # once, the whole body
+    for r in answers:
+        assert r.headers["content-encoding"] == "gzip"
+        assert r.headers["vary"] == "Accept-Encoding"
+        assert int(r.headers["content-length"]) < compressed[0]  # sent as compressed
+        assert r.json()["totalRecordCount"] == done["totalRecordCount"] == 5000
+    # The same JSON as the uncompressed answer once decoded (httpx decodes gzip).
+    identity = {**auth("viewer"), "Accept-Encoding": "identity"}
+    plain = client.get(sample_url("many"), headers=identity)
+    assert "content-encoding" not in plain.headers
+    assert answers[0].json() == plain.json()

@@ -20,6 +20,7 @@ from sqlalchemy.engine import Engine
 from sparkglass.service import shared_rounds
 from sparkglass.service.app import create_app
 from sparkglass.service.catalog import register_local_application
+from sparkglass.service.lookups import application_or_404
 from sparkglass.service.settings import Settings
 from sparkglass.service.shared_rounds import INTERIM_ANSWER_S
 from sparkglass.service.store import repository
@@ -70,31 +71,38 @@ def test_polls_during_a_round_are_answered_from_memory_and_its_end_is_seen_at_on
     assert len(reads) <= 2 * (elapsed / INTERIM_ANSWER_S + 2), (len(reads), elapsed)
     running = [a for a in answers if a["stale"]]
     assert running and all(a["roundId"] == first["roundId"] for a in running)
-    # The replica that ran the round drops the interim answer when it ends: the very next
-    # poll has the new result, without waiting out INTERIM_ANSWER_S.
-    state.coordinator.wait_idle(60)
+    # The replica that ran the round drops the interim answer when it ends: the poll right
+    # after has the new result, without waiting out INTERIM_ANSWER_S. Pages keep polling
+    # meanwhile, so an interim answer is always fresh when the round ends.
+    stop = threading.Event()
+
+    def page() -> None:
+        while not stop.is_set():
+            client.get(sample_url("slow"), headers=auth("viewer"))
+            time.sleep(0.05)
+
+    poller = threading.Thread(target=page)
+    poller.start()
+    try:
+        state.coordinator.wait_idle(60)
+    finally:
+        stop.set()
+        poller.join()
     after = client.get(sample_url("slow"), headers=auth("viewer")).json()
-    assert not after["stale"] and after["roundId"] != first["roundId"]
-    assert after["status"] == "COMPLETE"
+    assert after["roundId"] != first["roundId"] and after["status"] == "COMPLETE", after
 
 
 def test_a_stale_answer_read_before_the_round_ended_is_not_kept_after_it(
     make_service: ServiceFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The interleaving a loaded replica can produce: a poll reads "round running" from the
-    # store, the round ends and drops the interim answer, then the poll caches what it read.
-    client = make_service(refresh_interval_seconds=1.0)
+    # store, the round ends (and drops the interim answer), then the poll would cache what
+    # it read. White-box: only a stand-in store read can put the round's end in between.
+    client = make_service(round_timeout_seconds=30.0)
     state = client.app.state.sparkglass  # type: ignore[attr-defined]
     coordinator = state.coordinator
-    poll_until_done(client, "slow")
-    deadline = time.monotonic() + 60
-    while not client.get(sample_url("slow"), headers=auth("sampler")).json()["stale"]:
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
-    app = state.applications.get("local", "flights")
-    key = (app.id, "slow")
-    with coordinator._cache_lock:
-        coordinator._interim.pop(key, None)  # the next poll reads the store
+    app = application_or_404(state, "local", "flights")
+    key = (app.id, "stuck")  # rounds of "stuck" run until they time out (30 s)
     real_running_round = repository.running_round
 
     def running_then_ended(*args: Any, **kwargs: Any) -> Any:
@@ -103,9 +111,25 @@ def test_a_stale_answer_read_before_the_round_ended_is_not_kept_after_it(
         return row
 
     monkeypatch.setattr(shared_rounds.repository, "running_round", running_then_ended)
-    answer = coordinator.poll(app, "slow", actor="viewer-user", may_trigger=lambda: False)
-    assert answer.result.stale
-    assert coordinator.fresh_answer(app, "slow") is None  # nothing kept past the round's end
+    answer = coordinator.poll(app, "stuck", actor="sampler-user", may_trigger=lambda: True)
+    assert answer.started_round and answer.result.status.value == "PENDING"
+    assert coordinator.fresh_answer(app, "stuck") is None  # nothing kept past the end
+    monkeypatch.undo()
+    # The same poll without the round ending in between keeps its answer.
+    again = coordinator.poll(app, "stuck", actor="viewer-user", may_trigger=lambda: False)
+    assert again.result.round_id == answer.started_round
+    kept = coordinator.fresh_answer(app, "stuck")
+    assert kept is not None and kept.result.round_id == answer.started_round
+
+
+def test_forgetting_an_application_drops_its_answers(make_service: ServiceFactory) -> None:
+    client = make_service()
+    state = client.app.state.sparkglass  # type: ignore[attr-defined]
+    poll_until_done(client, "parse")
+    app = application_or_404(state, "local", "flights")
+    assert state.coordinator.fresh_answer(app, "parse") is not None
+    state.coordinator.forget(app.id)
+    assert state.coordinator.fresh_answer(app, "parse") is None
 
 
 def _replica(db_url: str, tokens_file: Path) -> Any:
@@ -128,7 +152,7 @@ def test_pages_asking_for_a_new_body_at_once_read_its_records_once(
     first, second = _replica(db_url, tokens_file), _replica(db_url, tokens_file)
     register_local_application(first.state.sparkglass.sessions, "flights", fake_driver.url, TOKEN)
     pages = 24
-    barrier = threading.Barrier(pages)
+    barrier = threading.Barrier(pages, timeout=60)
     with ServerThread(first) as a, ServerThread(second) as b:
         with httpx.Client(base_url=a.url, timeout=60) as http:
             deadline = time.monotonic() + 60
