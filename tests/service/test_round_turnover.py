@@ -98,11 +98,13 @@ def test_a_stale_answer_read_before_the_round_ended_is_not_kept_after_it(
     # The interleaving a loaded replica can produce: a poll reads "round running" from the
     # store, the round ends (and drops the interim answer), then the poll would cache what
     # it read. White-box: only a stand-in store read can put the round's end in between.
-    client = make_service(round_timeout_seconds=30.0)
+    # 5 s: the round is still running for the two polls below (milliseconds apart), and it
+    # times out before the fixture's teardown stops waiting for rounds (10 s).
+    client = make_service(round_timeout_seconds=5.0)
     state = client.app.state.sparkglass  # type: ignore[attr-defined]
     coordinator = state.coordinator
     app = application_or_404(state, "local", "flights")
-    key = (app.id, "stuck")  # rounds of "stuck" run until they time out (30 s)
+    key = (app.id, "stuck")  # rounds of "stuck" run until they time out
     real_running_round = repository.running_round
 
     def running_then_ended(*args: Any, **kwargs: Any) -> Any:
