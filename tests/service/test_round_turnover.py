@@ -18,16 +18,14 @@ from sqlalchemy import event
 from sqlalchemy.engine import Engine
 
 from sparkglass.service import shared_rounds
-from sparkglass.service.app import create_app
-from sparkglass.service.catalog import register_local_application
 from sparkglass.service.lookups import application_or_404
-from sparkglass.service.settings import Settings
 from sparkglass.service.shared_rounds import INTERIM_ANSWER_S
 from sparkglass.service.store import repository
 
-from .conftest import STORE_KEY, ServiceFactory, auth
-from .fake_driver import TOKEN, FakeDriver, ServerThread
+from .conftest import ServiceFactory, auth
+from .fake_driver import FakeDriver, ServerThread
 from .test_data_sample_api import poll_until_done, sample_url
+from .test_shared_rounds import _replicas
 
 
 @contextmanager
@@ -134,25 +132,10 @@ def test_forgetting_an_application_drops_its_answers(make_service: ServiceFactor
     assert state.coordinator.fresh_answer(app, "parse") is None
 
 
-def _replica(db_url: str, tokens_file: Path) -> Any:
-    return create_app(
-        Settings(
-            database_url=db_url,
-            tokens_file=tokens_file,
-            store_key=STORE_KEY,
-            refresh_interval_seconds=60.0,
-            round_timeout_seconds=60.0,
-            round_grace_seconds=0.0,
-            poll_interval_seconds=0.05,
-        )
-    )
-
-
 def test_pages_asking_for_a_new_body_at_once_read_its_records_once(
     db_url: str, tokens_file: Path, fake_driver: FakeDriver
 ) -> None:
-    first, second = _replica(db_url, tokens_file), _replica(db_url, tokens_file)
-    register_local_application(first.state.sparkglass.sessions, "flights", fake_driver.url, TOKEN)
+    first, second = _replicas(db_url, tokens_file, fake_driver, refresh=60)
     pages = 24
     barrier = threading.Barrier(pages, timeout=60)
     with ServerThread(first) as a, ServerThread(second) as b:
@@ -177,6 +160,8 @@ def test_pages_asking_for_a_new_body_at_once_read_its_records_once(
             with ThreadPoolExecutor(pages) as pool:
                 answers = list(pool.map(poll, range(pages)))
         first.state.sparkglass.coordinator.wait_idle(10)
+    for app in (first, second):
+        app.state.sparkglass.sessions.kw["bind"].dispose()
     assert answers == [(200, 5000)] * pages
     # One page of records per subtask (1,000 records of ~200 bytes fit one page), read once
     # for all 24 pages.
