@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
 
 K = TypeVar("K", bound=Hashable)
@@ -70,6 +70,14 @@ class ByteLRU(Generic[K, V]):
                 _, (_, dropped) = self._data.popitem(last=False)
                 self._bytes -= dropped
             return True
+
+    def discard_where(self, predicate: Callable[[K], bool]) -> int:
+        """Forget every key for which ``predicate`` is true; how many were dropped."""
+        with self._lock:
+            keys = [k for k in self._data if predicate(k)]
+            for k in keys:
+                self._bytes -= self._data.pop(k)[1]
+            return len(keys)
 
     def discard(self, key: K) -> None:
         """Forget ``key`` if present."""

@@ -444,8 +444,12 @@ def _skip(chunks: Iterator[bytes], offset: int) -> Iterator[bytes]:
         offset = 0
 
 
-#: A rendered body's cache key: (round id, stale, subtaskIndex, maxRecords).
-_BodyKey = tuple[str, bool, int | None, int | None]
+#: A rendered body's cache key: (application scope, entity tag, subtaskIndex, maxRecords).
+#: The scope (namespace/application) keeps applications apart even when two stored rounds
+#: share a round id over time (a driver's round ids are not secret, and one application's
+#: row may be deleted while its body is cached); the entity tag covers the round id, stale,
+#: status, counts and both filters, so a round saved again gets a body of its own.
+_BodyKey = tuple[str, str, int | None, int | None]
 
 #: gzip level of the service's responses (its GZipMiddleware uses the same).
 GZIP_LEVEL = 5
@@ -458,6 +462,8 @@ class CachedBody:
 
     raw: bytes
     gzipped: bytes | None
+    #: Records the body carries (a filtered body carries fewer than its head says).
+    record_count: int
 
     @property
     def size(self) -> int:
@@ -495,8 +501,6 @@ class ResultBodies:
         #: key -> body size, for bodies found too large for the cache, so the next request
         #: streams at once instead of building it again.
         self._too_large: ByteLRU[_BodyKey, int] = ByteLRU(SIZE_MEMO_BYTES)
-        #: key -> records in the cached body (a filtered body carries fewer than the head).
-        self._record_counts: ByteLRU[_BodyKey, int] = ByteLRU(SIZE_MEMO_BYTES)
         #: key -> the body being built for the cache now (its size, or None: not cached).
         #: When a round turns over, every open page asks for its new body within a second;
         #: they wait for the one being built instead of each writing it from the store.
@@ -548,26 +552,30 @@ class ResultBodies:
         max_records: int | None,
         if_none_match: str | None = None,
         accept_gzip: bool = False,
+        scope: str = "",
     ) -> tuple[Response, int]:
         """The response carrying ``head``'s body after the post-filters, and how many records
         it carries. A request whose ``if_none_match`` matches the body's :func:`entity_tag`
         gets ``304`` and nothing is read from the store. Runs store reads in the thread
         pool; a cached body is sent from the event loop, compressed when the client
-        ``accept_gzip`` and the body was large enough to be compressed."""
+        ``accept_gzip`` and the body was large enough to be compressed. ``scope`` names the
+        application (``namespace/name``) the body is cached for."""
         etag = entity_tag(head, subtask_index, max_records)
         if not_modified(if_none_match, etag):
             return not_modified_response(etag), 0
         headers = validator_headers(etag)
         cacheable = head.status is not SampleStatus.PENDING and head.round_id is not None
-        key: _BodyKey = (head.round_id or "", head.stale, subtask_index, max_records)
+        key: _BodyKey = (scope, etag, subtask_index, max_records)
         plan: BodyPlan | None = None
         if cacheable:
             size = self._cached_size(key)
             if size is None and self._too_large.get(key) is None and has_records(head):
                 size, plan = await self._build_once(key, head)
             if size is not None:
-                response = self._from_cache(key, size, head, headers, accept_gzip)
-                return response, self._records_of(key, head)
+                cached = self._cache.get(key)
+                records = head.total_record_count if cached is None else cached.record_count
+                del cached
+                return self._from_cache(key, size, head, headers, accept_gzip), records
         if plan is None:
             plan = await run_in_threadpool(self.plan, head, subtask_index, max_records)
         if not plan.quotas:  # the head alone: a few hundred bytes
@@ -602,8 +610,6 @@ class ResultBodies:
             plan = await run_in_threadpool(self.plan, head, subtask_index, max_records)
             if plan.quotas:
                 size = await run_in_threadpool(self._fill, key, plan)
-                if size is not None:
-                    self._record_counts.put(key, plan.record_count, _SIZE_ENTRY_BYTES)
             return size, plan
         finally:
             try:
@@ -612,10 +618,11 @@ class ResultBodies:
             finally:
                 building.set_result(size)
 
-    def _records_of(self, key: _BodyKey, head: DataSampleResult) -> int:
-        """Records in the cached body of ``key`` (for the audit log)."""
-        count = self._record_counts.get(key)
-        return head.total_record_count if count is None else count
+    def forget(self, scope: str) -> None:
+        """Drop the cached bodies of an application (``namespace/name``): it was deleted or
+        registered again."""
+        self._cache.discard_where(lambda key: key[0] == scope)
+        self._too_large.discard_where(lambda key: key[0] == scope)
 
     def _cached_size(self, key: _BodyKey) -> int | None:
         body = self._cache.get(key)
@@ -635,13 +642,17 @@ class ResultBodies:
                     return None
             body = out.getvalue()
             del out
-            gzipped = None
-            if self._gzip_min_bytes is not None and len(body) >= self._gzip_min_bytes:
-                gzipped = gzip.compress(body, compresslevel=GZIP_LEVEL, mtime=0)
-            entry = CachedBody(body, gzipped)
-            return len(body) if self._cache.put(key, entry, entry.size) else None
         finally:
+            # Compression below needs no pass: a round saving meanwhile must not wait for it.
             self._gate.release()
+        gzipped = None
+        if self._gzip_min_bytes is not None and len(body) >= self._gzip_min_bytes:
+            gzipped = gzip.compress(body, compresslevel=GZIP_LEVEL, mtime=0)
+            # Kept only when it is sent: in one chunk, and smaller than the body.
+            if len(gzipped) > CHUNK_BYTES or len(gzipped) >= len(body):
+                gzipped = None
+        entry = CachedBody(body, gzipped, plan.record_count)
+        return len(body) if self._cache.put(key, entry, entry.size) else None
 
     def _from_cache(
         self,

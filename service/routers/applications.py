@@ -243,6 +243,7 @@ def delete_application(
         detail=f"deleted with {rounds} rounds",
     )
     state.coordinator.forget(app.id)
+    state.coordinator.bodies.forget(f"{namespace}/{application}")
     state.metrics.expectations.forget(namespace, application)
     state.driver_trust.forget(namespace, application)
     state.applications.invalidate(namespace, application)

@@ -210,6 +210,7 @@ async def data_sample(
         max_records,
         if_none_match,
         accept_gzip="gzip" in http_request.headers.get("accept-encoding", ""),
+        scope=f"{namespace}/{application}",
     )
     state.audit.record(
         AuditRecord(

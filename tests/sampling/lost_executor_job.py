@@ -54,7 +54,7 @@ def main() -> None:
         coordinator = registry.coordinator_for(spark)
         transport = coordinator.transport
         assert isinstance(transport, jvm_transport.JvmTransport)
-        transport.set_liveness_ms(4000)  # the default 5 s, shortened for the test
+        transport.set_liveness_ms(4000)  # the default 15 s, shortened for the test
         deadline = time.monotonic() + 120
         while True:
             executors = {k: v for k, v in transport.executors().items() if k != "driver"}

@@ -4,10 +4,15 @@ large bodies; on SQLite and PostgreSQL, through the real service."""
 
 from __future__ import annotations
 
+import asyncio
 import gzip
+from typing import Any
 
 import pytest
+from fastapi.testclient import TestClient
+from starlette.middleware import gzip as gzip_middleware
 
+from sparkglass.runtime.contract.sample_result import DataSampleResult
 from sparkglass.service import result_body
 from sparkglass.service.result_body import entity_tag, not_modified
 
@@ -134,15 +139,53 @@ def test_a_cached_body_is_compressed_once_for_every_page(
     monkeypatch.setattr(result_body.gzip, "compress", counting)
     done = poll_until_done(client, "many")  # 5,000 records: the body is cached on first read
     headers = {**auth("viewer"), "Accept-Encoding": "gzip"}
+    # The middleware must not compress these: they leave compressed already.
+    middleware_compressions: list[int] = []
+    real_compressobj = gzip_middleware.zlib.compressobj
+
+    def watched(*args: object, **kwargs: object) -> object:
+        middleware_compressions.append(1)
+        return real_compressobj(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(gzip_middleware.zlib, "compressobj", watched)
     answers = [client.get(sample_url("many"), headers=headers) for _ in range(5)]
     assert compressed == [compressed[0]] and compressed[0] > 200  # once, the whole body
+    assert middleware_compressions == []
+    entries = [e for _, (e, _) in state_cache_items(client)]
+    assert len(entries) == 1 and entries[0].gzipped is not None
     for r in answers:
         assert r.headers["content-encoding"] == "gzip"
         assert r.headers["vary"] == "Accept-Encoding"
-        assert int(r.headers["content-length"]) < compressed[0]  # sent as compressed
+        assert int(r.headers["content-length"]) == len(entries[0].gzipped)
         assert r.json()["totalRecordCount"] == done["totalRecordCount"] == 5000
     # The same JSON as the uncompressed answer once decoded (httpx decodes gzip).
     identity = {**auth("viewer"), "Accept-Encoding": "identity"}
     plain = client.get(sample_url("many"), headers=identity)
     assert "content-encoding" not in plain.headers
     assert answers[0].json() == plain.json()
+
+
+def state_cache_items(client: TestClient) -> list[Any]:
+    """The service's cached bodies as ``(key, (entry, size))``."""
+    cache = client.app.state.sparkglass.coordinator.bodies.cache  # type: ignore[attr-defined]
+    with cache._lock:
+        return list(cache._data.items())
+
+
+def test_bodies_are_cached_per_application_and_forgotten_with_it(
+    make_service: ServiceFactory,
+) -> None:
+    client = make_service()
+    bodies = client.app.state.sparkglass.coordinator.bodies  # type: ignore[attr-defined]
+    poll_until_done(client, "parse")
+    head = next(iter(state_cache_items(client)))  # the body the poll cached
+    (scope, _, _, _), (entry, _) = head
+    assert scope == "local/flights" and entry.record_count == 9
+
+    done = client.get(sample_url("parse"), headers=auth("viewer")).json()
+    result = DataSampleResult.model_validate({**done, "samples": []})
+    # The same round id under another application is another body (built from the store).
+    asyncio.run(bodies.response(result, None, None, scope="other/app"))
+    assert {k[0] for k, _ in state_cache_items(client)} == {"local/flights", "other/app"}
+    bodies.forget("local/flights")
+    assert {k[0] for k, _ in state_cache_items(client)} == {"other/app"}

@@ -25,7 +25,13 @@ public final class SamplingDriver {
   private static final ObjectMapper JSON = new ObjectMapper();
   private static volatile boolean active;
   private static volatile long applicationStartMs;
-  private static volatile long livenessMs = 5000;
+  /**
+   * 15 s: an executor's poller (every 100 ms) can stall for seconds in a full GC or on a
+   * saturated machine, and such a pause must not turn a round PARTIAL; an executor that
+   * died is still declared lost long before the round's timeout. (5 s made a round PARTIAL
+   * on a local cluster under a load of 12 on 2 cores.)
+   */
+  private static volatile long livenessMs = 15_000;
   private static final Map<String, long[]> EXECUTORS = new ConcurrentHashMap<>();
   private static final Map<String, DriverRound> ROUNDS = new ConcurrentHashMap<>();
 
