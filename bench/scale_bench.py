@@ -7,8 +7,8 @@ applications (issue 20), one figure per curve.
    API, variants rotated per repeat, paired per repeat.
 2. **partitions** (``local-cluster[2,1,1024]``): 10, 100, 1000, 10000 partitions; one round
    over the whole job: trigger→COMPLETE latency, driver JVM CPU and heap against the same job
-   without a round, bytes of the executors' reports, and the caps (1000 records per subtask,
-   5000 per response) checked at every size.
+   without a round, the records the executors reported and those the driver kept of them,
+   and the caps (1000 records per subtask, 5000 per response) checked at every size.
 3. **concurrency** (one application): 1 to 5 rounds at once, latency of each; then a 6th,
    which must be refused with ``TOO_MANY_CONCURRENT_ROUNDS``, and how long the refusal took.
 4. **applications**: 1, 10, 100, 300 applications registered in one ``sparkglass serve``,
@@ -20,7 +20,8 @@ interval (``bench/spread.py``); each point states its repeat count. The Spark cu
 child processes (one SparkContext each; a child that overruns ``--child-timeout`` is killed
 with its JVMs). Writes ``bench/results/scale.json`` and ``bench/results/scale-<curve>.png``;
 ``--quick`` runs tiny sizes for development and writes under ``/tmp`` unless ``--output``
-says otherwise, so a quick run never lands in ``bench/results``.
+says otherwise, so a quick run never lands in ``bench/results``. ``--merge`` measures some
+curves again and keeps the others of the existing file (``runs`` says which run made each).
 
 Run: ``make bench-scale`` or ``.venv/bin/python bench/scale_bench.py [--quick] [--curves ...]``.
 """
@@ -102,6 +103,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--child-timeout", type=float, default=3600.0,
                         help="seconds a Spark child may run before it is killed")
     parser.add_argument("--output", type=Path, help="JSON path (plots go next to it)")
+    parser.add_argument(
+        "--merge",
+        action="store_true",
+        help="keep the curves of an existing --output that this run does not measure "
+        "(each curve's run is recorded under `runs`)",
+    )
     parser.add_argument("--child", choices=("taps", "partitions"), help=argparse.SUPPRESS)
     parser.add_argument("--child-out", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -202,11 +209,12 @@ def plot_all(curves: Mapping[str, Any], out_dir: Path) -> dict[str, str]:
                     ("driver_cpu_ms_per_round", "JVM CPU ms"),
                     ("driver_heap_mb_per_round", "JVM heap peak MB"),
                 ]),
-                panel("executor reports (MB of JSON)", reports, "partitions", [
-                    ("report_bytes", "reports reaching the driver"),
+                panel("the driver's kept reports (MB of JSON)", reports, "partitions", [
+                    ("report_bytes", "handed to Python by the driver"),
                 ]),
                 panel("records", pts, "partitions", [
                     ("report_records", "in executor reports"),
+                    ("driver_kept_records", "kept by the driver"),
                     ("response_records", "in the response (cap 5000)"),
                     ("max_records_per_subtask", "most in one subtask (cap 1000)"),
                 ], logy=True),
@@ -319,9 +327,17 @@ def main(argv: Sequence[str] | None = None) -> None:
         t = time.monotonic()
         curves["apps"] = apps_curve(args)
         seconds["apps"] = round(time.monotonic() - t, 1)
+    runs = {name: info for name in curves}
+    if args.merge and args.output.exists():
+        earlier = json.loads(args.output.read_text())
+        for name, curve in earlier.get("curves", {}).items():
+            if name not in curves:
+                curves[name] = curve
+                runs[name] = earlier.get("runs", {}).get(name, earlier.get("run"))
     plots = plot_all(curves, args.output.parent)
     result = {
         "run": info,
+        "runs": runs,
         "quick": args.quick,
         "repeats": args.repeats,
         "repeats_note": (

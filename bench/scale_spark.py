@@ -304,31 +304,41 @@ def proc_cpu_ms(pid: int) -> float:
 
 
 class ReportMeter:
-    """Wraps a transport's ``round_reports``: keeps what the executors' reports of the last
-    round held when they reached Python (bytes as compact JSON, records per subtask, drops).
+    """Wraps a transport's ``round_reports``: keeps what the executors reported in the last
+    round and what the driver plugin handed to Python of it.
 
-    The driver plugin does not count the bytes of its executor RPC messages, so this is the
-    closest measurable figure: the reports as the plugin hands them over (Jackson JSON through
-    Py4J), re-serialized compactly; Spark's RPC frames of the same maps differ in encoding,
-    not in what they carry."""
+    The driver plugin does not count the bytes of its executor RPC messages; it counts the
+    records and the characters of record data that arrived (``round_status``'s
+    ``received``), and keeps of them only what the 5,000-record cut can use
+    (``RoundRecords.java``). ``bytes`` is what it hands to Python (Jackson JSON through
+    Py4J, re-serialized compactly); ``per_subtask`` the records each partition captured."""
 
-    def __init__(self, original: Callable[[str], dict[str, list[dict[str, Any]]]]) -> None:
+    def __init__(
+        self,
+        original: Callable[[str], dict[str, list[dict[str, Any]]]],
+        status: Callable[[str], dict[str, Any]],
+    ) -> None:
         self._original = original
+        self._status = status
         self.last: dict[str, Any] | None = None
 
     def __call__(self, round_id: str) -> dict[str, list[dict[str, Any]]]:
+        received = self._status(round_id).get("received", {})
         reports = self._original(round_id)
         per_subtask: dict[int, int] = {}
         dropped_rate = dropped_contention = 0
         for partitions in reports.values():
             for part in partitions or []:
                 i = int(part["subtaskIndex"])
-                per_subtask[i] = per_subtask.get(i, 0) + len(part.get("records", []))
+                n = int(part.get("capturedRecords", len(part.get("records", []))))
+                per_subtask[i] = per_subtask.get(i, 0) + n
                 dropped_rate += int(part.get("droppedByRateLimit", 0))
                 dropped_contention += int(part.get("droppedByContention", 0))
         self.last = {
             "bytes": len(json.dumps(reports, separators=(",", ":")).encode()),
-            "executors": len(reports),
+            "received_records": int(received.get("records", 0)),
+            "received_chars": int(received.get("chars", 0)),
+            "kept_records": int(received.get("kept", 0)),
             "per_subtask": per_subtask,
             "dropped_by_rate_limit": dropped_rate,
             "dropped_by_contention": dropped_contention,
@@ -347,7 +357,7 @@ def partitions_curve(spark: SparkSession, args: argparse.Namespace) -> dict[str,
 
     coordinator = registry.coordinator_for(spark)
     transport = coordinator.transport
-    meter = ReportMeter(transport.round_reports)
+    meter = ReportMeter(transport.round_reports, transport.round_status)
     # An instance attribute shadows the method for the coordinator's calls: the bench
     # changes nothing in the runtime, it only listens.
     setattr(transport, "round_reports", meter)  # noqa: B010
@@ -393,6 +403,8 @@ def partitions_curve(spark: SparkSession, args: argparse.Namespace) -> dict[str,
                 "driver_heap_mb_per_round": rnd["heap_mb"] - none["heap_mb"],
                 "report_bytes": rnd["report_bytes"],
                 "report_records": rnd["report_records"],
+                "report_chars": rnd["report_chars"],
+                "driver_kept_records": rnd["kept_records"],
                 "partitions_reported": rnd["partitions_reported"],
                 "max_records_per_subtask": rnd["max_per_subtask"],
                 "response_records": rnd["response_records"],
@@ -519,7 +531,9 @@ def _measure(
         out.update(
             status=str(result.status),
             report_bytes=float(reported["bytes"]),
-            report_records=float(sum(reported_per_subtask.values())),
+            report_records=float(reported.get("received_records", 0)),
+            report_chars=float(reported.get("received_chars", 0)),
+            kept_records=float(reported.get("kept_records", 0)),
             partitions_reported=float(len(reported_per_subtask)),
             max_per_subtask=float(max(per_subtask.values(), default=0)),
             response_records=float(result.total_record_count or 0),

@@ -156,20 +156,25 @@ class DataSampleResult(_Model):
 
 # The query parameters are post-filters on a cached result, and the driver and the service
 # must cut the same way: one implementation, here with the contract.
-def fair_truncate(samples: list[SubtaskSamples], cap: int) -> tuple[list[SubtaskSamples], bool]:
+def fair_truncate(
+    samples: list[SubtaskSamples], cap: int, counts: list[int] | None = None
+) -> tuple[list[SubtaskSamples], bool]:
     """Keep at most ``cap`` records, each subtask's share proportional to its count.
 
     Quotas are ``floor(n_i * cap / N)``; leftover slots go to the largest remainders (ties:
-    lower subtask index). Each subtask keeps its earliest records. Returns the new list and
+    lower subtask index). Each subtask keeps its earliest records. ``counts`` (one per
+    subtask, default: how many records each holds) are the records each subtask had before
+    the driver cut its report down: the driver keeps ``floor(n_i * cap / N) + 1`` or more of
+    them, so the cut is the one the whole reports would have given. Returns the new list and
     whether anything was cut.
     """
-    total = sum(len(s.records) for s in samples)
+    ns = [len(s.records) for s in samples] if counts is None else counts
+    total = sum(ns)
     if total <= cap:
         return samples, False
-    quotas = [len(s.records) * cap // total for s in samples]
+    quotas = [n * cap // total for n in ns]
     remainders = sorted(
-        range(len(samples)),
-        key=lambda i: (-(len(samples[i].records) * cap % total), samples[i].subtask_index),
+        range(len(samples)), key=lambda i: (-(ns[i] * cap % total), samples[i].subtask_index)
     )
     for i in itertools.islice(itertools.cycle(remainders), cap - sum(quotas)):
         quotas[i] += 1

@@ -12,6 +12,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
+from sparkglass.runtime.contract.sample_result import MAX_RECORDS_PER_RESPONSE
 from sparkglass.runtime.contract.sampling_settings import SamplingSettings
 
 #: The Java package of the JVM half.
@@ -70,6 +71,7 @@ class JvmTransport:
             settings.max_record_length,
             settings.tostring_budget_ms,
             program,
+            MAX_RECORDS_PER_RESPONSE,
         )
 
     def round_status(self, round_id: str) -> dict[str, Any]:

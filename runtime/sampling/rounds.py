@@ -789,16 +789,23 @@ def assemble_result(
 ) -> DataSampleResult:
     """Merge executor reports into a ``COMPLETE``/``NO_DATA`` result capped at 5000 records.
 
+    A partition's ``capturedRecords`` (set by the driver plugin, which keeps only what the cap
+    can use) counts the records it captured; without it, the records it holds.
+
     A partition reported by two executors (a retried task) is merged; records are ordered by
     ``sampleTimestamp`` within a subtask, subtasks by index. A record's ``label`` becomes its
     ``expectations`` (``violations`` rounds) or its ``error`` (``errors`` rounds).
     """
     by_partition: dict[int, list[SampledRecord]] = {}
+    captured: dict[int, int] = {}
     dropped_rate = dropped_contention = 0
     for partitions in reports.values():
         for part in partitions or []:
             index = int(part["subtaskIndex"])
             records = by_partition.setdefault(index, [])
+            captured[index] = captured.get(index, 0) + int(
+                part.get("capturedRecords", len(part.get("records", [])))
+            )
             for r in part.get("records", []):
                 label = r.get("label")
                 records.append(
@@ -822,7 +829,9 @@ def assemble_result(
         for i, recs in sorted(by_partition.items())
         if recs
     ]
-    samples, truncated = fair_truncate(samples, MAX_RECORDS_PER_RESPONSE)
+    samples, truncated = fair_truncate(
+        samples, MAX_RECORDS_PER_RESPONSE, [captured[s.subtask_index] for s in samples]
+    )
     total = sum(len(s.records) for s in samples)
     return DataSampleResult(
         status=SampleStatus.COMPLETE if total else SampleStatus.NO_DATA,

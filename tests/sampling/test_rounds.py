@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import time
 
 import pytest
@@ -223,6 +224,34 @@ def test_fair_truncation_is_proportional():
     assert [len(s.records) for s in cut] == [2, 2, 1]
     same, truncated = fair_truncate(_samples(10, 10), 5000)
     assert not truncated and [len(s.records) for s in same] == [10, 10]
+
+
+def test_the_cut_from_counts_is_the_cut_of_the_whole_reports():
+    """The driver plugin keeps of each partition only its earliest floor(n_i*cap/N)+1
+    records as reports arrive (RoundRecords.java); with the captured counts the final cut is
+    the one the whole reports give, in whatever order the reports came."""
+    rng = random.Random(7)
+    for _ in range(200):
+        cap = rng.choice([5, 50, 5000])
+        full = _samples(*(rng.choice([0, 1, 3, 40, 999, 1000]) for _ in range(rng.randint(1, 60))))
+        full = [s for s in full if s.records]
+        expected, expected_cut = fair_truncate(full, cap)
+        kept = {s.subtask_index: [] for s in full}
+        counts = dict.fromkeys(kept, 0)
+        seen = 0
+        for s in rng.sample(full, len(full)):  # one report per partition, any order
+            kept[s.subtask_index] = list(s.records)
+            counts[s.subtask_index] = len(s.records)
+            seen += len(s.records)
+            if seen > cap:
+                for i in kept:
+                    kept[i] = kept[i][: counts[i] * cap // seen + 1]
+        trimmed = [SubtaskSamples(subtask_index=i, records=kept[i]) for i in sorted(kept)]
+        cut, was_cut = fair_truncate(trimmed, cap, [counts[i] for i in sorted(kept)])
+        assert was_cut == expected_cut
+        assert [(s.subtask_index, s.records) for s in cut] == [
+            (s.subtask_index, s.records) for s in expected
+        ]
 
 
 def test_5000_cap_on_assembled_result(transport, make_partition):

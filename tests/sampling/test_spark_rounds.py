@@ -12,7 +12,13 @@ from typing import Any, TypeVar
 import httpx
 import pytest
 
-from sparkglass.runtime.contract.sample_result import ErrorCode, SampleStatus
+from sparkglass.runtime.contract.sample_result import (
+    ErrorCode,
+    SampledRecord,
+    SampleStatus,
+    SubtaskSamples,
+    fair_truncate,
+)
 from sparkglass.runtime.pipeline import Pipeline
 from sparkglass.runtime.sampling import registry
 
@@ -293,6 +299,65 @@ def test_5000_cap_with_fair_truncation(spark, sampling_conf):
             row = json.loads(r.data)
             assert row["digit"] == row["id"] % 10
     p.stop()
+
+
+def test_the_driver_keeps_only_what_the_cut_needs(spark, sampling_conf, monkeypatch):
+    """40 partitions of 0, 25, 50 ... 975 rows: 19,500 records reach the driver, which keeps
+    of each partition only what the 5,000-record cut can still take, and the result's cut is
+    the one the whole reports give (proportional to what each partition captured)."""
+    sampling_conf(
+        enabled=True, sampling_window="5s", max_sample_rate=10000, tostring_budget_ms=1000
+    )
+    p = Pipeline("uneven", spark)
+    p.source("nums", spark.range(0, 40_000, numPartitions=40))
+    p.vertex("uneven", "nums", lambda df: df.where("id % 1000 < (id div 1000) * 25"))
+    df = p.output("uneven")
+    c = registry.coordinator_for(spark)
+    seen: dict[str, Any] = {}
+    original = c.transport.round_reports
+
+    def listening(round_id: str) -> dict[str, list[dict[str, Any]]]:
+        seen["status"] = c.transport.round_status(round_id)
+        seen["reports"] = original(round_id)
+        return seen["reports"]
+
+    monkeypatch.setattr(c.transport, "round_reports", listening)
+
+    def one_round() -> tuple[bool, Any]:
+        rid = c.start_round("uneven").round_id
+        wait_until_executors_took(c, time.monotonic())
+        window_end_ms = c.transport.round_status(rid)["windowEndMs"]
+        df.write.format("noop").mode("overwrite").save()
+        inside = time.time() * 1000 < window_end_ms
+        return inside, c.wait(rid, 30)
+
+    inside, result = with_rows(one_round, lambda attempt: attempt[0])
+    assert inside, "the job never ran within the sampling window"
+    p.stop()
+    parts = [part for partitions in seen["reports"].values() for part in partitions]
+    captured = {int(part["subtaskIndex"]): int(part["capturedRecords"]) for part in parts}
+    received = seen["status"]["received"]
+    assert received["records"] == sum(captured.values()) > 10_000
+    assert received["kept"] <= 5000 + len(captured) < received["records"]
+    assert sum(len(part["records"]) for part in parts) == received["kept"]
+    # what the cut of the whole reports keeps, computed from the captured counts alone
+    stand_in = SampledRecord(sample_timestamp=0, data="", data_type="")
+    expected, _ = fair_truncate(
+        [
+            SubtaskSamples(subtask_index=i, records=[stand_in] * n)
+            for i, n in sorted(captured.items())
+        ],
+        5000,
+    )
+    assert result.total_record_count == 5000 and result.total_truncated
+    assert {s.subtask_index: len(s.records) for s in result.samples} == {
+        s.subtask_index: len(s.records) for s in expected
+    }
+    for s in result.samples:  # each partition's rows, earliest first
+        stamps = [r.sample_timestamp for r in s.records]
+        assert stamps == sorted(stamps)
+        for r in s.records:
+            assert json.loads(r.data)["id"] // 1000 == s.subtask_index
 
 
 def test_stopped_query_is_task_terminated(spark, sampling_conf):

@@ -46,12 +46,14 @@ public final class SamplingDriver {
     final String program;
     volatile boolean cancelled;
     final Set<String> participants = ConcurrentHashMap.newKeySet();
-    final Map<String, Object> reports = new ConcurrentHashMap<>();
+    final Set<String> reported = ConcurrentHashMap.newKeySet();
+    final RoundRecords records;
     final Map<String, Set<Integer>> progress = new ConcurrentHashMap<>();
 
     DriverRound(String roundId, String tapKey, long windowEndMs, int maxRate, int maxRecordLength,
-        int budgetMs, String program) {
+        int budgetMs, String program, int responseCap) {
       this.program = program;
+      this.records = new RoundRecords(responseCap);
       this.roundId = roundId;
       this.tapKey = tapKey;
       this.windowEndMs = windowEndMs;
@@ -100,23 +102,17 @@ public final class SamplingDriver {
   }
 
   /**
-   * Starts a round on every live executor (they pick it up within one poll interval).
+   * Starts a round on every live executor (they pick it up within one poll interval);
+   * {@code program} is the round's compiled {@link RowProgram} (base64; null: every column of
+   * the tap, no filter), {@code responseCap} the most records its result can hold (the driver
+   * keeps no more than that cut needs, see {@link RoundRecords}).
    * Returns JSON {@code {"participants": [executorId...]}}.
    */
   public static String startRound(String roundId, String tapKey, long windowMs, int maxRate,
-      int maxRecordLength, int budgetMs) throws Exception {
-    return startRound(roundId, tapKey, windowMs, maxRate, maxRecordLength, budgetMs, null);
-  }
-
-  /**
-   * As {@link #startRound(String, String, long, int, int, int)}, with the round's compiled
-   * {@link RowProgram} (base64; null: every column of the tap, no filter).
-   */
-  public static String startRound(String roundId, String tapKey, long windowMs, int maxRate,
-      int maxRecordLength, int budgetMs, String program) throws Exception {
+      int maxRecordLength, int budgetMs, String program, int responseCap) throws Exception {
     long now = System.currentTimeMillis();
     DriverRound round = new DriverRound(roundId, tapKey, now + windowMs, maxRate,
-        maxRecordLength, budgetMs, program);
+        maxRecordLength, budgetMs, program, responseCap);
     round.participants.addAll(aliveExecutors(now));
     ROUNDS.put(roundId, round);
     Map<String, Object> out = new LinkedHashMap<>();
@@ -148,7 +144,8 @@ public final class SamplingDriver {
     if (round != null) {
       long now = System.currentTimeMillis();
       out.put("participants", new TreeSet<>(round.participants));
-      out.put("reported", new TreeSet<>(round.reports.keySet()));
+      out.put("reported", new TreeSet<>(round.reported));
+      out.put("received", round.records.received());
       out.put("alive", aliveExecutors(now));
       Map<String, Object> progress = new LinkedHashMap<>();
       for (Map.Entry<String, Set<Integer>> e : round.progress.entrySet()) {
@@ -160,11 +157,18 @@ public final class SamplingDriver {
     return JSON.writeValueAsString(out);
   }
 
-  /** The executors' reports of a round as JSON {@code {"reports": {executorId: [partition...]}}}. */
+  /**
+   * The executors' reports of a round, merged and cut down by {@link RoundRecords}, as JSON
+   * {@code {"reports": {"driver": [partition...]}}} (empty for an unknown round).
+   */
   public static String roundReports(String roundId) throws Exception {
     DriverRound round = ROUNDS.get(roundId);
+    Map<String, Object> reports = new HashMap<>();
+    if (round != null) {
+      reports.put("driver", round.records.toReport());
+    }
     Map<String, Object> out = new LinkedHashMap<>();
-    out.put("reports", round == null ? new HashMap<>() : new HashMap<>(round.reports));
+    out.put("reports", reports);
     return JSON.writeValueAsString(out);
   }
 
@@ -197,7 +201,9 @@ public final class SamplingDriver {
       DriverRound round = ROUNDS.get(String.valueOf(msg.get(Messages.ROUND_ID)));
       if (round != null) {
         round.participants.add(executorId);
-        round.reports.put(executorId, msg.get(Messages.PARTITIONS));
+        if (round.reported.add(executorId)) {  // a report sent twice counts once
+          round.records.add(msg.get(Messages.PARTITIONS));
+        }
       }
       return Boolean.TRUE;
     }
@@ -216,7 +222,7 @@ public final class SamplingDriver {
     }
     List<Object> rounds = new ArrayList<>();
     for (DriverRound round : ROUNDS.values()) {
-      if (round.reports.containsKey(executorId)) {
+      if (round.reported.contains(executorId)) {
         continue;
       }
       round.participants.add(executorId);
