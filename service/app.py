@@ -19,7 +19,6 @@ from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.middleware.gzip import GZipMiddleware
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from sparkglass import __version__
@@ -29,6 +28,7 @@ from .auth import Authenticator
 from .auth.kubernetes import KubernetesAuthenticator
 from .auth.local import LocalAuthenticator
 from .catalog import KubernetesCatalog
+from .content_coding import NegotiatedGZipMiddleware
 from .driver_trust import DriverTrust
 from .execution import RoundExecutor
 from .execution.kubernetes import DataSampleExecutor, ResultSource, store_lookup
@@ -227,7 +227,9 @@ def create_app(
     # Innermost: a data-sample body (~100 KB of JSON for the demo) shrinks about tenfold;
     # 304s and small answers are sent as they are.
     app.add_middleware(
-        GZipMiddleware, minimum_size=settings.gzip_min_bytes, compresslevel=GZIP_LEVEL
+        NegotiatedGZipMiddleware,
+        minimum_size=settings.gzip_min_bytes,
+        compresslevel=GZIP_LEVEL,
     )
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(

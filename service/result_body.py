@@ -64,6 +64,7 @@ from sparkglass.runtime.contract.sample_result import (
 )
 
 from .byte_cache import ByteLRU
+from .content_coding import VARY
 from .store import repository
 from .store.orm import SampleRecord
 
@@ -135,8 +136,10 @@ def not_modified(if_none_match: str | None, etag: str) -> bool:
 
 
 def validator_headers(etag: str) -> dict[str, str]:
-    """The ``ETag`` and ``Cache-Control`` headers every data-sample body carries."""
-    return {"etag": etag, "cache-control": CACHE_CONTROL}
+    """The ``ETag``, ``Cache-Control`` and ``Vary: Accept-Encoding`` headers every
+    data-sample answer carries, its 304 included (RFC 9110 section 15.4.5: a 304 sends the
+    ``Vary`` the 200 would have)."""
+    return {"etag": etag, "cache-control": CACHE_CONTROL, **VARY}
 
 
 def not_modified_response(etag: str) -> Response:
@@ -675,7 +678,7 @@ class ResultBodies:
             return Response(
                 cached.gzipped,
                 media_type=_MEDIA_TYPE,
-                headers={**headers, "content-encoding": "gzip", "vary": "Accept-Encoding"},
+                headers={**headers, "content-encoding": "gzip"},
             )
         if size <= CHUNK_BYTES and cached is not None:
             return Response(cached.raw, media_type=_MEDIA_TYPE, headers=headers)

@@ -22,6 +22,7 @@ from sparkglass.runtime.control.client import ControlClient, ControlError, Contr
 
 from ..audit import client_of
 from ..auth import Permission
+from ..content_coding import accepts_gzip
 from ..dependencies import (
     FORBIDDEN,
     BearerDep,
@@ -209,7 +210,7 @@ async def data_sample(
         subtask_index,
         max_records,
         if_none_match,
-        accept_gzip="gzip" in http_request.headers.get("accept-encoding", ""),
+        accept_gzip=accepts_gzip(http_request.headers.get("accept-encoding")),
         scope=f"{namespace}/{application}",
     )
     state.audit.record(

@@ -14,6 +14,7 @@ from starlette.middleware import gzip as gzip_middleware
 
 from sparkglass.runtime.contract.sample_result import DataSampleResult
 from sparkglass.service import result_body
+from sparkglass.service.content_coding import accepts_gzip
 from sparkglass.service.result_body import entity_tag, not_modified
 
 from .conftest import ServiceFactory, auth
@@ -189,3 +190,71 @@ def test_bodies_are_cached_per_application_and_forgotten_with_it(
     assert {k[0] for k, _ in state_cache_items(client)} == {"local/flights", "other/app"}
     bodies.forget("local/flights")
     assert {k[0] for k, _ in state_cache_items(client)} == {"other/app"}
+
+
+@pytest.mark.parametrize(
+    ("header", "takes_gzip"),
+    [
+        (None, False),
+        ("", False),
+        ("gzip", True),
+        ("GZIP", True),
+        ("x-gzip", True),
+        ("br, gzip;q=0.5", True),
+        ("deflate, gzip ; q=1.0", True),
+        ("gzip;q=0", False),
+        ("gzip;q=0.000", False),
+        ("gzip;q=oops", False),
+        ("identity", False),
+        ("*", True),
+        ("*;q=0", False),
+        ("*, gzip;q=0", False),  # listed beats the wildcard
+        ("gzip;q=0, *", False),
+        ("notgzip", False),  # a coding whose name contains the letters is another coding
+    ],
+)
+def test_accept_encoding_is_negotiated_by_weight(header: str | None, takes_gzip: bool) -> None:
+    assert accepts_gzip(header) is takes_gzip
+
+
+def test_gzip_refused_with_q0_gets_identity_and_every_answer_varies(
+    make_service: ServiceFactory,
+) -> None:
+    client = make_service(gzip_min_bytes=200)
+    poll_until_done(client, "many")  # a cached body with a gzip form
+    poll_until_done(client, "parse")
+    for vertex in ("many", "parse"):
+        refused = client.get(
+            sample_url(vertex), headers={**auth("viewer"), "Accept-Encoding": "gzip;q=0"}
+        )
+        assert refused.status_code == 200 and "content-encoding" not in refused.headers
+        assert refused.headers["vary"] == "Accept-Encoding"
+        taken = client.get(
+            sample_url(vertex), headers={**auth("viewer"), "Accept-Encoding": "gzip"}
+        )
+        assert taken.headers["content-encoding"] == "gzip"
+        assert taken.headers["vary"] == "Accept-Encoding"  # once, whoever compressed
+        assert taken.json() == refused.json()
+        # The 304 says what the 200 would have: the body depends on Accept-Encoding.
+        r = client.get(
+            sample_url(vertex),
+            headers={**auth("viewer"), "If-None-Match": taken.headers["etag"]},
+        )
+        assert r.status_code == 304 and r.headers["vary"] == "Accept-Encoding"
+
+
+def test_a_body_the_middleware_compresses_names_accept_encoding_once(
+    make_service: ServiceFactory,
+) -> None:
+    # No body cache: every body streams from the store and the gzip middleware compresses it.
+    client = make_service(gzip_min_bytes=200, result_cache_bytes=0)
+    poll_until_done(client, "parse")
+    taken = client.get(sample_url("parse"), headers={**auth("viewer"), "Accept-Encoding": "gzip"})
+    assert taken.headers["content-encoding"] == "gzip"
+    assert taken.headers["vary"] == "Accept-Encoding"
+    refused = client.get(
+        sample_url("parse"), headers={**auth("viewer"), "Accept-Encoding": "gzip;q=0, br"}
+    )
+    assert "content-encoding" not in refused.headers
+    assert refused.headers["vary"] == "Accept-Encoding"
+    assert refused.json() == taken.json()
