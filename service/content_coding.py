@@ -10,6 +10,8 @@ apart.
 
 from __future__ import annotations
 
+import re
+
 from starlette.datastructures import Headers, MutableHeaders
 from starlette.middleware.gzip import GZipMiddleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -18,15 +20,25 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 VARY = {"vary": "Accept-Encoding"}
 
 
+#: A weight as RFC 9110 section 12.4.2 writes it: 0 to 1, at most three decimals.
+_QVALUE = re.compile(r"0(\.\d{0,3})?|1(\.0{0,3})?")
+
+
 def _quality(params: list[str]) -> float:
     for param in params:
         name, _, value = param.partition("=")
         if name.strip().lower() == "q":
-            try:
-                return float(value.strip())
-            except ValueError:
-                return 0.0  # a malformed weight accepts nothing rather than guess
+            value = value.strip()
+            # A malformed weight (2, inf, 1_0) accepts nothing rather than guess.
+            return float(value) if _QVALUE.fullmatch(value) else 0.0
     return 1.0
+
+
+def accept_encoding(headers: Headers) -> str | None:
+    """The ``Accept-Encoding`` field of ``headers``, its lines joined (a field sent on
+    several lines is one comma-separated list); ``None`` when absent."""
+    lines = headers.getlist("accept-encoding")
+    return ", ".join(lines) if lines else None
 
 
 def accepts_gzip(accept_encoding: str | None) -> bool:
@@ -61,7 +73,7 @@ class NegotiatedGZipMiddleware:
         self.gzip = GZipMiddleware(app, minimum_size=minimum_size, compresslevel=compresslevel)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and accepts_gzip(Headers(scope=scope).get("accept-encoding")):
+        if scope["type"] == "http" and accepts_gzip(accept_encoding(Headers(scope=scope))):
             await self.gzip(scope, receive, _one_vary(send))
         else:
             await self.app(scope, receive, send)

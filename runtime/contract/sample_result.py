@@ -168,7 +168,9 @@ def fair_truncate(
     them, so the cut is the one the whole reports would have given. Returns the new list and
     whether anything was cut.
     """
-    ns = [len(s.records) for s in samples] if counts is None else counts
+    ns = [len(s.records) for s in samples]
+    if counts is not None:  # a count below the records held would let the cap be passed
+        ns = [max(n, c) for n, c in zip(ns, counts, strict=True)]
     total = sum(ns)
     if total <= cap:
         return samples, False

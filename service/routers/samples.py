@@ -22,7 +22,7 @@ from sparkglass.runtime.control.client import ControlClient, ControlError, Contr
 
 from ..audit import client_of
 from ..auth import Permission
-from ..content_coding import accepts_gzip
+from ..content_coding import VARY, accept_encoding, accepts_gzip
 from ..dependencies import (
     FORBIDDEN,
     BearerDep,
@@ -105,7 +105,7 @@ def json_body(body: bytes) -> Response:
     """``body`` (JSON) as a response; large bodies are streamed from memory in pieces so that
     each connection buffers at most a piece, whatever its reader's speed."""
     if len(body) <= STREAM_CHUNK_BYTES:
-        return Response(body, media_type="application/json")
+        return Response(body, media_type="application/json", headers=VARY)
     view = memoryview(body)
 
     async def pieces() -> AsyncIterator[memoryview]:
@@ -113,7 +113,7 @@ def json_body(body: bytes) -> Response:
             yield view[i : i + STREAM_CHUNK_BYTES]
 
     return StreamingResponse(
-        pieces(), media_type="application/json", headers={"content-length": str(len(body))}
+        pieces(), media_type="application/json", headers={"content-length": str(len(body)), **VARY}
     )
 
 
@@ -210,7 +210,7 @@ async def data_sample(
         subtask_index,
         max_records,
         if_none_match,
-        accept_gzip=accepts_gzip(http_request.headers.get("accept-encoding")),
+        accept_gzip=accepts_gzip(accept_encoding(http_request.headers)),
         scope=f"{namespace}/{application}",
     )
     state.audit.record(

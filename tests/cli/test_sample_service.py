@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,13 +22,16 @@ from tests.flights_stream import REDACT, FlightsStream, start_flights_stream, st
 
 pytestmark = pytest.mark.spark
 
+REFRESH_S = 3
 _CONF = {
     "spark.sparkglass.sampling.enabled": "true",
     "spark.sparkglass.sampling.redact": REDACT,
     "spark.sparkglass.sampling.sampling-window": "2s",
     # Each retry of with_records must be a new round, not the result cached for the default
-    # 60 s (a loaded machine may let one 2 s window pass without a matching row).
-    "spark.sparkglass.sampling.refresh-interval": "1s",
+    # 60 s (a loaded machine may let one 2 s window pass without a matching row). Not 1 s:
+    # the CLI polls every 0.5 s, and a poll arriving after the refresh interval would start
+    # another round and get the old result as stale, again and again on a slow machine.
+    "spark.sparkglass.sampling.refresh-interval": "3s",
     "spark.sparkglass.sampling.timeout": "60s",
     "spark.sparkglass.sampling.tostring-budget-ms": "1000",
 }
@@ -87,7 +91,9 @@ def with_records(svc: LocalService, *args: str, attempts: int = 4) -> dict[str, 
     """The JSON body of the first of a few ``sample --json`` runs that returned records (a
     loaded machine may let a sampling window pass without the rows asked for)."""
     body: dict[str, Any] = {}
-    for _ in range(attempts):
+    for attempt in range(attempts):
+        if attempt:
+            time.sleep(REFRESH_S)  # the empty result's cache life: the next ask is a new round
         out = sample(svc, *args, "--json")
         assert out.returncode == 0, out.stderr
         body = json.loads(out.stdout)
@@ -127,7 +133,9 @@ def test_filter_on_carrier(service: LocalService) -> None:
 
 def test_errors_as_a_table(service: LocalService) -> None:
     out = None
-    for _ in range(4):
+    for attempt in range(4):
+        if attempt:
+            time.sleep(REFRESH_S)  # as in with_records: the next ask is a new round
         out = sample(service, "flights", "--kind", "errors")
         assert out.returncode == 0, out.stderr
         if CORRUPT_RECORD_ERROR in out.stdout:

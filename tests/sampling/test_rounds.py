@@ -252,6 +252,9 @@ def test_the_cut_from_counts_is_the_cut_of_the_whole_reports():
         assert [(s.subtask_index, s.records) for s in cut] == [
             (s.subtask_index, s.records) for s in expected
         ]
+    # A count below the records held (a broken report) cannot pass the cap.
+    cut, was_cut = fair_truncate(_samples(8, 8), 5, [1, 1])
+    assert was_cut and sum(len(s.records) for s in cut) == 5
 
 
 def test_5000_cap_on_assembled_result(transport, make_partition):

@@ -14,7 +14,7 @@ from starlette.middleware import gzip as gzip_middleware
 
 from sparkglass.runtime.contract.sample_result import DataSampleResult
 from sparkglass.service import result_body
-from sparkglass.service.content_coding import accepts_gzip
+from sparkglass.service.content_coding import accept_encoding, accepts_gzip
 from sparkglass.service.result_body import entity_tag, not_modified
 
 from .conftest import ServiceFactory, auth
@@ -205,6 +205,11 @@ def test_bodies_are_cached_per_application_and_forgotten_with_it(
         ("gzip;q=0", False),
         ("gzip;q=0.000", False),
         ("gzip;q=oops", False),
+        ("gzip;q=2", False),
+        ("gzip;q=inf", False),
+        ("gzip;q=1_0", False),
+        ("gzip;Q=0.001", True),
+        ("gzip;q=1.000", True),
         ("identity", False),
         ("*", True),
         ("*;q=0", False),
@@ -258,3 +263,11 @@ def test_a_body_the_middleware_compresses_names_accept_encoding_once(
     assert "content-encoding" not in refused.headers
     assert refused.headers["vary"] == "Accept-Encoding"
     assert refused.json() == taken.json()
+
+
+def test_accept_encoding_sent_on_several_lines_is_one_list() -> None:
+    from starlette.datastructures import Headers
+
+    lines = Headers(raw=[(b"accept-encoding", b"br"), (b"accept-encoding", b"gzip;q=0")])
+    assert accept_encoding(lines) == "br, gzip;q=0" and not accepts_gzip(accept_encoding(lines))
+    assert accept_encoding(Headers(raw=[])) is None

@@ -2,10 +2,14 @@ package io.sparkglass.sampling;
 
 import java.util.ArrayList;
 import java.util.Comparator;
+import java.util.HashMap;
+import java.util.HashSet;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.Set;
 import java.util.TreeMap;
+import java.util.TreeSet;
 
 /**
  * The records of one round as the driver keeps them: the executors' reports merged per
@@ -18,6 +22,9 @@ import java.util.TreeMap;
  * records; the rest are dropped here, and the captured count {@code n_i} travels on so that
  * the final cut is the one the untrimmed reports would have given. Without this a round over
  * 10,000 partitions kept 643,438 records (712 MB of driver heap) to answer with 5,000.
+ * One exception: a partition reported again (a retried task) grows its n_i after its
+ * records may have been cut, so it keeps the right number of records but not always the
+ * earliest of both reports.
  *
  * <p>What stays is at most {@code responseCap + partitions} records of at most
  * {@code maxRecordLength} characters each, whatever the number of executors. Not on the hot
@@ -32,6 +39,7 @@ final class RoundRecords {
 
   private final int responseCap;
   private final Map<Integer, Part> parts = new TreeMap<>();
+  private final Set<String> reporters = new HashSet<>();
   private long captured;
   private long receivedRecords;
   private long receivedChars;
@@ -47,37 +55,80 @@ final class RoundRecords {
     this.responseCap = responseCap;
   }
 
-  /** Merges one executor report (its list of per-partition maps, see {@link Messages}). */
-  @SuppressWarnings("unchecked")
-  synchronized void add(Object partitions) {
-    if (!(partitions instanceof List)) {
-      return;
+  /**
+   * Merges the report of {@code executorId} (its list of per-partition maps, see
+   * {@link Messages}) and counts the executor as reported, in one step under this object's
+   * lock: whoever sees it reported sees its records. A second report of the same executor
+   * is ignored. Entries that are not well formed (a partition without a numeric index, a
+   * record that is not a map) are skipped, never thrown: an executor's report must not
+   * break the RPC handler. Returns whether the report was taken.
+   */
+  synchronized boolean add(String executorId, Object partitions) {
+    if (reporters.contains(executorId)) {
+      return false;
     }
-    for (Object o : (List<Object>) partitions) {
-      if (!(o instanceof Map)) {
-        continue;
-      }
-      Map<String, Object> p = (Map<String, Object>) o;
-      Part part = parts.computeIfAbsent(((Number) p.get(Messages.PARTITION)).intValue(),
-          k -> new Part());
-      part.droppedRate += count(p.get(Messages.DROPPED_RATE));
-      part.droppedContention += count(p.get(Messages.DROPPED_CONTENTION));
-      Object records = p.get(Messages.RECORDS);
-      if (records instanceof List) {
-        for (Object r : (List<Object>) records) {
-          receivedChars += String.valueOf(((Map<String, Object>) r).get(Messages.DATA)).length();
+    for (Map.Entry<Integer, List<Map<String, Object>>> e : wellFormed(partitions).entrySet()) {
+      Part part = parts.computeIfAbsent(e.getKey(), k -> new Part());
+      int n = 0;
+      for (Map<String, Object> p : e.getValue()) {
+        part.droppedRate += count(p.get(Messages.DROPPED_RATE));
+        part.droppedContention += count(p.get(Messages.DROPPED_CONTENTION));
+        for (Object r : (List<?>) p.get(Messages.RECORDS)) {
+          receivedChars += String.valueOf(((Map<?, ?>) r).get(Messages.DATA)).length();
+          part.records.add(r);
+          n++;
         }
-        int n = ((List<Object>) records).size();
-        part.records.addAll((List<Object>) records);
-        part.captured += n;
-        captured += n;
-        receivedRecords += n;
       }
+      part.captured += n;
+      captured += n;
+      receivedRecords += n;
       // A partition reported twice (a retried task) merges by time: the earliest records
       // are the ones the cut keeps.
       part.records.sort(BY_TIMESTAMP);
     }
+    reporters.add(executorId);
     trim();
+    return true;
+  }
+
+  /** Whether {@code executorId}'s report was merged. */
+  synchronized boolean hasReported(String executorId) {
+    return reporters.contains(executorId);
+  }
+
+  /** The executors whose reports were merged, sorted. */
+  synchronized Set<String> reported() {
+    return new TreeSet<>(reporters);
+  }
+
+  /**
+   * The partitions of a report by index, with only their records that are maps; partitions
+   * without a numeric index are left out. Nothing is merged until the whole report is read.
+   */
+  @SuppressWarnings("unchecked")
+  private static Map<Integer, List<Map<String, Object>>> wellFormed(Object partitions) {
+    Map<Integer, List<Map<String, Object>>> out = new TreeMap<>();
+    if (!(partitions instanceof List)) {
+      return out;
+    }
+    for (Object o : (List<Object>) partitions) {
+      if (!(o instanceof Map) || !(((Map<?, ?>) o).get(Messages.PARTITION) instanceof Number)) {
+        continue;
+      }
+      Map<String, Object> p = new HashMap<>((Map<String, Object>) o);
+      List<Object> records = new ArrayList<>();
+      if (p.get(Messages.RECORDS) instanceof List) {
+        for (Object r : (List<Object>) p.get(Messages.RECORDS)) {
+          if (r instanceof Map) {
+            records.add(r);
+          }
+        }
+      }
+      p.put(Messages.RECORDS, records);
+      out.computeIfAbsent(((Number) p.get(Messages.PARTITION)).intValue(),
+          k -> new ArrayList<>()).add(p);
+    }
+    return out;
   }
 
   private void trim() {
@@ -121,9 +172,8 @@ final class RoundRecords {
     return out;
   }
 
-  @SuppressWarnings("unchecked")
   private static long timestamp(Object record) {
-    Object t = ((Map<String, Object>) record).get(Messages.TIMESTAMP);
+    Object t = ((Map<?, ?>) record).get(Messages.TIMESTAMP);
     return t instanceof Number ? ((Number) t).longValue() : 0L;
   }
 

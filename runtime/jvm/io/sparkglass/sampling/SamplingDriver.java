@@ -46,7 +46,6 @@ public final class SamplingDriver {
     final String program;
     volatile boolean cancelled;
     final Set<String> participants = ConcurrentHashMap.newKeySet();
-    final Set<String> reported = ConcurrentHashMap.newKeySet();
     final RoundRecords records;
     final Map<String, Set<Integer>> progress = new ConcurrentHashMap<>();
 
@@ -144,7 +143,7 @@ public final class SamplingDriver {
     if (round != null) {
       long now = System.currentTimeMillis();
       out.put("participants", new TreeSet<>(round.participants));
-      out.put("reported", new TreeSet<>(round.reported));
+      out.put("reported", round.records.reported());
       out.put("received", round.records.received());
       out.put("alive", aliveExecutors(now));
       Map<String, Object> progress = new LinkedHashMap<>();
@@ -185,9 +184,20 @@ public final class SamplingDriver {
     return JSON.writeValueAsString(out);
   }
 
-  /** Handles one executor message (see {@link Messages}); never throws to the RPC layer. */
-  @SuppressWarnings("unchecked")
+  /**
+   * Handles one executor message (see {@link Messages}); never throws to the RPC layer (a
+   * message it cannot read answers null, which the executor takes as "no rounds").
+   */
   static Object receive(Object message) {
+    try {
+      return handle(message);
+    } catch (RuntimeException e) {
+      return null;
+    }
+  }
+
+  @SuppressWarnings("unchecked")
+  private static Object handle(Object message) {
     if (!(message instanceof Map)) {
       return null;
     }
@@ -201,9 +211,7 @@ public final class SamplingDriver {
       DriverRound round = ROUNDS.get(String.valueOf(msg.get(Messages.ROUND_ID)));
       if (round != null) {
         round.participants.add(executorId);
-        if (round.reported.add(executorId)) {  // a report sent twice counts once
-          round.records.add(msg.get(Messages.PARTITIONS));
-        }
+        round.records.add(executorId, msg.get(Messages.PARTITIONS));  // a second one is ignored
       }
       return Boolean.TRUE;
     }
@@ -215,14 +223,16 @@ public final class SamplingDriver {
           Set<Integer> seen = round.progress.computeIfAbsent(executorId,
               k -> ConcurrentHashMap.newKeySet());
           for (Object p : (List<Object>) e.getValue()) {
-            seen.add(((Number) p).intValue());
+            if (p instanceof Number) {
+              seen.add(((Number) p).intValue());
+            }
           }
         }
       }
     }
     List<Object> rounds = new ArrayList<>();
     for (DriverRound round : ROUNDS.values()) {
-      if (round.reported.contains(executorId)) {
+      if (round.records.hasReported(executorId)) {
         continue;
       }
       round.participants.add(executorId);
