@@ -571,14 +571,13 @@ class ResultBodies:
         key: _BodyKey = (scope, etag, subtask_index, max_records)
         plan: BodyPlan | None = None
         if cacheable:
-            size = self._cached_size(key)
-            if size is None and self._too_large.get(key) is None and has_records(head):
+            cached = self._cache.get(key)
+            if cached is None and self._too_large.get(key) is None and has_records(head):
                 size, plan = await self._build_once(key, head)
-            if size is not None:
-                cached = self._cache.get(key)
-                records = head.total_record_count if cached is None else cached.record_count
-                del cached
-                return self._from_cache(key, size, head, headers, accept_gzip), records
+                # None when it was evicted meanwhile: then it comes from the store below.
+                cached = None if size is None else self._cache.get(key)
+            if cached is not None:
+                return self._from_cache(key, cached, head, headers, accept_gzip)
         if plan is None:
             plan = await run_in_threadpool(self.plan, head, subtask_index, max_records)
         if not plan.quotas:  # the head alone: a few hundred bytes
@@ -627,10 +626,6 @@ class ResultBodies:
         self._cache.discard_where(lambda key: key[0] == scope)
         self._too_large.discard_where(lambda key: key[0] == scope)
 
-    def _cached_size(self, key: _BodyKey) -> int | None:
-        body = self._cache.get(key)
-        return None if body is None else len(body.raw)
-
     def _fill(self, key: _BodyKey, plan: BodyPlan) -> int | None:
         """Render ``plan`` into the cache if a memory pass is free and the body fits an
         entry; its size, or ``None`` when it was not cached."""
@@ -660,28 +655,27 @@ class ResultBodies:
     def _from_cache(
         self,
         key: _BodyKey,
-        size: int,
+        cached: CachedBody,
         head: DataSampleResult,
         headers: dict[str, str],
         accept_gzip: bool = False,
-    ) -> Response:
-        """A response sending the cached body of ``key`` (``size`` bytes uncompressed):
-        its gzip form when the client accepts it and it fits one chunk, else the body."""
+    ) -> tuple[Response, int]:
+        """A response sending ``cached``, the cached body of ``key``, and the records it
+        carries: its gzip form when the client accepts it and it fits one chunk, else the
+        body (in chunks read from the cache one at a time when it is larger than one)."""
         _, _, subtask_index, max_records = key
-        cached = self._cache.get(key)
-        if (
-            accept_gzip
-            and cached is not None
-            and cached.gzipped is not None
-            and len(cached.gzipped) <= CHUNK_BYTES
-        ):
-            return Response(
+        records = cached.record_count
+        if accept_gzip and cached.gzipped is not None and len(cached.gzipped) <= CHUNK_BYTES:
+            response = Response(
                 cached.gzipped,
                 media_type=_MEDIA_TYPE,
                 headers={**headers, "content-encoding": "gzip"},
             )
-        if size <= CHUNK_BYTES and cached is not None:
-            return Response(cached.raw, media_type=_MEDIA_TYPE, headers=headers)
+            return response, records
+        size = len(cached.raw)
+        if size <= CHUNK_BYTES:
+            return Response(cached.raw, media_type=_MEDIA_TYPE, headers=headers), records
+        # The body itself is not held across the send: each chunk is looked up again.
         del cached
 
         async def pieces() -> AsyncIterator[bytes]:
@@ -704,6 +698,7 @@ class ResultBodies:
                 offset += len(chunk)
                 yield chunk
 
-        return StreamingResponse(
+        response = StreamingResponse(
             pieces(), media_type=_MEDIA_TYPE, headers={**headers, "content-length": str(size)}
         )
+        return response, records

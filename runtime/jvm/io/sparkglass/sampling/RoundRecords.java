@@ -2,7 +2,6 @@ package io.sparkglass.sampling;
 
 import java.util.ArrayList;
 import java.util.Comparator;
-import java.util.HashMap;
 import java.util.HashSet;
 import java.util.LinkedHashMap;
 import java.util.List;
@@ -40,8 +39,10 @@ final class RoundRecords {
   private final int responseCap;
   private final Map<Integer, Part> parts = new TreeMap<>();
   private final Set<String> reporters = new HashSet<>();
+  /** Records captured, all partitions (N). */
   private long captured;
-  private long receivedRecords;
+  /** Records held now (at most responseCap + partitions once N passes the cap). */
+  private long kept;
   private long receivedChars;
 
   private static final class Part {
@@ -67,23 +68,35 @@ final class RoundRecords {
     if (reporters.contains(executorId)) {
       return false;
     }
-    for (Map.Entry<Integer, List<Map<String, Object>>> e : wellFormed(partitions).entrySet()) {
-      Part part = parts.computeIfAbsent(e.getKey(), k -> new Part());
-      int n = 0;
-      for (Map<String, Object> p : e.getValue()) {
+    Set<Part> touched = new HashSet<>();
+    if (partitions instanceof List) {
+      for (Object o : (List<?>) partitions) {
+        if (!(o instanceof Map) || !(((Map<?, ?>) o).get(Messages.PARTITION) instanceof Number)) {
+          continue;
+        }
+        Map<?, ?> p = (Map<?, ?>) o;
+        Part part = parts.computeIfAbsent(((Number) p.get(Messages.PARTITION)).intValue(),
+            k -> new Part());
+        touched.add(part);
         part.droppedRate += count(p.get(Messages.DROPPED_RATE));
         part.droppedContention += count(p.get(Messages.DROPPED_CONTENTION));
+        if (!(p.get(Messages.RECORDS) instanceof List)) {
+          continue;
+        }
         for (Object r : (List<?>) p.get(Messages.RECORDS)) {
-          receivedChars += String.valueOf(((Map<?, ?>) r).get(Messages.DATA)).length();
-          part.records.add(r);
-          n++;
+          if (r instanceof Map) {
+            receivedChars += String.valueOf(((Map<?, ?>) r).get(Messages.DATA)).length();
+            part.records.add(r);
+            part.captured++;
+            captured++;
+            kept++;
+          }
         }
       }
-      part.captured += n;
-      captured += n;
-      receivedRecords += n;
-      // A partition reported twice (a retried task) merges by time: the earliest records
-      // are the ones the cut keeps.
+    }
+    // A partition reported twice (a retried task) merges by time: the earliest records are
+    // the ones the cut keeps.
+    for (Part part : touched) {
       part.records.sort(BY_TIMESTAMP);
     }
     reporters.add(executorId);
@@ -101,36 +114,6 @@ final class RoundRecords {
     return new TreeSet<>(reporters);
   }
 
-  /**
-   * The partitions of a report by index, with only their records that are maps; partitions
-   * without a numeric index are left out. Nothing is merged until the whole report is read.
-   */
-  @SuppressWarnings("unchecked")
-  private static Map<Integer, List<Map<String, Object>>> wellFormed(Object partitions) {
-    Map<Integer, List<Map<String, Object>>> out = new TreeMap<>();
-    if (!(partitions instanceof List)) {
-      return out;
-    }
-    for (Object o : (List<Object>) partitions) {
-      if (!(o instanceof Map) || !(((Map<?, ?>) o).get(Messages.PARTITION) instanceof Number)) {
-        continue;
-      }
-      Map<String, Object> p = new HashMap<>((Map<String, Object>) o);
-      List<Object> records = new ArrayList<>();
-      if (p.get(Messages.RECORDS) instanceof List) {
-        for (Object r : (List<Object>) p.get(Messages.RECORDS)) {
-          if (r instanceof Map) {
-            records.add(r);
-          }
-        }
-      }
-      p.put(Messages.RECORDS, records);
-      out.computeIfAbsent(((Number) p.get(Messages.PARTITION)).intValue(),
-          k -> new ArrayList<>()).add(p);
-    }
-    return out;
-  }
-
   private void trim() {
     if (captured <= responseCap) {
       return;
@@ -138,6 +121,7 @@ final class RoundRecords {
     for (Part part : parts.values()) {
       long keep = part.captured * responseCap / captured + 1;
       if (part.records.size() > keep) {
+        kept -= part.records.size() - keep;
         part.records = new ArrayList<>(part.records.subList(0, (int) keep));
       }
     }
@@ -161,12 +145,8 @@ final class RoundRecords {
 
   /** What arrived and what is kept: {@code {"records", "chars", "kept"}}. */
   synchronized Map<String, Object> received() {
-    long kept = 0;
-    for (Part part : parts.values()) {
-      kept += part.records.size();
-    }
     Map<String, Object> out = new LinkedHashMap<>();
-    out.put("records", receivedRecords);
+    out.put("records", captured);
     out.put("chars", receivedChars);
     out.put("kept", kept);
     return out;
