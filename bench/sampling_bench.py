@@ -26,7 +26,8 @@ numbers are written alongside; ``median_*`` keys give the medians of per-round r
 Run: ``make bench-sampling`` or ``.venv/bin/python bench/sampling_bench.py [--rounds 6]``.
 ``--scenario sdp`` runs only the Spark Declarative Pipeline scenario (``bench/sdp_bench.py``,
 ``bench/results/sampling-sdp.json``); ``--scenario dsl`` only the ones above; the default,
-``all``, runs the DSL scenarios and then the SDP one in a process of its own.
+``all``, runs the DSL scenarios and then the SDP one in a process of its own; ``--scenario
+quality`` only the expectation and filter costs, merged into the existing results file.
 """
 
 from __future__ import annotations
@@ -179,9 +180,12 @@ def quality_cost(
 
     - ``plain``: no expectations, sampling disabled;
     - ``predicates``: the 3 conditions computed as plain columns (what they cost as SQL);
-    - ``expectations``: declared, and counted as a streaming vertex counts them
-      (:func:`~sparkglass.runtime.quality.observe_expectations`: this job is bounded, where
-      the pipeline itself would not count), sampling disabled;
+    - ``expectations``: declared, and counted as a streaming vertex counts them (the
+      code-generated counter, :func:`~sparkglass.runtime.quality.count_expectations`: this
+      job is bounded, where the pipeline itself would not count), sampling disabled;
+    - ``observed``: the same counted with Spark's ``observe``
+      (:func:`~sparkglass.runtime.quality.observe_expectations`, the fallback without the
+      sampling jar), sampling disabled: the peer the counter replaces;
     - ``expectations_idle``: the same with sampling enabled, no round (the tap, and the
       violations tap the expectations add);
     - ``filtered_active``: the same, rounds back to back with ``filter``
@@ -191,9 +195,11 @@ def quality_cost(
     expectations add over their predicates, and what the idle tap and the filtered round add
     over the same job with sampling disabled (percent; median and 95% interval)."""
     from sparkglass.runtime.contract.expectations import expect, expectations_of
-    from sparkglass.runtime.quality import observe_expectations
+    from sparkglass.runtime.quality import count_expectations, observe_expectations
 
-    def chain(name: str, enabled: bool, declared: bool, predicates: bool) -> DataFrame:
+    def chain(
+        name: str, enabled: bool, declared: bool, predicates: bool, observed: bool = False
+    ) -> DataFrame:
         spark.conf.set(ENABLED, "true" if enabled else "false")
         p = Pipeline(name, spark)
         p.source("numbers", spark.range(0, rows, numPartitions=2))
@@ -209,8 +215,12 @@ def quality_cost(
             for exp_name, cond in reversed(QUALITY_EXPECTATIONS):
                 fn = expect(exp_name, cond)(fn)
         p.vertex("plus1", "times3", fn)
+        if observed:
+            return observe_expectations(p.output("plus1"), "plus1", expectations_of(fn))
         if declared:
-            counted = observe_expectations(p.output("plus1"), "plus1", expectations_of(fn))
+            counted, tally = count_expectations(p.output("plus1"), "plus1", expectations_of(fn))
+            if tally is None:
+                raise SystemExit("the code-generated expectation counter is not available")
             return counted
         return p.output("plus1")
 
@@ -218,6 +228,7 @@ def quality_cost(
         "plain": chain("quality-plain", False, False, False),
         "predicates": chain("quality-predicates", False, False, True),
         "expectations": chain("quality-declared", False, True, False),
+        "observed": chain("quality-observed", False, True, False, observed=True),
         "expectations_idle": chain("quality-idle", True, True, False),
     }
     jobs["filtered_active"] = jobs["expectations_idle"]
@@ -244,6 +255,9 @@ def quality_cost(
         "ns_per_record": {k: round(statistics.median(v), 1) for k, v in kept.items()},
         # Positive = slower. Expectations against the same conditions as plain SQL columns:
         "expectations_over_predicates_pct": paired("expectations", "predicates"),
+        # The same expectations counted with Spark's observe (the fallback), in the same run:
+        "observed_over_predicates_pct": paired("observed", "predicates"),
+        "observed_over_expectations_pct": paired("observed", "expectations"),
         # The tap with expectations declared, idle and in a filtered round, against the same
         # job with sampling disabled (target: idle at most 1%).
         "idle_tap_with_expectations_pct": paired("expectations_idle", "expectations"),
@@ -334,11 +348,12 @@ def main() -> None:
     parser.add_argument("--output", type=Path, default=RESULTS)
     parser.add_argument(
         "--scenario",
-        choices=("all", "dsl", "sdp"),
+        choices=("all", "dsl", "sdp", "quality"),
         default="all",
         help="dsl: the DSL scenarios A/B/C, gate and quality costs; sdp: the Spark "
-        "Declarative Pipeline scenario alone (bench/sdp_bench.py); all: dsl, then sdp in a "
-        "process of its own [all]",
+        "Declarative Pipeline scenario alone (bench/sdp_bench.py); quality: the expectation "
+        "and filter costs alone, written into --output's quality_cost (the rest kept); all: "
+        "dsl, then sdp in a process of its own [all]",
     )
     parser.add_argument("--sdp-rows", type=int, default=8_000_000, help="SDP: records per run")
     parser.add_argument("--sdp-files", type=int, default=8, help="SDP: input Parquet files")
@@ -349,6 +364,9 @@ def main() -> None:
         import sdp_bench
 
         sdp_bench.main(sys.argv[1:])
+        return
+    if args.scenario == "quality":
+        run_quality(args)
         return
     run_dsl(args)
     if args.scenario == "all":
@@ -370,6 +388,32 @@ def _without_scenario(argv: list[str]) -> list[str]:
         elif not item.startswith("--scenario="):
             out.append(item)
     return out
+
+
+def run_quality(args: argparse.Namespace) -> None:
+    """The expectation and filter costs alone (:func:`quality_cost`), merged into
+    ``args.output`` as ``quality_cost`` with its own ``quality_run`` provenance."""
+    spark = spark_session(
+        "sparkglass-quality-bench",
+        master="local[2]",
+        conf={"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "true"},
+        sampling_plugin=True,
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    try:
+        spark.conf.set(ENABLED, "true")
+        quality = quality_cost(
+            spark, registry.coordinator_for(spark), args.gate_rows, args.quality_rounds
+        )
+    finally:
+        spark.stop()
+    result = json.loads(args.output.read_text()) if args.output.exists() else {}
+    result["quality_cost"] = quality
+    result["quality_run"] = run_info()
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(quality, indent=2))
+    print(f"wrote {args.output}")
 
 
 def run_dsl(args: argparse.Namespace) -> None:

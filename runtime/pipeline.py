@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import math
 import tempfile
 import threading
@@ -84,12 +85,15 @@ from sparkglass.runtime.python_errors import map_with_error_rows
 from sparkglass.runtime.quality import (
     EXPECTATION_PREFIX,
     ROWS_METRIC,
+    ExpectationTally,
     apply_expectations,
     route_errors,
 )
 from sparkglass.runtime.sampling.programs import redacted_column_names
 from sparkglass.runtime.sampling.rounds import MicroBatches
 from sparkglass.runtime.sampling.tap import detach, install_materialized_tap, install_tap
+
+log = logging.getLogger(__name__)
 
 VertexFunction = Callable[..., DataFrame]
 #: A sink writer: given the sink's input DataFrame, either return a configured
@@ -342,6 +346,8 @@ class Pipeline:
         self._expectation_overrides: dict[str, list[Expectation]] = {}
         #: (vertex, expectation) → [passed, failed, passed last batch, failed last batch].
         self._expectation_counts: dict[tuple[str, str], list[int]] = {}
+        #: Per vertex: the JVM tally counting its expectations (when the native counter counts).
+        self._expectation_tallies: dict[str, ExpectationTally] = {}
 
     # ------------------------------------------------------------------ building
     @property
@@ -534,7 +540,9 @@ class Pipeline:
                 )
             # Error rows go to the vertex's errors output first: expectations judge good rows.
             df = route_errors(self, name, df)
-            df = apply_expectations(self, name, df, self.expectations(name))
+            df, tally = apply_expectations(self, name, df, self.expectations(name))
+            if tally is not None:
+                self._expectation_tallies[name] = tally
             df = self._apply_plan(step, df)
         df = self._instrument(name, df)
         self._outputs[name] = df
@@ -793,8 +801,11 @@ class Pipeline:
                 str(progress.id), end_ms - int(progress.batchDuration or 0), end_ms, batch_rows
             )
         start_ms = batch.start_ms
+        tallied = self._take_tallies(str(progress.id), int(progress.batchId))
         with self._lock:
             self._record_expectations(metrics)
+            for vertex, (rows, failed) in tallied.items():
+                self._add_expectation_batch(vertex, rows, failed)
             self._batches.append(batch)
             p = self._progress
             p.micro_batches += 1
@@ -830,22 +841,39 @@ class Pipeline:
                     r for (_, v), r in self._rate_by_query.items() if v == vertex
                 )
 
+    def _take_tallies(self, query_id: str, batch_id: int) -> dict[str, tuple[int, dict[str, int]]]:
+        """Per vertex counted natively: ``(rows, failed per expectation)`` of one micro-batch
+        (taken from the JVM, outside the lock: Py4J calls)."""
+        out: dict[str, tuple[int, dict[str, int]]] = {}
+        for vertex, tally in list(self._expectation_tallies.items()):
+            try:
+                taken = tally.take(query_id, batch_id)
+            except Exception:  # the session is stopping: the counts of this batch are moot
+                log.debug("expectation counts of vertex %s not read", vertex, exc_info=True)
+                continue
+            if taken is not None:
+                out[vertex] = taken
+        return out
+
     def _record_expectations(self, metrics: Any) -> None:
-        """Add one micro-batch's expectation outcomes (``sg_expect_<vertex>`` metrics)."""
+        """Add one micro-batch's expectation outcomes counted by ``observe`` (the
+        ``sg_expect_<vertex>`` metrics)."""
         for key, row in metrics.items():
             if not key.startswith(EXPECTATION_PREFIX):
                 continue
             vertex = key[len(EXPECTATION_PREFIX) :]
             values = row.asDict() if hasattr(row, "asDict") else dict(row)
             rows = int(values.get(ROWS_METRIC) or 0)
-            for name, failed in values.items():
-                if name == ROWS_METRIC:
-                    continue
-                failed_n = int(failed or 0)
-                c = self._expectation_counts.setdefault((vertex, name), [0, 0, 0, 0])
-                c[0] += rows - failed_n
-                c[1] += failed_n
-                c[2], c[3] = rows - failed_n, failed_n
+            failed = {n: int(f or 0) for n, f in values.items() if n != ROWS_METRIC}
+            self._add_expectation_batch(vertex, rows, failed)
+
+    def _add_expectation_batch(self, vertex: str, rows: int, failed: dict[str, int]) -> None:
+        """Add one micro-batch's ``rows`` and ``failed`` rows per expectation of ``vertex``."""
+        for name, failed_n in failed.items():
+            c = self._expectation_counts.setdefault((vertex, name), [0, 0, 0, 0])
+            c[0] += rows - failed_n
+            c[1] += failed_n
+            c[2], c[3] = rows - failed_n, failed_n
 
     def micro_batches(self, vertex: str, since_ms: int) -> MicroBatches | None:
         """What the streaming queries that run ``vertex`` did since ``since_ms`` (ms since the

@@ -3,9 +3,14 @@
 At a vertex with expectations (:mod:`sparkglass.runtime.contract.expectations`) the output
 goes through, in this order:
 
-1. the counter: on a streaming vertex, Spark observed metrics named ``sg_expect_<vertex>``
-   count, per micro-batch, the rows that failed each expectation and all rows (so passed =
-   rows − failed); the pipeline's query listener adds them up;
+1. the counter: on a streaming vertex, the rows that failed each expectation and all rows
+   (so passed = rows − failed) are counted per micro-batch, and the pipeline's query
+   listener adds them up. The count is :func:`count_expectations`: a code-generated
+   expression of the sampling jar (``io.sparkglass.quality.ExpectationCounter``) counting
+   into a Spark accumulator kept per micro-batch, so expectations cost what their conditions
+   cost; without the jar (or with ``spark.sparkglass.expectations.nativeCount=false``),
+   Spark's observed metrics named ``sg_expect_<vertex>`` (``observe``, which costs a
+   whole-stage code generation break and per-row aggregate updates);
 2. the violations tap (with sampling enabled): rounds of kind ``violations`` capture rows
    here, before any is dropped, with the names of the expectations they failed (the names
    are computed only for rows the gate admits);
@@ -22,7 +27,10 @@ Error rows (:mod:`sparkglass.runtime.contract.error_rows`) are split off before 
 
 from __future__ import annotations
 
+import itertools
+import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from pyspark.sql import Column, DataFrame
@@ -34,12 +42,22 @@ from sparkglass.runtime.contract.expectations import Expectation, ExpectationAct
 from sparkglass.runtime.contract.round_request import INTERNAL_PREFIX, RoundKind
 from sparkglass.runtime.contract.sampling_settings import settings_from_spark
 
+log = logging.getLogger(__name__)
+
 #: Prefix of the observed-metrics names counting expectation outcomes per vertex.
 EXPECTATION_PREFIX = "sg_expect_"
 #: Observed metric with the rows counted alongside the failures.
 ROWS_METRIC = "__rows"
 #: The violations tap's column with the names of the expectations a row failed.
 FAILED_COLUMN = f"{INTERNAL_PREFIX}failed"
+#: Conf: ``false`` counts expectations with Spark's ``observe`` instead of the sampling jar's
+#: code-generated counter.
+NATIVE_COUNT_CONF = "spark.sparkglass.expectations.nativeCount"
+#: The JVM class registering the code-generated counter (in the sampling jar).
+COUNTERS_CLASS = "io.sparkglass.quality.ExpectationCounters"
+
+_counter_names = itertools.count(1)
+_fallback_count = 0
 
 
 def passes(expectation: Expectation) -> Column:
@@ -89,18 +107,98 @@ def observe_expectations(
     )
 
 
+@dataclass(frozen=True)
+class ExpectationTally:
+    """One vertex's expectation counts on the JVM (``io.sparkglass.quality.ExpectationTally``,
+    a Spark accumulator kept per micro-batch), as :func:`count_expectations` registered it.
+
+    ``names``: the expectations in the order the counter counts them."""
+
+    vertex: str
+    names: tuple[str, ...]
+    jvm: Any
+
+    def take(self, query_id: str, batch_id: int) -> tuple[int, dict[str, int]] | None:
+        """``(rows, failed rows per expectation)`` of micro-batch ``batch_id`` of streaming
+        query ``query_id``, removed from the driver's tally; ``None`` when no task of it saw
+        a row of this vertex (not a query of this vertex, or an empty micro-batch). Call it
+        once the micro-batch has ended (its progress event): Spark merges each task's counts
+        before the batch's job ends."""
+        counts = self.jvm.take(query_id, str(batch_id))
+        if counts is None:
+            return None
+        values = [int(v) for v in counts]
+        return values[0], dict(zip(self.names, values[1:], strict=True))
+
+    def dropped_micro_batches(self) -> int:
+        """Micro-batches whose counts the driver dropped untaken (it keeps 256)."""
+        return int(self.jvm.droppedBatches())
+
+
+def native_count_enabled(spark: Any) -> bool:
+    """Whether expectations use the code-generated counter: true unless
+    :data:`NATIVE_COUNT_CONF` is ``false``."""
+    raw = spark.conf.get(NATIVE_COUNT_CONF, None)
+    return raw is None or str(raw).strip().lower() != "false"
+
+
+def native_count_fallbacks() -> int:
+    """Vertices of this process counted with ``observe`` because the native counter failed
+    (no sampling jar on the driver, or a session that cannot take it)."""
+    return _fallback_count
+
+
+def count_expectations(
+    df: DataFrame, vertex: str, expectations: Sequence[Expectation]
+) -> tuple[DataFrame, ExpectationTally | None]:
+    """``df`` with the rows failing each of ``expectations`` counted (every row kept), and
+    the tally to read the counts from per micro-batch.
+
+    With the sampling jar on the driver (sessions with the sampling plugin), the count is a
+    ``Filter`` on the code-generated ``sg_expect_count_N(...)``, always true. Otherwise (or
+    with :data:`NATIVE_COUNT_CONF` ``false``) it is :func:`observe_expectations` and the
+    tally is ``None``: the counts then come in each micro-batch's observed metrics."""
+    if native_count_enabled(df.sparkSession):
+        name = f"sg_expect_count_{next(_counter_names)}"
+        try:
+            jvm = df.sparkSession._jvm
+            counters = getattr(jvm, COUNTERS_CLASS)
+            tally = counters.register(df.sparkSession._jsparkSession, name, len(expectations))
+        except Exception as exc:  # no jar, Spark Connect: observe counts the same rows
+            _native_count_failed(vertex, exc)
+        else:
+            counted = df.filter(F.call_function(name, *[passes(e) for e in expectations]))
+            return counted, ExpectationTally(vertex, tuple(e.name for e in expectations), tally)
+    return observe_expectations(df, vertex, expectations), None
+
+
+def _native_count_failed(vertex: str, exc: Exception) -> None:
+    global _fallback_count
+    _fallback_count += 1
+    if _fallback_count == 1:
+        log.info(
+            "expectations at vertex %s are counted with Spark's observe: the code-generated "
+            "counter is not available (%s; it needs the sampling jar on the driver)",
+            vertex,
+            _first_line(exc),
+        )
+
+
 def apply_expectations(
     pipeline: Any, vertex: str, df: DataFrame, expectations: Sequence[Expectation]
-) -> DataFrame:
-    """``df`` with ``expectations`` counted, tapped, enforced (see module docstring).
+) -> tuple[DataFrame, ExpectationTally | None]:
+    """``df`` with ``expectations`` counted, tapped, enforced (see module docstring), and the
+    tally counting them (``None``: no expectations, a bounded vertex, or counted with
+    ``observe``).
 
     Raises :class:`PlanError` for a condition that does not fit the vertex's columns.
     """
     if not expectations:
-        return df
+        return df, None
     check_conditions(df, vertex, expectations)
+    tally = None
     if df.isStreaming:
-        df = observe_expectations(df, vertex, expectations)
+        df, tally = count_expectations(df, vertex, expectations)
     if settings_from_spark(df.sparkSession).enabled:
         from sparkglass.runtime.sampling.tap import install_tap  # Spark-side, with the plugin
 
@@ -118,7 +216,7 @@ def apply_expectations(
     drops = [passes(e) for e in expectations if e.action is ExpectationAction.DROP]
     for condition in drops:
         df = df.filter(condition)
-    return df
+    return df, tally
 
 
 def route_errors(pipeline: Any, vertex: str, df: DataFrame) -> DataFrame:
