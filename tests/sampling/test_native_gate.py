@@ -220,6 +220,11 @@ def test_a_dsl_round_captures_rows_behind_the_native_gate_with_codegen_on_and_of
         rows = [r for s in result.samples for r in s.records]
         assert rows and result.total_record_count > 0
         assert all('"tripled"' in r.data for r in rows)
+        # Each task's cursor keeps its own partition's sampler: rows come from both
+        # partitions, each within its rate limit (100/s, a bucket of one second, 2 s window).
+        per_partition = {s.subtask_index: len(s.records) for s in result.samples if s.records}
+        assert set(per_partition) == {0, 1}, per_partition
+        assert all(n <= 100 * (2 + 1) for n in per_partition.values()), per_partition
     finally:
         p.stop()
 
@@ -263,6 +268,7 @@ def test_idle_plan_has_the_native_gate_in_generated_code_and_no_gate_udf(spark) 
     assert "Found 1 WholeStageCodegen subtrees" in code
     assert "io.sparkglass.sampling.TapSlot" in code
     assert ".active &&" in code  # the idle path: a field read in the generated loop
+    assert ".cursor();" in code  # the active path: the task's cursor, made once per task
     assert GATE_UDF_CLASS not in code
     # Idle: every row passes, none is captured, and the answer is the untapped one.
     assert tapped.count() == 10_000

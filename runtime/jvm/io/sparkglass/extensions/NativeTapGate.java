@@ -20,8 +20,9 @@ import scala.collection.immutable.Seq;
  * code generation, instead of a {@link io.sparkglass.sampling.GateUdf} behind a
  * {@code ScalaUDF}. In whole-stage generated code an idle tap costs one read of the public
  * volatile field {@link TapSlot#active} of a slot held in a field of the generated class; the
- * slow path ({@link TapSlot#admit()}, the same as the UDF's) runs only while a round is
- * active. The capture stays the {@code CaptureUdf}: it only runs for admitted rows.
+ * slow path (the task's {@link TapSlot.Cursor#admit()}, which does what the UDF's
+ * {@link TapSlot#admit()} does without looking the task and its sampler up per row) runs only
+ * while a round is active. The capture stays the {@code CaptureUdf}: it only runs for admitted rows.
  *
  * <p>Written in Java against Catalyst's Scala classes. It extends {@code Expression}, not
  * {@code LeafExpression}: javac rejects a Java subclass of {@code LeafExpression} (the final
@@ -103,8 +104,13 @@ public final class NativeTapGate extends Expression implements Serializable {
     // A field of the generated class, set once when it is initialised: per row, the idle
     // path reads this field and the slot's volatile flag, nothing else.
     String field = ctx.addMutableState(cls, "sgTapSlot", v -> v + " = " + ref + ";", true, true);
+    // The task's cursor, made where the generated class is set up (the task's thread): an
+    // active tap's rows skip the task-context and sampler lookups.
+    String cursorCls = TapSlot.Cursor.class.getName().replace('$', '.');
+    String cursor = ctx.addMutableState(cursorCls, "sgTapCursor",
+        v -> v + " = ((" + cls + ") " + ref + ").cursor();", true, true);
     String value = ev.value().toString();
-    String code = "boolean " + value + " = " + field + ".active && " + field + ".admit();";
+    String code = "boolean " + value + " = " + field + ".active && " + cursor + ".admit();";
     return ev.copy(
         new CodeBlock(TapFunctions.seq(Collections.singletonList(code)),
             TapFunctions.seq(Collections.<JavaCode>emptyList())),

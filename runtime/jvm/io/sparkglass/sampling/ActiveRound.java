@@ -42,7 +42,11 @@ final class ActiveRound {
   }
 
   private PartitionSampler sampler(TaskContext tc) {
-    int p = tc.partitionId();
+    return samplerFor(tc.partitionId());
+  }
+
+  /** The sampler of partition {@code p} in this round (made on first use). */
+  PartitionSampler samplerFor(int p) {
     PartitionSampler[] arr = samplers;
     if (p < arr.length) {
       PartitionSampler s = arr[p];

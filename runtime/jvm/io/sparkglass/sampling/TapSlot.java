@@ -54,6 +54,62 @@ public final class TapSlot implements Serializable {
     }
   }
 
+  /**
+   * A cursor for the calling task (call it from the task's thread, where generated code sets
+   * itself up): it remembers the task's partition and, per round, its sampler, so that the
+   * slow path of an active tap skips the task-context and sampler lookups of {@link #admit()}.
+   */
+  public Cursor cursor() {
+    return new Cursor(this);
+  }
+
+  /**
+   * One task's view of a slot ({@link #cursor()}): {@link #admit()} does what the slot's does,
+   * with the task's partition and the current round's sampler kept in plain fields (one task,
+   * one thread). Used from any other thread, or made outside a task, it defers to the slot.
+   */
+  public static final class Cursor {
+    private final TapSlot slot;
+    private final Thread owner;
+    private final int partition;
+    private ActiveRound round;
+    private PartitionSampler sampler;
+
+    Cursor(TapSlot slot) {
+      this.slot = slot;
+      this.owner = Thread.currentThread();
+      org.apache.spark.TaskContext task = org.apache.spark.TaskContext.get();
+      this.partition = task == null ? -1 : task.partitionId();
+    }
+
+    /** The gate's slow path for this task's rows; never throws. */
+    public boolean admit() {
+      if (partition < 0 || Thread.currentThread() != owner) {
+        return slot.admit();
+      }
+      try {
+        ActiveRound r = slot.tap.round;
+        if (r == null) {
+          return false;
+        }
+        PartitionSampler s = sampler;
+        if (r != round) {
+          s = r.samplerFor(partition);
+          round = r;
+          sampler = s;
+        }
+        if (r.closed || !s.admit(CoarseClock.now())) {
+          return false;
+        }
+        ActiveRound.ADMITTED.set(r);
+        return true;
+      } catch (Throwable e) {
+        TapErrors.record(e);
+        return false;
+      }
+    }
+  }
+
   /** Interpreted evaluation and tests: the whole gate, idle check included. */
   public boolean gate() {
     return active && admit();
