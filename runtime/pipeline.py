@@ -542,6 +542,9 @@ class Pipeline:
             df = route_errors(self, name, df)
             df, tally = apply_expectations(self, name, df, self.expectations(name))
             if tally is not None:
+                replaced = self._expectation_tallies.get(name)
+                if replaced is not None:  # rebuilt (the spec's expectations): never taken again
+                    replaced.release()
                 self._expectation_tallies[name] = tally
             df = self._apply_plan(step, df)
         df = self._instrument(name, df)
@@ -781,6 +784,8 @@ class Pipeline:
         if self._tmp is not None:
             self._tmp.cleanup()
             self._tmp = None
+        for tally in self._expectation_tallies.values():
+            tally.release()
         # Stops the sampling control endpoint with the last pipeline using it.
         with contextlib.suppress(Exception):  # no session: nothing was attached
             detach(self, self.spark)

@@ -27,10 +27,9 @@ Error rows (:mod:`sparkglass.runtime.contract.error_rows`) are split off before 
 
 from __future__ import annotations
 
-import itertools
+import contextlib
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from pyspark.sql import Column, DataFrame
@@ -56,7 +55,6 @@ NATIVE_COUNT_CONF = "spark.sparkglass.expectations.nativeCount"
 #: The JVM class registering the code-generated counter (in the sampling jar).
 COUNTERS_CLASS = "io.sparkglass.quality.ExpectationCounters"
 
-_counter_names = itertools.count(1)
 _fallback_count = 0
 
 
@@ -107,32 +105,44 @@ def observe_expectations(
     )
 
 
-@dataclass(frozen=True)
 class ExpectationTally:
     """One vertex's expectation counts on the JVM (``io.sparkglass.quality.ExpectationTally``,
-    a Spark accumulator kept per micro-batch), as :func:`count_expectations` registered it.
+    a Spark accumulator kept per micro-batch), as :func:`count_expectations` made it.
 
     ``names``: the expectations in the order the counter counts them."""
 
-    vertex: str
-    names: tuple[str, ...]
-    jvm: Any
+    def __init__(self, vertex: str, names: tuple[str, ...], jvm: Any, counters: Any) -> None:
+        self.vertex = vertex
+        self.names = names
+        self.jvm = jvm
+        self._counters = counters
+        self._dropped_seen = 0
 
     def take(self, query_id: str, batch_id: int) -> tuple[int, dict[str, int]] | None:
         """``(rows, failed rows per expectation)`` of micro-batch ``batch_id`` of streaming
-        query ``query_id``, removed from the driver's tally; ``None`` when no task of it saw
-        a row of this vertex (not a query of this vertex, or an empty micro-batch). Call it
-        once the micro-batch has ended (its progress event): Spark merges each task's counts
-        before the batch's job ends."""
-        counts = self.jvm.take(query_id, str(batch_id))
-        if counts is None:
+        query ``query_id``, removed from the driver's tally (one Py4J call); ``None`` when no
+        task of it saw a row of this vertex (not a query of this vertex, or an empty
+        micro-batch). Call it once the micro-batch has ended (its progress event): Spark
+        merges each task's counts before the batch's job ends. Logs a warning when the driver
+        dropped micro-batches nobody took (it keeps 65,536 partition entries)."""
+        dropped, _, counts = str(self.jvm.take(query_id, str(batch_id))).partition(";")
+        if int(dropped) > self._dropped_seen:
+            log.warning(
+                "vertex %s: the counts of %d micro-batch(es) were dropped before the query "
+                "listener took them; expectation totals miss their rows",
+                self.vertex,
+                int(dropped) - self._dropped_seen,
+            )
+            self._dropped_seen = int(dropped)
+        if not counts:
             return None
-        values = [int(v) for v in counts]
+        values = [int(v) for v in counts.split(",")]
         return values[0], dict(zip(self.names, values[1:], strict=True))
 
-    def dropped_micro_batches(self) -> int:
-        """Micro-batches whose counts the driver dropped untaken (it keeps 256)."""
-        return int(self.jvm.droppedBatches())
+    def release(self) -> None:
+        """Unregister the tally from the driver (its pipeline stopped)."""
+        with contextlib.suppress(Exception):  # the session is gone: so is the tally
+            self._counters.release(self.jvm)
 
 
 def native_count_enabled(spark: Any) -> bool:
@@ -154,22 +164,47 @@ def count_expectations(
     """``df`` with the rows failing each of ``expectations`` counted (every row kept), and
     the tally to read the counts from per micro-batch.
 
-    With the sampling jar on the driver (sessions with the sampling plugin), the count is a
-    ``Filter`` on the code-generated ``sg_expect_count_N(...)``, always true. Otherwise (or
-    with :data:`NATIVE_COUNT_CONF` ``false``) it is :func:`observe_expectations` and the
-    tally is ``None``: the counts then come in each micro-batch's observed metrics."""
-    if native_count_enabled(df.sparkSession):
-        name = f"sg_expect_count_{next(_counter_names)}"
+    With the sampling jar on the driver and shipped to the executors (:func:`jar_on_executors`),
+    the count is a ``Filter`` on the code-generated ``sg_expect_count(...)``, always true.
+    Otherwise (or with :data:`NATIVE_COUNT_CONF` ``false``) it is :func:`observe_expectations`
+    and the tally is ``None``: the counts then come in each micro-batch's observed metrics."""
+    spark = df.sparkSession
+    if native_count_enabled(spark):
         try:
-            jvm = df.sparkSession._jvm
-            counters = getattr(jvm, COUNTERS_CLASS)
-            tally = counters.register(df.sparkSession._jsparkSession, name, len(expectations))
+            if not jar_on_executors(spark):
+                raise RuntimeError("the sampling jar is not shipped to the executors")
+            counters = getattr(spark._jvm, COUNTERS_CLASS)
+            tally = counters.tally(spark._jsparkSession, len(expectations))
+            jcol = counters.counter(
+                spark._jsparkSession, [passes(e)._jc for e in expectations], tally
+            )
         except Exception as exc:  # no jar, Spark Connect: observe counts the same rows
             _native_count_failed(vertex, exc)
         else:
-            counted = df.filter(F.call_function(name, *[passes(e) for e in expectations]))
-            return counted, ExpectationTally(vertex, tuple(e.name for e in expectations), tally)
+            from pyspark.sql.classic.column import Column as ClassicColumn
+
+            names = tuple(e.name for e in expectations)
+            return df.filter(ClassicColumn(jcol)), ExpectationTally(vertex, names, tally, counters)
     return observe_expectations(df, vertex, expectations), None
+
+
+def jar_on_executors(spark: Any) -> bool:
+    """Whether executors load the sampling jar too: a local master (one JVM), or a jar named
+    ``*sparkglass*`` in ``spark.jars``, ``spark.executor.extraClassPath`` or the jars the
+    SparkContext ships (``listJars``). The counter runs in tasks: on executors without the
+    jar it would fail them, so it is used only then."""
+    master = str(spark.sparkContext.master or "")
+    if master.startswith("local") and not master.startswith("local-cluster"):
+        return True
+    shipped = ",".join(
+        str(v)
+        for v in (
+            spark.conf.get("spark.jars", ""),
+            spark.conf.get("spark.executor.extraClassPath", ""),
+            spark.sparkContext._jsc.sc().listJars().mkString(","),
+        )
+    )
+    return "sparkglass" in shipped
 
 
 def _native_count_failed(vertex: str, exc: Exception) -> None:

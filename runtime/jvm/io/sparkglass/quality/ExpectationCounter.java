@@ -17,7 +17,7 @@ import scala.collection.immutable.Seq;
 import scala.jdk.javaapi.CollectionConverters;
 
 /**
- * {@code sg_expect_count_N(pass_1, ..., pass_n)}: always true; counts into an
+ * {@code sg_expect_count(pass_1, ..., pass_n)}: always true; counts into an
  * {@link ExpectationTally} every row it sees and, per expectation {@code i}, the rows whose
  * {@code pass_i} is not true (false or NULL). As the condition of a {@code Filter} it keeps
  * every row and, unlike Spark's {@code observe} ({@code CollectMetrics}, which ends the
@@ -75,7 +75,7 @@ public final class ExpectationCounter extends Expression implements Serializable
 
   @Override
   public Object eval(InternalRow input) {
-    long[] counts = tally.forTask().counts;
+    long[] counts = tally.countsFor(ExpectationTally.INTERPRETED);
     counts[0]++;
     int i = 1;
     for (Expression c : CollectionConverters.asJava(conditions)) {
@@ -91,10 +91,13 @@ public final class ExpectationCounter extends Expression implements Serializable
   @Override
   public ExprCode doGenCode(CodegenContext ctx, ExprCode ev) {
     String ref = ctx.addReferenceObj("sgTally", tally, ExpectationTally.class.getName());
+    // This place in the plan gets its own number, so that a vertex read on two paths (or by
+    // two jobs of a micro-batch) is not counted twice.
+    int occurrence = tally.nextOccurrence();
     // The task's counts array, in a field of the generated class set once at its set-up (in
     // the task's thread, so the tally learns its micro-batch there): per row, increments only.
     String counts = ctx.addMutableState("long[]", "sgExpectCounts",
-        v -> v + " = " + ref + ".forTask().counts;", true, true);
+        v -> v + " = " + ref + ".countsFor(" + occurrence + ");", true, true);
     StringBuilder code = new StringBuilder();
     code.append(counts).append("[0]++;\n");
     int i = 1;
