@@ -343,7 +343,7 @@ def main() -> None:
     parser.add_argument("--gate-rows", type=int, default=20_000_000, help="gate cost jobs")
     parser.add_argument("--gate-rounds", type=int, default=5, help="gate cost rounds")
     parser.add_argument(
-        "--quality-rounds", type=int, default=6, help="expectation/filter cost rounds [6]"
+        "--quality-rounds", type=int, default=12, help="expectation/filter cost rounds [12]"
     )
     parser.add_argument("--output", type=Path, default=RESULTS)
     parser.add_argument(
