@@ -6,7 +6,6 @@ tally on a real JVM (a Java check compiled against the sampling jar)."""
 from __future__ import annotations
 
 import shutil
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,8 +17,8 @@ import pytest
 
 from sparkglass.runtime.pipeline import Pipeline
 from sparkglass.runtime.quality import EXPECTATION_PREFIX, NATIVE_COUNT_CONF, jar_on_executors
-from sparkglass.runtime.sampling.jar import sampling_jar
 from tests.flights_stream import COLUMNS, SCHEMA, parse
+from tests.sampling.java_check import run_java_check
 
 CHECK = Path(__file__).parent / "java" / "ExpectationTallyCheck.java"
 FILES = 3
@@ -144,24 +143,7 @@ def test_counts_are_exact_per_micro_batch(
 
 @pytest.mark.skipif(shutil.which("javac") is None, reason="needs a JDK (javac)")
 def test_the_driver_tally_keeps_batches_apart_and_bounded(tmp_path: Path) -> None:
-    import pyspark
-
-    jars = Path(pyspark.__file__).parent / "jars"
-    classpath = f"{sampling_jar()}:{jars}/*"
-    compiled = subprocess.run(
-        ["javac", "-nowarn", "-d", str(tmp_path), "-cp", classpath, str(CHECK)],
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    assert compiled.returncode == 0, compiled.stderr
-    run = subprocess.run(
-        ["java", "-cp", f"{tmp_path}:{classpath}", "io.sparkglass.quality.ExpectationTallyCheck"],
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    assert run.returncode == 0 and run.stdout.strip() == "ok", run.stdout + run.stderr
+    run_java_check(CHECK, "io.sparkglass.quality.ExpectationTallyCheck", tmp_path)
 
 
 @pytest.mark.spark
