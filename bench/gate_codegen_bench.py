@@ -35,11 +35,9 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 
-from sparkglass.runtime.session import spark_session
-
 sys.path.insert(0, str(Path(__file__).parent))
 from provenance import run_info
-from sampling_bench import run_once
+from sampling_bench import bench_session, run_once
 from spread import median_ci
 
 RESULTS = Path(__file__).parent / "results" / "gate-codegen.json"
@@ -76,13 +74,7 @@ def main() -> None:
     logging.basicConfig(level=logging.WARNING)
     info_before = run_info()
 
-    spark = spark_session(
-        "sparkglass-gate-codegen-bench",
-        master="local[2]",
-        conf={"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "true"},
-        sampling_plugin=True,
-    )
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = bench_session("sparkglass-gate-codegen-bench")
     try:
         frames = {
             v: tapped(spark, args.rows, None if v == "plain" else v)

@@ -393,16 +393,23 @@ def _without_scenario(argv: list[str]) -> list[str]:
     return out
 
 
-def run_quality(args: argparse.Namespace) -> None:
-    """The expectation and filter costs alone (:func:`quality_cost`), merged into
-    ``args.output`` as ``quality_cost`` with its own ``quality_run`` provenance."""
+def bench_session(app_name: str) -> SparkSession:
+    """The benchmarks' session: ``local[2]``, the sampling plugin loaded, the UI on (task CPU
+    time is read from its REST API), Spark's own log at ERROR."""
     spark = spark_session(
-        "sparkglass-quality-bench",
+        app_name,
         master="local[2]",
         conf={"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "true"},
         sampling_plugin=True,
     )
     spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def run_quality(args: argparse.Namespace) -> None:
+    """The expectation and filter costs alone (:func:`quality_cost`), merged into
+    ``args.output`` as ``quality_cost`` with its own ``quality_run`` provenance."""
+    spark = bench_session("sparkglass-quality-bench")
     try:
         spark.conf.set(ENABLED, "true")
         quality = quality_cost(
@@ -421,14 +428,7 @@ def run_quality(args: argparse.Namespace) -> None:
 
 def run_dsl(args: argparse.Namespace) -> None:
     """The DSL scenarios (module docstring): writes ``args.output`` and prints a table."""
-
-    spark = spark_session(
-        "sparkglass-sampling-bench",
-        master="local[2]",
-        conf={"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "true"},
-        sampling_plugin=True,
-    )
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = bench_session("sparkglass-sampling-bench")
     try:
         frames = {
             "baseline": build(spark, "bench-off", args.rows, enabled=False),
