@@ -152,12 +152,6 @@ def native_count_enabled(spark: Any) -> bool:
     return raw is None or str(raw).strip().lower() != "false"
 
 
-def native_count_fallbacks() -> int:
-    """Vertices of this process counted with ``observe`` because the native counter failed
-    (no sampling jar on the driver, or a session that cannot take it)."""
-    return _fallback_count
-
-
 def count_expectations(
     df: DataFrame, vertex: str, expectations: Sequence[Expectation]
 ) -> tuple[DataFrame, ExpectationTally | None]:

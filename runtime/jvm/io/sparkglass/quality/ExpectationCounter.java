@@ -49,10 +49,6 @@ public final class ExpectationCounter extends Expression implements Serializable
     this.tally = tally;
   }
 
-  public ExpectationTally tally() {
-    return tally;
-  }
-
   @Override
   public boolean nullable() {
     return false;
