@@ -31,6 +31,7 @@ import os
 import socket
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -85,9 +86,16 @@ class LeaderElector:
     """One candidate. ``await acquire()`` until leader, then ``await hold()`` while leader."""
 
     def __init__(
-        self, cluster: Cluster, config: ElectionConfig, *, clock: Any = time.monotonic
+        self,
+        cluster: Cluster,
+        config: ElectionConfig,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
-        self.cluster, self.config, self._clock = cluster, config, clock
+        # ``clock`` and ``sleep`` are parameters so a test can move time for this elector
+        # alone: patching ``asyncio.sleep`` would also catch every other thread's sleeps.
+        self.cluster, self.config, self._clock, self._sleep = cluster, config, clock, sleep
         self.identity = config.identity or default_identity()
         #: (holder, renewTime, resourceVersion) last seen, and when (our clock) it changed.
         self._seen: tuple[Any, Any] | None = None
@@ -104,14 +112,14 @@ class LeaderElector:
                     break
             except Exception as exc:  # the API server's trouble: a candidate keeps trying
                 log.warning("leader election: attempt failed", error=str(exc))
-            await asyncio.sleep(self.config.retry_period)
+            await self._sleep(self.config.retry_period)
         log.info("leader election: leading", lease=self.config.name, identity=self.identity)
 
     async def hold(self) -> None:
         """Renew every ``retry_period``; return when leadership is lost (no successful renewal
         for ``renew_deadline`` seconds, or the Lease names another holder)."""
         while True:
-            await asyncio.sleep(self.config.retry_period)
+            await self._sleep(self.config.retry_period)
             try:
                 renewed = await self.try_acquire_or_renew()
             except Exception as exc:  # the API server's trouble: keep trying until the deadline

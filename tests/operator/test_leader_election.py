@@ -136,17 +136,18 @@ async def test_a_released_lease_is_taken_at_once_and_creation_races_are_409() ->
     assert holder(empty) == "y"
 
 
-async def test_a_leader_that_cannot_renew_for_the_deadline_stops(monkeypatch: Any) -> None:
+async def test_a_leader_that_cannot_renew_for_the_deadline_stops() -> None:
     leases, clock = Leases(), Clock()
-    a = LeaderElector(leases, CONFIG, clock=clock)  # type: ignore[arg-type]
-    assert await a.acquire() is None and a.is_leader
     sleeps: list[float] = []
 
     async def sleep(seconds: float) -> None:  # the test's clock moves instead of waiting
         sleeps.append(seconds)
         clock.now += seconds
 
-    monkeypatch.setattr("sparkglass.operator.leader_election.asyncio.sleep", sleep)
+    # The elector's own sleep, not a patched asyncio.sleep: that one is shared by every thread
+    # of the test process (a server thread's 0.1 s polls once counted as the elector's waits).
+    a = LeaderElector(leases, CONFIG, clock=clock, sleep=sleep)  # type: ignore[arg-type]
+    assert await a.acquire() is None and a.is_leader
     leases.down = True
     await a.hold()  # returns: leadership lost
     assert not a.is_leader and sum(sleeps) >= CONFIG.renew_deadline
