@@ -7,13 +7,13 @@ Authorization runs before any lookup for the same reason (a 404 would reveal nam
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import time
 from collections.abc import Callable, Iterator
 from typing import Annotated
 
 from fastapi import Depends, HTTPException, Request, status
-from fastapi.concurrency import run_in_threadpool
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
@@ -100,19 +100,24 @@ async def authorized_principal(
 ) -> Principal:
     """401/403/503 like :func:`require`, answering from a one-second in-memory cache on the
     event loop and calling the (possibly blocking) authenticator on the thread pool only on
-    a miss."""
+    a miss; the misses of many pollers at once share one call (:class:`SingleFlight`)."""
     if credentials is None or not credentials.credentials:
         raise UNAUTHORIZED
     # Keyed by a hash, never by the token itself.
     key = hashlib.sha256(credentials.credentials.encode()).hexdigest()
     hit, principal = state.principal_cache.get(key)
     if not hit or principal is None:
-        principal = await run_in_threadpool(authenticate, state, credentials)
+        principal = await state.auth_calls.run(
+            ("authenticate", key), functools.partial(authenticate, state, credentials)
+        )
         state.principal_cache.set(key, principal, _principal_ttl(principal))
     decision_key = (key, namespace, permission)
     hit, allowed = state.decision_cache.get(decision_key)
     if not hit:
-        allowed = await run_in_threadpool(check, state, principal, namespace, permission)
+        allowed = await state.auth_calls.run(
+            ("authorize", *decision_key),
+            functools.partial(check, state, principal, namespace, permission),
+        )
         state.decision_cache.set(decision_key, bool(allowed), DECISION_TTL_S)
     if not allowed:
         raise FORBIDDEN

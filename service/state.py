@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -10,6 +11,7 @@ from .app_cache import ApplicationCache
 from .audit import AuditWriter
 from .auth import Authenticator, Principal
 from .auth.cache import TTLCache
+from .auth.single_flight import SingleFlight
 from .catalog import KubernetesCatalog
 from .driver_trust import DriverTrust
 from .metrics import ServiceMetrics
@@ -33,6 +35,8 @@ class ServiceState:
     #: The route layer's one-second decision caches (see dependencies.authorized_principal).
     principal_cache: TTLCache[Principal] = field(default_factory=TTLCache)
     decision_cache: TTLCache[bool] = field(default_factory=TTLCache)
+    #: Their misses: one thread-pool call per key however many requests miss at once.
+    auth_calls: SingleFlight[Any] = field(default_factory=SingleFlight)
     #: Live pipeline metrics read from the drivers (the graph's numbers).
     progress: PipelineProgressReader = field(default_factory=PipelineProgressReader)
     #: Local mode: the certificate pinned for each registered https:// driver.
