@@ -107,16 +107,15 @@ async def authorized_principal(
     key = hashlib.sha256(credentials.credentials.encode()).hexdigest()
     hit, principal = state.principal_cache.get(key)
     if not hit or principal is None:
-        principal = await state.auth_calls.run(
-            ("authenticate", key), functools.partial(authenticate, state, credentials)
+        principal = await state.principal_calls.run(
+            key, functools.partial(authenticate, state, credentials)
         )
         state.principal_cache.set(key, principal, _principal_ttl(principal))
     decision_key = (key, namespace, permission)
     hit, allowed = state.decision_cache.get(decision_key)
     if not hit:
-        allowed = await state.auth_calls.run(
-            ("authorize", *decision_key),
-            functools.partial(check, state, principal, namespace, permission),
+        allowed = await state.decision_calls.run(
+            decision_key, functools.partial(check, state, principal, namespace, permission)
         )
         state.decision_cache.set(decision_key, bool(allowed), DECISION_TTL_S)
     if not allowed:

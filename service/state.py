@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -36,7 +35,8 @@ class ServiceState:
     principal_cache: TTLCache[Principal] = field(default_factory=TTLCache)
     decision_cache: TTLCache[bool] = field(default_factory=TTLCache)
     #: Their misses: one thread-pool call per key however many requests miss at once.
-    auth_calls: SingleFlight[Any] = field(default_factory=SingleFlight)
+    principal_calls: SingleFlight[Principal] = field(default_factory=SingleFlight)
+    decision_calls: SingleFlight[bool] = field(default_factory=SingleFlight)
     #: Live pipeline metrics read from the drivers (the graph's numbers).
     progress: PipelineProgressReader = field(default_factory=PipelineProgressReader)
     #: Local mode: the certificate pinned for each registered https:// driver.

@@ -5,14 +5,18 @@ share one call (``service/auth/single_flight.py``): against the real service ove
 from __future__ import annotations
 
 import asyncio
+import gc
+import logging
 import threading
 import time
 from collections.abc import Callable, Hashable, Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio.to_thread
 import httpx
 import pytest
+from pydantic import SecretStr
 
 from sparkglass.service.app import create_app
 from sparkglass.service.auth import Permission, Principal
@@ -47,7 +51,8 @@ class HeldAuthenticator:
 
 
 class CountingFlight(SingleFlight[Any]):
-    """Counts the requests that reached the coalescing point (on the server's loop)."""
+    """Counts the requests that reached the coalescing point (on the server's loop); stands
+    in for both of the service's (authentication, then authorization)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -66,7 +71,7 @@ def service(tmp_path: Path) -> Iterator[tuple[str, HeldAuthenticator, CountingFl
         Settings(
             database_url=f"sqlite:///{tmp_path / 'store.db'}",
             tokens_file=tokens,
-            store_key=STORE_KEY,
+            store_key=SecretStr(STORE_KEY),
             # The limiter would answer 429 to a burst of bad tokens before the route runs.
             auth_failure_limit=10 * POLLERS,
         )
@@ -74,12 +79,15 @@ def service(tmp_path: Path) -> Iterator[tuple[str, HeldAuthenticator, CountingFl
     state = app.state.sparkglass
     held = HeldAuthenticator(state.authenticator)
     flight = CountingFlight()
-    state.authenticator, state.auth_calls = held, flight
+    state.authenticator = held
+    state.principal_calls = state.decision_calls = flight
     with ServerThread(app) as server:
         yield server.url, held, flight
 
 
-async def _poll_together(url: str, token: str, flight: CountingFlight, held: HeldAuthenticator) -> list[int]:
+async def _poll_together(
+    url: str, token: str, flight: CountingFlight, held: HeldAuthenticator
+) -> list[int]:
     async with httpx.AsyncClient(base_url=url, timeout=60) as client:
         polls = [
             asyncio.create_task(client.get(URL, headers={"Authorization": f"Bearer {token}"}))
@@ -157,3 +165,98 @@ async def test_a_cancelled_caller_leaves_the_call_to_the_others_and_errors_reach
     assert isinstance(results[0], asyncio.CancelledError)
     assert [type(r) for r in results[1:]] == [PermissionError, PermissionError]
     assert flight.in_flight() == 0
+
+
+async def test_when_every_caller_leaves_a_queued_call_is_dropped_and_nothing_is_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    flight: SingleFlight[str] = SingleFlight()
+    gate = threading.Event()
+    ran: list[str] = []
+
+    def slow() -> str:  # occupies the only thread
+        assert gate.wait(10)
+        return "slow"
+
+    def queued() -> str:
+        ran.append("queued")
+        raise PermissionError("refused")
+
+    limiter = anyio_limiter()
+    limiter.total_tokens, before = 1, limiter.total_tokens
+    try:
+        running = asyncio.create_task(flight.run("running", slow))
+        waiting = [asyncio.create_task(flight.run("queued", queued)) for _ in range(3)]
+        await asyncio.sleep(0.05)
+        assert flight.in_flight() == 2
+        for task in waiting:  # a shutdown or a timeout cancels every caller of "queued"
+            task.cancel()
+        await asyncio.gather(*waiting, return_exceptions=True)
+        assert flight.in_flight() == 1  # dropped at once: a new caller starts afresh
+        gate.set()
+        assert await running == "slow"
+        deadline = time.monotonic() + 10
+        while flight.in_flight():
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.01)
+    finally:
+        limiter.total_tokens = before
+    assert ran == []  # never given a thread
+    with caplog.at_level(logging.ERROR, logger="asyncio"):
+        # The only caller of a failing call that has its thread leaves: the thread finishes,
+        # and its 401 is not logged as an unretrieved exception.
+        lone = threading.Event()
+
+        def fails() -> str:
+            assert lone.wait(10)
+            raise PermissionError("refused")
+
+        caller = asyncio.create_task(flight.run("k", fails))
+        await asyncio.sleep(0.05)  # the call has its thread
+        caller.cancel()
+        lone.set()
+        await asyncio.gather(caller, return_exceptions=True)
+        deadline = time.monotonic() + 10
+        while flight.in_flight():
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.01)
+        gc.collect()
+        await asyncio.sleep(0)
+    assert "never retrieved" not in caplog.text
+
+
+def test_two_event_loops_never_share_a_call() -> None:
+    flight: SingleFlight[str] = SingleFlight()
+    gate = threading.Event()
+    calls: list[str] = []
+
+    def call() -> str:
+        calls.append(threading.current_thread().name)
+        assert gate.wait(10)
+        return "ok"
+
+    results: list[str] = []
+    errors: list[BaseException] = []
+
+    def on_its_own_loop() -> None:
+        try:
+            results.append(asyncio.run(flight.run("same-key", call)))
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=on_its_own_loop) for _ in range(2)]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + 10
+    while len(calls) < 2:  # one call per loop, both running
+        assert time.monotonic() < deadline, f"{len(calls)} calls started"
+        time.sleep(0.01)
+    gate.set()
+    for t in threads:
+        t.join(10)
+    assert errors == [] and results == ["ok", "ok"] and flight.in_flight() == 0
+
+
+def anyio_limiter() -> Any:
+    """The thread pool's capacity (``run_in_threadpool`` uses anyio's default limiter)."""
+    return anyio.to_thread.current_default_thread_limiter()
