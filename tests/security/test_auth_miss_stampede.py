@@ -1,6 +1,12 @@
-"""Concurrent cache misses of the route layer's authentication and authorization caches
-share one call (``service/auth/single_flight.py``): against the real service over HTTP on
-127.0.0.1, and the coalescing rules on their own."""
+"""Attack: a burst of polls that miss the route layer's one-second auth caches together.
+
+Each request in flight when an entry expired sent its own authentication and authorization
+call to the thread pool; in Kubernetes auth mode, its own TokenReview and SubjectAccessReview
+to the API server. A client could multiply the reviews it causes by the number of requests it
+keeps in flight, with a valid token or a refused one. Concurrent misses now share one call
+(``service/auth/single_flight.py``). Checked against the real service over HTTP on 127.0.0.1;
+the coalescing rules (per key, per event loop, cancellation) on their own.
+"""
 
 from __future__ import annotations
 
@@ -16,15 +22,16 @@ from typing import Any
 import anyio.to_thread
 import httpx
 import pytest
+from cryptography.fernet import Fernet
 from pydantic import SecretStr
 
 from sparkglass.service.app import create_app
 from sparkglass.service.auth import Permission, Principal
 from sparkglass.service.auth.single_flight import SingleFlight
 from sparkglass.service.settings import Settings
+from tests.service.fake_driver import ServerThread
 
-from .conftest import STORE_KEY, TOKENS
-from .fake_driver import ServerThread
+TOKENS = {"viewer": "viewer-token-0123456789"}
 
 POLLERS = 30
 URL = "/api/v1/namespaces/local/applications/nowhere/vertices/parse/data-sample"
@@ -71,7 +78,7 @@ def service(tmp_path: Path) -> Iterator[tuple[str, HeldAuthenticator, CountingFl
         Settings(
             database_url=f"sqlite:///{tmp_path / 'store.db'}",
             tokens_file=tokens,
-            store_key=SecretStr(STORE_KEY),
+            store_key=SecretStr(Fernet.generate_key().decode()),
             # The limiter would answer 429 to a burst of bad tokens before the route runs.
             auth_failure_limit=10 * POLLERS,
         )
