@@ -19,6 +19,7 @@ import contextlib
 import fcntl
 import logging
 import os
+import sqlite3
 import stat
 import time
 from collections.abc import Iterator
@@ -98,7 +99,9 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
     sized for the request threads.
     """
     if url.startswith("sqlite"):
-        prepare_sqlite_file(url)
+        path = prepare_sqlite_file(url)
+        if path is not None:
+            _switch_to_wal(path)
         engine = create_engine(
             url, connect_args={"check_same_thread": False, "timeout": 30}, **kwargs
         )
@@ -204,6 +207,27 @@ def _lock_for_migration(connection: Connection) -> None:
             ) from None
 
 
+def _switch_to_wal(path: Path) -> None:
+    """Put the SQLite file at ``path`` in WAL mode, once, under the migration lock.
+
+    The switch takes an exclusive lock, and SQLite gives up at once, without its busy
+    timeout, when two connections switch at the same moment: of four processes started
+    together on a fresh file (uvicorn workers, replicas on one host), three failed with
+    "database is locked" on a loaded machine. Under the lock one process switches; the
+    others then find WAL, which costs no lock. A file already in WAL is not locked at all.
+    Raises :class:`MigrationLockError` as :func:`migrate` does, ``sqlite3.Error`` when the
+    file cannot be switched within the 30 s busy timeout."""
+    if _journal_mode(path) == "wal":
+        return
+    with _file_lock(path), contextlib.closing(sqlite3.connect(path, timeout=30)) as conn:
+        conn.execute("PRAGMA journal_mode=WAL")
+
+
+def _journal_mode(path: Path) -> str:
+    with contextlib.closing(sqlite3.connect(path, timeout=30)) as conn:
+        return str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower()
+
+
 @contextlib.contextmanager
 def _sqlite_file_lock(engine: Engine) -> Iterator[None]:
     """An exclusive ``flock`` on ``<database file>.migrate.lock`` (SQLite files only)."""
@@ -215,7 +239,14 @@ def _sqlite_file_lock(engine: Engine) -> Iterator[None]:
     if database.startswith("file:") or url.query.get("mode") == "memory":
         yield
         return
-    lock_path = Path(database).expanduser().with_name(Path(database).name + ".migrate.lock")
+    with _file_lock(Path(database).expanduser()):
+        yield
+
+
+@contextlib.contextmanager
+def _file_lock(database: Path) -> Iterator[None]:
+    """The exclusive ``flock`` on ``<database>.migrate.lock``."""
+    lock_path = database.with_name(database.name + ".migrate.lock")
     fd = _open_lock_file(lock_path)
     try:
         _flock_with_deadline(fd, lock_path, MIGRATION_LOCK_TIMEOUT_SECONDS)

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, ExitStack
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -141,6 +142,56 @@ def test_processes_released_together_migrate_once_sqlite(tmp_path: Path) -> None
     assert race(url, tmp_path) == [0, 0, 0, 0]
     assert versions(url) == [head_revision()]
     assert (tmp_path / "store.db.migrate.lock").stat().st_mode & 0o077 == 0
+
+
+def test_a_process_switching_a_fresh_sqlite_file_to_wal_makes_the_others_wait(
+    tmp_path: Path,
+) -> None:
+    """Switching a file to WAL takes an exclusive lock, and SQLite answers "database is
+    locked" at once, without its busy timeout, to a second connection switching then (under
+    load, three of four processes released together failed so). The test stands in for the
+    process that switches first: it holds the migration lock and a write lock on the fresh
+    file, in SQLite's rollback journal as before the switch. Another process's engine must
+    wait for the lock, not fail, then find the file in WAL."""
+    import fcntl
+    import sqlite3
+
+    path = tmp_path / "store.db"
+    url = f"sqlite:///{path}"
+    db.prepare_sqlite_file(url)
+    lock = os.open(tmp_path / "store.db.migrate.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    first = sqlite3.connect(path, timeout=30, isolation_level=None)
+    results: list[Any] = []
+    done = threading.Event()
+
+    def second_process() -> None:
+        try:
+            engine = db.make_engine(url)
+            with engine.connect() as conn:
+                results.append(conn.exec_driver_sql("PRAGMA journal_mode").scalar())
+            engine.dispose()
+        except BaseException as exc:
+            results.append(exc)
+        finally:
+            done.set()
+
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        first.execute("BEGIN IMMEDIATE")  # mid-switch: the file is locked for writing
+        first.execute("CREATE TABLE t (x INTEGER)")
+        worker = threading.Thread(target=second_process)
+        worker.start()
+        # While the first holds the lock the second may not finish (a bounded look).
+        assert not done.wait(timeout=1.5), results
+        first.execute("COMMIT")
+        assert first.execute("PRAGMA journal_mode=WAL").fetchone()[0] == "wal"
+        fcntl.flock(lock, fcntl.LOCK_UN)
+        assert done.wait(timeout=60), "the second never went on after the lock was freed"
+        worker.join(timeout=10)
+    finally:
+        first.close()
+        os.close(lock)
+    assert results == ["wal"]
 
 
 def test_a_held_migration_lock_makes_the_migration_wait(
