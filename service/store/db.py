@@ -95,8 +95,10 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
 
     SQLite: WAL journal (readers do not block the single writer), a 30 s busy timeout
     (concurrent writers wait instead of failing with "database is locked") and foreign keys
-    on; the file is created owner-only (:func:`prepare_sqlite_file`). PostgreSQL: a pool
-    sized for the request threads.
+    on; the file is created owner-only (:func:`prepare_sqlite_file`), and a file not yet in
+    WAL is switched under the migration lock (:func:`_switch_to_wal`: may wait up to
+    :data:`MIGRATION_LOCK_TIMEOUT_SECONDS` for it, then raises :class:`MigrationLockError`).
+    PostgreSQL: a pool sized for the request threads.
     """
     if url.startswith("sqlite"):
         path = prepare_sqlite_file(url)
@@ -216,11 +218,14 @@ def _switch_to_wal(path: Path) -> None:
     "database is locked" on a loaded machine. Under the lock one process switches; the
     others then find WAL, which costs no lock. A file already in WAL is not locked at all.
     Raises :class:`MigrationLockError` as :func:`migrate` does, ``sqlite3.Error`` when the
-    file cannot be switched within the 30 s busy timeout."""
+    file cannot be read or locked within the 30 s busy timeout. A file SQLite keeps in
+    another mode (a read-only file) is logged and used as it is."""
     if _journal_mode(path) == "wal":
         return
     with _file_lock(path), contextlib.closing(sqlite3.connect(path, timeout=30)) as conn:
-        conn.execute("PRAGMA journal_mode=WAL")
+        mode = str(conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]).lower()
+    if mode != "wal":
+        log.warning("store file %s stays in journal mode %s (not WAL)", path, mode)
 
 
 def _journal_mode(path: Path) -> str:

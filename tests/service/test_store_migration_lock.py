@@ -7,6 +7,7 @@ database, PostgreSQL and SQLite; and a held migration lock makes a migrating pro
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
@@ -145,14 +146,15 @@ def test_processes_released_together_migrate_once_sqlite(tmp_path: Path) -> None
 
 
 def test_a_process_switching_a_fresh_sqlite_file_to_wal_makes_the_others_wait(
-    tmp_path: Path,
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Switching a file to WAL takes an exclusive lock, and SQLite answers "database is
     locked" at once, without its busy timeout, to a second connection switching then (under
     load, three of four processes released together failed so). The test stands in for the
     process that switches first: it holds the migration lock and a write lock on the fresh
-    file, in SQLite's rollback journal as before the switch. Another process's engine must
-    wait for the lock, not fail, then find the file in WAL."""
+    file, in SQLite's rollback journal as before the switch. Another engine (a thread here,
+    with its own lock file descriptor as a process has) must wait for the lock, not fail,
+    then find the file in WAL."""
     import fcntl
     import sqlite3
 
@@ -175,14 +177,21 @@ def test_a_process_switching_a_fresh_sqlite_file_to_wal_makes_the_others_wait(
         finally:
             done.set()
 
+    caplog.set_level(logging.WARNING, logger=db.__name__)
     try:
         fcntl.flock(lock, fcntl.LOCK_EX)
         first.execute("BEGIN IMMEDIATE")  # mid-switch: the file is locked for writing
         first.execute("CREATE TABLE t (x INTEGER)")
         worker = threading.Thread(target=second_process)
         worker.start()
-        # While the first holds the lock the second may not finish (a bounded look).
-        assert not done.wait(timeout=1.5), results
+        # The second must be seen waiting for the lock (its warning) before it finishes:
+        # a second that ran into the write lock instead has finished, with an error.
+        deadline = time.monotonic() + 60
+        while "waiting for migration lock" not in caplog.text:
+            assert not done.is_set(), results
+            assert time.monotonic() < deadline, "the second never waited for the lock"
+            time.sleep(0.02)
+        assert not done.is_set(), results
         first.execute("COMMIT")
         assert first.execute("PRAGMA journal_mode=WAL").fetchone()[0] == "wal"
         fcntl.flock(lock, fcntl.LOCK_UN)
