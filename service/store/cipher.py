@@ -33,6 +33,8 @@ from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 from sqlalchemy import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
+from .db import sqlite_file_path
+
 log = logging.getLogger(__name__)
 
 #: Prefix of an encrypted value in the column (anything else is a plaintext left by an older
@@ -163,13 +165,8 @@ def _existing_key(path: Path) -> str:
 
 def key_file_of(database_url: str) -> Path | None:
     """``<database file>.key`` for a SQLite file URL, else ``None``."""
-    url = make_url(database_url)
-    database = url.database
-    if url.get_backend_name() != "sqlite" or not database or database == ":memory:":
-        return None
-    if database.startswith("file:") or url.query.get("mode") == "memory":
-        return None
-    return Path(database).expanduser().with_name(Path(database).name + ".key")
+    database = sqlite_file_path(database_url)
+    return None if database is None else database.with_name(database.name + ".key")
 
 
 def store_cipher(keys: str | None, database_url: str) -> StoreCipher | None:

@@ -28,7 +28,7 @@ from typing import Any
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Connection, Engine, create_engine, event, make_url, text
+from sqlalchemy import URL, Connection, Engine, create_engine, event, make_url, text
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import NullPool
@@ -55,6 +55,18 @@ class MigrationLockError(RuntimeError):
     did not finish within :data:`MIGRATION_LOCK_TIMEOUT_SECONDS`."""
 
 
+def sqlite_file_path(url: str | URL) -> Path | None:
+    """The database file of a SQLite file URL (``~`` expanded), or ``None`` for another
+    database, an in-memory one, or a ``file:`` URI (the caller's business)."""
+    parsed = make_url(url)
+    database = parsed.database
+    if parsed.get_backend_name() != "sqlite" or not database or database == ":memory:":
+        return None
+    if database.startswith("file:") or parsed.query.get("mode") == "memory":
+        return None
+    return Path(database).expanduser()
+
+
 def prepare_sqlite_file(url: str) -> Path | None:
     """Create the SQLite file of ``url`` (and missing parent directories) owner-only.
 
@@ -64,13 +76,9 @@ def prepare_sqlite_file(url: str) -> Path | None:
     ``None`` for a URL that is not a SQLite file (in-memory, another database).
     Raises ``OSError`` when the file or a directory cannot be created.
     """
-    parsed = make_url(url)
-    database = parsed.database
-    if parsed.get_backend_name() != "sqlite" or not database or database == ":memory:":
+    path = sqlite_file_path(url)
+    if path is None:
         return None
-    if database.startswith("file:") or parsed.query.get("mode") == "memory":
-        return None  # URI filenames are the caller's business
-    path = Path(database).expanduser()
     missing = [p for p in (path.parent, *path.parent.parents) if not p.exists()]
     for directory in reversed(missing):
         directory.mkdir(mode=SQLITE_DIR_MODE)
@@ -236,15 +244,11 @@ def _journal_mode(path: Path) -> str:
 @contextlib.contextmanager
 def _sqlite_file_lock(engine: Engine) -> Iterator[None]:
     """An exclusive ``flock`` on ``<database file>.migrate.lock`` (SQLite files only)."""
-    url = engine.url
-    database = url.database
-    if url.get_backend_name() != "sqlite" or not database or database == ":memory:":
+    database = sqlite_file_path(engine.url)
+    if database is None:
         yield
         return
-    if database.startswith("file:") or url.query.get("mode") == "memory":
-        yield
-        return
-    with _file_lock(Path(database).expanduser()):
+    with _file_lock(database):
         yield
 
 
