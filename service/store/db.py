@@ -103,17 +103,21 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
 
     SQLite: WAL journal (readers do not block the single writer), a 30 s busy timeout
     (concurrent writers wait instead of failing with "database is locked") and foreign keys
-    on; the file is created owner-only (:func:`prepare_sqlite_file`), and a file not yet in
-    WAL is switched under the migration lock (:func:`_switch_to_wal`: may wait up to
+    on; the file (``~`` expanded, which SQLite itself does not do) is created owner-only
+    (:func:`prepare_sqlite_file`) and opened, and a file not yet in WAL is switched under the
+    migration lock (:func:`_switch_to_wal`: may wait up to
     :data:`MIGRATION_LOCK_TIMEOUT_SECONDS` for it, then raises :class:`MigrationLockError`).
     PostgreSQL: a pool sized for the request threads.
     """
     if url.startswith("sqlite"):
         path = prepare_sqlite_file(url)
+        opened: str | URL = url
         if path is not None:
             _switch_to_wal(path)
+            # SQLite does not expand "~": open the file prepared above, not "./~/...".
+            opened = make_url(url).set(database=str(path))
         engine = create_engine(
-            url, connect_args={"check_same_thread": False, "timeout": 30}, **kwargs
+            opened, connect_args={"check_same_thread": False, "timeout": 30}, **kwargs
         )
 
         @event.listens_for(engine, "connect")

@@ -173,3 +173,24 @@ def test_tokens_are_stored_hashed(db_url: str) -> None:
         stored = s.execute(text("select token_sha256 from api_tokens")).scalars().all()
     assert token not in stored
     sessions.kw["bind"].dispose()
+
+
+def test_a_sqlite_url_with_a_tilde_opens_the_file_in_the_home_directory(
+    tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``sqlite:///~/...``: SQLite does not expand ``~``; the store must open the file it
+    created owner-only under ``$HOME``, not a relative ``./~/...`` (which fails, or is
+    another file)."""
+    home, elsewhere = tmp_path / "home", tmp_path / "cwd"
+    home.mkdir()
+    elsewhere.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(elsewhere)
+    sessions = open_store("sqlite:///~/sparkglass/store.db")
+    with sessions.begin() as session:
+        save_round(session, namespace="ns", application="app", vertex="v", result=RESULT)
+    with sessions() as session:
+        assert count_rounds(session) == 1
+    sessions.kw["bind"].dispose()
+    assert (home / "sparkglass" / "store.db").stat().st_size > 0
+    assert not (elsewhere / "~").exists()
