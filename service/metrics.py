@@ -6,6 +6,10 @@ create many apps in one process.
 - ``sparkglass_rounds_total{status}``: rounds that ended, by final status.
 - ``sparkglass_rounds_started_total``: rounds this replica started.
 - ``sparkglass_round_duration_seconds``: round latency, start to end.
+- ``sparkglass_result_streams_in_use`` and ``sparkglass_result_streams_waiting``: result
+  bodies being sent from the store now (``stream_concurrency`` bounds them) and requests
+  waiting for a slot; a waiting count that stays above 0 says to raise ``stream_concurrency``
+  or ``result_cache_bytes`` (this process's figures: each worker has its own).
 - ``sparkglass_http_requests_total{method,route,code}`` and
   ``sparkglass_http_request_duration_seconds{method,route}``: per route template (not per
   URL, which would create a series per application and vertex).
@@ -39,7 +43,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -227,6 +231,18 @@ class ServiceMetrics:
         self.expectation_series_dropped = Counter(
             "sparkglass_expectation_series_dropped",
             "Expectation series left out of /metrics by the series cap.",
+            registry=self.registry,
+        )
+        #: Read at scrape time from the stream gate (``set_function`` by its owner).
+        self.result_streams_in_use = Gauge(
+            "sparkglass_result_streams_in_use",
+            "Result bodies being sent from the store now (at most stream_concurrency).",
+            registry=self.registry,
+        )
+        self.result_streams_waiting = Gauge(
+            "sparkglass_result_streams_waiting",
+            "Requests waiting for a free stream_concurrency slot now (each gets 503 after "
+            "stream_wait_seconds).",
             registry=self.registry,
         )
         #: The latest expectation counts per application (see the module docstring).

@@ -363,6 +363,12 @@ class StreamGate:
         with self._lock:
             return self.slots - self._free
 
+    @property
+    def waiting(self) -> int:
+        """Requests waiting for a slot now."""
+        with self._lock:
+            return sum(not granted.done() for _, granted in self._waiters)
+
     async def acquire(self, timeout_s: float | None) -> bool:
         """Take a slot, waiting at most ``timeout_s`` seconds (``None``: as long as it
         takes); whether one was taken. Cancelled while waiting, it takes none."""

@@ -133,6 +133,9 @@ class SharedRounds:
             settings.stream_wait_seconds,
             gzip_min_bytes=settings.gzip_min_bytes,
         )
+        streams = self.bodies.streams
+        metrics.result_streams_in_use.set_function(lambda: streams.in_use)
+        metrics.result_streams_waiting.set_function(lambda: streams.waiting)
 
     @property
     def memory_gate(self) -> threading.BoundedSemaphore:

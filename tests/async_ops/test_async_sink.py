@@ -124,12 +124,12 @@ def test_final_failure_raises_from_flush(weather) -> None:
 
 
 def test_timeout_covers_the_element(weather) -> None:
-    writer = EchoWriter(local_context(), weather.url, delay_ms=2000, timeout_s=0.2)
+    writer = EchoWriter(local_context(), weather.url, delay_ms=30_000, timeout_s=0.2)
     writer.write(1)
     started = time.monotonic()
     with pytest.raises(AsyncTimeoutError):
         writer.flush()
-    assert time.monotonic() - started < 1.5
+    assert time.monotonic() - started < 10  # 0.2 s timeout, not the 30 s answer
     writer.close()
 
 
@@ -141,9 +141,9 @@ def test_cancel_interrupts_a_blocked_write_at_once(weather) -> None:
     started = time.monotonic()
     with pytest.raises(WriterInterruptedError):
         writer.write(3)  # full: blocks until cancelled
-    assert time.monotonic() - started < 1.0
+    assert time.monotonic() - started < 10  # cancelled at 0.3 s, not after the 30 s answers
     writer.close()  # cancels the two hanging sends
-    assert time.monotonic() - started < 2.0
+    assert time.monotonic() - started < 15
 
 
 def test_mailbox_runs_only_in_its_owner_thread() -> None:

@@ -127,7 +127,8 @@ async def test_work_queue_delays_deduplicates_and_never_runs_a_key_twice_at_once
         await asyncio.gather(task, return_exceptions=True)
     assert overlaps == 0
     later = [t for k, t in runs if k == "later"]
-    assert len(later) == 1 and 0.25 <= later[0] < 2.0, runs
+    # Due at 0.3 s, not postponed to 5 s by the later add (a busy machine adds seconds).
+    assert len(later) == 1 and 0.25 <= later[0] < 4.0, runs
     boom = [t for k, t in runs if k == "boom"]
     assert boom[1] - boom[0] >= 0.15  # the failed key came back after error_delay
     assert queue.pending() >= 0

@@ -126,8 +126,15 @@ async def test_two_replicas_elect_one_leader_with_health_metrics_and_json_logs(
             ),
             operator=leader,
         )
-        metrics = await get(f"http://127.0.0.1:{ports['metrics-' + x]}/metrics")
-        assert metrics is not None and metrics.status_code == 200
+        # The pickup is recorded once the status patch returned, so the phase can show first.
+        pickup_url = f"http://127.0.0.1:{ports['metrics-' + x]}/metrics"
+
+        async def pickup_recorded() -> httpx.Response | None:
+            m = await get(pickup_url)
+            ok = m is not None and m.status_code == 200
+            return m if ok and "datasample_pickup_seconds_count 1.0" in m.text else None
+
+        metrics = await eventually(pickup_recorded, timeout=30, operator=leader)
         assert "sparkglass_operator_datasample_pickup_seconds_count 1.0" in metrics.text
         assert 'sparkglass_operator_reconciles_total{kind="SparkApplication",outcome="ok"}' in (
             metrics.text

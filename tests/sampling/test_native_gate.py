@@ -316,9 +316,12 @@ def test_a_round_through_the_coordinator_captures_rows_behind_the_native_gate(
         app.coordinator.register_tap(
             TapInfo(vertex=vertex, tap_key=key, data_type="struct<value:bigint,tripled:bigint>")
         )
-        started = app.coordinator.start_round(vertex, sampling_window_ms=2_000)
-        assert started.status is SampleStatus.PENDING, started
-        result = app.coordinator.wait(started.round_id, 90)
+        for _attempt in range(4):  # a loaded machine's window can miss every micro-batch
+            started = app.coordinator.start_round(vertex, sampling_window_ms=2_000)
+            assert started.status is SampleStatus.PENDING, started
+            result = app.coordinator.wait(started.round_id, 90)
+            if result.status is not SampleStatus.NO_DATA:
+                break
         assert result.status is SampleStatus.COMPLETE, result
         assert result.total_record_count > 0
         rows = [r for s in result.samples for r in s.records]

@@ -374,8 +374,11 @@ def test_a_micro_batch_already_running_at_the_start_does_not_count(transport):
     batches = Batches()
     c = make(transport, settings(sampling_window_ms=1000, timeout_ms=10_000))
     streaming(c, batches)
+    before_ms = int(time.time() * 1000)
     rid = c.start_round("parse").round_id
-    batches.run()  # started before the executors could have opened their taps
+    # Started with the round, before the executors could have opened their taps (stamped
+    # before start_round: a stall after it must not make the batch look later).
+    batches.ended.append((before_ms, before_ms + 1, 5))
     time.sleep(1.3)
     assert not transport.rounds[rid].cancelled
     assert c.round_result(rid).status is SampleStatus.PENDING
@@ -486,12 +489,14 @@ def test_rows_seen_in_the_window_close_a_streaming_round_at_its_end(transport, m
     # A continuous flow: the tap saw rows during the window, so the round ends with it and
     # does not wait for the listener to report a whole micro-batch.
     batches = Batches()
-    c = make(transport, settings(sampling_window_ms=1000, timeout_ms=10_000))
+    clock = Clock()  # the window ends when the test says, not when a stall ends it
+    c = make(transport, settings(sampling_window_ms=1000, timeout_ms=10_000), clock)
     streaming(c, batches)
     rid = c.start_round("parse").round_id
     transport.rounds[rid].progress["1"] = [0]  # executor 1 saw rows of partition 0
-    time.sleep(0.5)
+    time.sleep(0.2)  # the coordinator checks every 10 ms
     assert not transport.rounds[rid].cancelled  # the window is not over yet
+    clock.now += 1.0
     wait_until(lambda: transport.rounds[rid].cancelled, timeout=5)
     transport.report(rid, "1", [make_partition(0, 2)])
     transport.report(rid, "2", [])

@@ -197,7 +197,10 @@ def test_window_and_auto_disable(spark, stream, sampling_conf):
     start_ms = started[0]
     assert result.status is SampleStatus.COMPLETE
     stamps = [r.sample_timestamp for s in result.samples for r in s.records]
-    assert start_ms - 50 <= min(stamps) and max(stamps) <= start_ms + 1000 + 500
+    # Rows are captured from the round's start until its close: the 1 s window, then as long
+    # as the micro-batch report and the executors' next poll take, seconds on a busy machine.
+    # The window's own rule is asserted with a fake clock in tests/sampling/test_rounds.py.
+    assert start_ms - 50 <= min(stamps) and max(stamps) <= (result.end_timestamp or 0)
     # the executors closed the round themselves: every gate is back to idle
     assert spark._jvm.io.sparkglass.sampling.TapUdfs.activeTaps() == 0
 

@@ -69,8 +69,8 @@ def test_a_request_head_trickled_byte_by_byte_is_cut_at_the_deadline(
     # Each byte comes well within the 1 s timeout; the head never ends.
     head = b"GET /api/v1/vertices HTTP/1.1\r\nHost: driver\r\nX-Slow: " + b"a" * 4000
     with socket.create_connection(("127.0.0.1", ep.port), timeout=10) as sock:
-        took = trickle_until_closed(sock, head, every_s=0.25, limit_s=6.0)
-    assert took < 4.0, took
+        took = trickle_until_closed(sock, head, every_s=0.25, limit_s=15.0)
+    assert took < 10.0, took  # 1 s deadline; a busy machine adds seconds
     # The endpoint still serves.
     with ControlClient(ep.url, TOKEN) as c:
         assert c.vertices() == ["parse"]
@@ -83,8 +83,8 @@ def test_a_request_body_trickled_byte_by_byte_is_cut_at_the_deadline(
     with socket.create_connection(("127.0.0.1", ep.port), timeout=10) as sock:
         # An authenticated request whose allowed 1000-byte body comes one byte at a time.
         sock.sendall(request_head("GET", "/api/v1/vertices", AUTH, ("Content-Length", "1000")))
-        took = trickle_until_closed(sock, b"x" * 1000, every_s=0.25, limit_s=6.0)
-    assert took < 4.0, took
+        took = trickle_until_closed(sock, b"x" * 1000, every_s=0.25, limit_s=15.0)
+    assert took < 10.0, took  # 1 s deadline; a busy machine adds seconds
 
 
 def client_hello() -> bytes:
@@ -108,10 +108,10 @@ def test_a_tls_handshake_trickled_byte_by_byte_is_cut_at_the_deadline(
         connection_timeout_s=1.0,
     )
     hello = client_hello()
-    assert len(hello) > 100  # enough bytes to outlast the deadline at 4 a second
+    assert len(hello) > 100  # enough bytes to outlast the 15 s limit at 4 a second
     with socket.create_connection(("127.0.0.1", ep.port), timeout=10) as sock:
-        took = trickle_until_closed(sock, hello, every_s=0.25, limit_s=6.0)
-    assert took < 4.0, took
+        took = trickle_until_closed(sock, hello, every_s=0.25, limit_s=15.0)
+    assert took < 10.0, took  # 1 s deadline; a busy machine adds seconds
     with ControlClient(ep.url, TOKEN, tls=ControlTLS(ca_file=certificates["cert"])) as c:
         assert c.vertices() == ["parse"]
 
@@ -142,8 +142,8 @@ def test_a_request_head_trickled_inside_tls_is_cut_at_the_deadline(
                 closed = True
             if closed:
                 break
-            assert time.monotonic() - start < 6.0, "still open after 6 s"
-        assert closed and time.monotonic() - start < 4.0
+            assert time.monotonic() - start < 15.0, "still open after 15 s"
+        assert closed and time.monotonic() - start < 10.0
 
 
 def test_keep_alive_requests_each_get_the_whole_timeout(serve: Callable[..., Endpoint]) -> None:

@@ -121,12 +121,17 @@ async def play_operator(
     *,
     delay_s: float = 0.3,
     only_replacements: bool = False,
+    saved: asyncio.Event | None = None,
 ) -> None:
     """The operator: for each DataSample (by uid), after ``delay_s``, saves a result in the
     shared store with the operator's own code (unless ``database_url`` is None: an operator
     without a store), then writes its status. Records say which DataSample they are for
     (``real`` for the service's own, ``replacement`` for one with ``spec.columns``). Like the
-    real operator, it leaves alone a DataSample whose status is already final."""
+    real operator, it leaves alone a DataSample whose status is already final.
+
+    With ``saved``: sets it once a result is in the store and stops there, writing no status
+    (an operator stopped between its two writes), so that the status the service reads is
+    whatever someone else writes next."""
     from sparkglass.operator.results import ResultStore, SampleIdentity
 
     store = ResultStore(database_url) if database_url else None
@@ -160,6 +165,9 @@ async def play_operator(
                             sample=SampleIdentity(name=meta["name"], uid=uid, created_ms=0),
                             started_at_ms=None,
                         )
+                    if saved is not None:
+                        saved.set()
+                        continue
                     status = {**encode(result, 64 * 1024), "roundId": round_id}
                 r = await kube.patch(
                     f"{API}/datasamples/{meta['name']}/status",
@@ -174,15 +182,20 @@ async def play_operator(
             await asyncio.sleep(0.05)
 
 
-async def forge_statuses(k: kmock.KubernetesEmulator, records: list[dict[str, Any]]) -> None:
-    """Someone with ``patch datasamples/status``: as soon as a DataSample appears, marks it
-    Complete with records of their own."""
+async def forge_statuses(
+    k: kmock.KubernetesEmulator,
+    records: list[dict[str, Any]],
+    *,
+    after: asyncio.Event | None = None,
+) -> None:
+    """Someone with ``patch datasamples/status``: as soon as a DataSample appears (and
+    ``after`` is set), marks it Complete with records of their own."""
     done: set[str] = set()
     async with httpx.AsyncClient(base_url=str(k.url)) as kube:
         while True:
             for raw in live_samples(k):
                 uid = raw["metadata"]["uid"]
-                if uid in done:
+                if uid in done or (after is not None and not after.is_set()):
                     continue
                 done.add(uid)
                 forged = {
@@ -290,17 +303,25 @@ PgFactory = Callable[[str], AbstractContextManager[str]]
 
 # ------------------------------------------------------------------ store mode (PostgreSQL)
 @pytest.mark.kmock(cls=UidEmulator)
-@pytest.mark.parametrize("operator_saves", [False, True], ids=["operator-stops", "operator-saves"])
+@pytest.mark.parametrize(
+    "operator_saves", [False, True], ids=["operator-stops", "forged-after-the-operator"]
+)
 async def test_a_planted_status_is_never_served_as_the_round(
     kmock: kmock.KubernetesEmulator, postgres_database: PgFactory, operator_saves: bool
 ) -> None:
+    """A forged Complete status with records of its own: with no operator (it stopped) the
+    round fails, as the status claims records nobody stored; after an operator saved the
+    round in the store (and before it wrote its status), the stored records are served.
+    Never the forged ones. The forger waits for its moment (the DataSample, or the save), so
+    the order of events does not depend on the machine's load."""
     install(kmock)
     await create_sparkapp(kmock, SPARKAPP)
     with postgres_database("a2_forged") as db:
         app = create_app(Settings(**service_settings(kmock, db)))
-        actors = [forge_statuses(kmock, [FORGED, FORGED])]
-        if operator_saves:  # an operator that saves even after the forged status
-            actors.append(play_operator(kmock, db, delay_s=0.5))
+        saved = asyncio.Event() if operator_saves else None
+        actors = [forge_statuses(kmock, [FORGED, FORGED], after=saved)]
+        if saved is not None:
+            actors.append(play_operator(kmock, db, delay_s=0.05, saved=saved))
         async with running(*actors):
             with ServerThread(app) as server:
                 bodies = await asyncio.to_thread(poll_to_the_end, server.url, SAMPLE)
@@ -308,9 +329,12 @@ async def test_a_planted_status_is_never_served_as_the_round(
                 stored = await asyncio.to_thread(stored_round, server.url, final["roundId"])
         for body in [*bodies, stored]:
             assert {"forged": True} not in records_of(body), body
-        # The round fails: the status claims records the operator never stored.
-        assert (final["status"], final["errorCode"]) == ("FAILED", "INTERNAL_ERROR")
-        assert final["totalRecordCount"] == 0
+        if operator_saves:
+            assert final["status"] == "COMPLETE", final
+            assert [r["source"] for r in records_of(final)] == ["real"] * 3
+        else:  # the status claims records the operator never stored
+            assert (final["status"], final["errorCode"]) == ("FAILED", "INTERNAL_ERROR")
+            assert final["totalRecordCount"] == 0
 
 
 @pytest.mark.kmock(cls=UidEmulator)

@@ -202,9 +202,19 @@ def test_a_waiting_body_is_served_when_a_slot_frees(
             r = http.get(ROUND_PATH, headers=bearer("viewer"))
             return r.status_code, len(r.content)
 
+    def waiting_for_a_slot() -> bool:
+        with httpx.Client(base_url=svc.url, timeout=30) as http:
+            text = http.get("/metrics").text
+        return (
+            "sparkglass_result_streams_waiting 1.0" in text
+            and "sparkglass_result_streams_in_use 1.0" in text
+        )
+
     with ThreadPoolExecutor(1) as pool:
         waiting = pool.submit(read)
-        time.sleep(0.5)  # the request is waiting for the one slot (nothing to poll for)
+        # The service says the request waits for the one slot, so the 200 below was served
+        # after a wait, not to a request that arrived once the slot was free.
+        until(waiting_for_a_slot, 60, "the request to wait for the slot")
         assert not waiting.done()
         holder.close()
         status, size = waiting.result(timeout=120)
