@@ -415,11 +415,13 @@ class SharedRounds:
                 for key in [k for k in cache if k[0] == application_id]:
                     del cache[key]
 
-    def wait_idle(self, timeout: float = 60.0) -> None:
-        """Block until every running round ended (tests, shutdown)."""
+    def wait_idle(self, timeout: float = 60.0) -> bool:
+        """Block until every running round ended, at most ``timeout`` seconds (tests,
+        shutdown); whether they all did."""
         deadline = time.monotonic() + timeout
         while self._futures and time.monotonic() < deadline:
             time.sleep(0.02)
+        return not self._futures
 
     def close(self) -> None:
         """Stop accepting rounds; running rounds finish."""

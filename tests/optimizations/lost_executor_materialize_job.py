@@ -117,7 +117,13 @@ def main() -> None:
         pids = two_executors(spark)
         victim = sorted(pids)[0]
         os.kill(victim, signal.SIGKILL)
-        time.sleep(2)
+        # Gone (or a zombie) before the micro-batch's files arrive: its tasks then fail over
+        # to the survivor, whenever the driver notices the loss.
+        deadline = time.monotonic() + 60
+        while victim in executor_pids(spark.sparkContext.applicationId):
+            if time.monotonic() > deadline:
+                raise SystemExit(f"executor {victim} still alive 60 s after SIGKILL")
+            time.sleep(0.1)
         for csv in sorted(staging.iterdir()):
             shutil.copy(csv, stream_dir / csv.name)
         p.process_all_available()

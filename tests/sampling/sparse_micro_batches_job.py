@@ -52,7 +52,10 @@ def main() -> None:
     rounds = []
     try:
         coordinator = registry.coordinator_for(spark)
+        deadline = time.monotonic() + 180
         while p.progress().micro_batches < 1:  # the first micro-batch plans the query
+            if time.monotonic() > deadline:
+                raise SystemExit(f"no micro-batch in 180 s: {p.progress()}")
             time.sleep(0.2)
         for i in range(ROUNDS):
             began = time.monotonic()

@@ -90,6 +90,18 @@ def run_stream(
         time.sleep(0.2)
 
 
+def every_micro_batch_reported(p: Pipeline, timeout: float = 180) -> None:
+    """Until the ``availableNow`` queries ended and the listener reported each of their
+    micro-batches: a double count would show in a report after the one that completed the
+    rows, and reports lag by seconds on a busy machine."""
+    assert p.await_termination(timeout), "the availableNow queries did not end"
+    ran = sum(len(q.recentProgress) for q in p.queries.values())
+    deadline = time.monotonic() + timeout
+    while p.progress().micro_batches < ran:
+        assert time.monotonic() < deadline, f"{p.progress().micro_batches} of {ran} reported"
+        time.sleep(0.1)
+
+
 def plan_of(p: Pipeline) -> str:
     return str(p.output("parse")._jdf.queryExecution().analyzed().toString())
 
@@ -157,7 +169,7 @@ def test_a_vertex_read_on_two_paths_is_counted_once(
     try:
         u_plan = str(p.output("u")._jdf.queryExecution().analyzed().toString())
         assert u_plan.count("sg_expect_count(") == 2, u_plan
-        time.sleep(1)  # a double count would show in the progress events after the last
+        every_micro_batch_reported(p)
         got = {c.name: (c.passed, c.failed) for c in p.progress().expectations}
         assert got == expected_counts()
         assert spark.table(name.replace("-", "_")).count() == expected_counts()["not-early"][0]
@@ -189,7 +201,7 @@ def test_two_jobs_of_one_micro_batch_count_once(
         sink=lambda df: df.writeStream.foreachBatch(write).trigger(availableNow=True),
     )
     try:
-        time.sleep(1)  # a double count would show in the progress events after the last
+        every_micro_batch_reported(p)
         got = {c.name: (c.passed, c.failed) for c in p.progress().expectations}
         assert got == expected_counts()
         assert sum(seen) == expected_counts()["not-early"][0]

@@ -212,14 +212,15 @@ async def test_when_every_caller_leaves_a_queued_call_is_dropped_and_nothing_is_
     with caplog.at_level(logging.ERROR, logger="asyncio"):
         # The only caller of a failing call that has its thread leaves: the thread finishes,
         # and its 401 is not logged as an unretrieved exception.
-        lone = threading.Event()
+        lone, started = threading.Event(), threading.Event()
 
         def fails() -> str:
+            started.set()
             assert lone.wait(10)
             raise PermissionError("refused")
 
         caller = asyncio.create_task(flight.run("k", fails))
-        await asyncio.sleep(0.05)  # the call has its thread
+        assert await asyncio.to_thread(started.wait, 10)  # the call has its thread
         caller.cancel()
         lone.set()
         await asyncio.gather(caller, return_exceptions=True)

@@ -221,4 +221,4 @@ def test_result_cache_stays_within_its_byte_budget(tmp_path: Path) -> None:
             r = http.get(f"/api/v1/namespaces/local/applications/big/rounds/{huge_round.id}")
             assert comparable(r.json()) == expected(HUGE)
             assert json.loads(r.content)["roundId"] == huge_round.id
-        state.coordinator.wait_idle(10)
+        assert state.coordinator.wait_idle(10)

@@ -72,7 +72,7 @@ def service(
         ) as http,
     ):
         yield http, state
-    state.coordinator.wait_idle(10)
+    assert state.coordinator.wait_idle(10)
     state.sessions.kw["bind"].dispose()
 
 

@@ -135,7 +135,7 @@ def start_service(tmp_path: Path, driver: FakeDriver) -> Iterator[ServiceFactory
     yield factory
     for server, service in running:
         service.http.close()
-        service.state.coordinator.wait_idle(10)
+        assert service.state.coordinator.wait_idle(10)
         server.__exit__(None, None, None)
         service.state.sessions.kw["bind"].dispose()
 

@@ -156,7 +156,7 @@ def test_open_windows_are_written_at_shutdown(
             time.sleep(0.05)
         assert not [e for e in written if e.actor == "viewer-user" and e.action == "read"]
         assert state.audit.open_windows >= 1
-        state.coordinator.wait_idle(10)
+        assert state.coordinator.wait_idle(10)
     state.sessions.kw["bind"].dispose()
     # Shut down: a fresh process reads what the service left.
     sessions = open_store(db_url)

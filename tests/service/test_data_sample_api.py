@@ -379,7 +379,7 @@ def test_metrics(make_service: ServiceFactory) -> None:
     client = make_service()
     poll_until_done(client, "parse")
     poll_until_done(client, "busy")
-    client.app.state.sparkglass.coordinator.wait_idle(5)  # type: ignore[attr-defined]
+    assert client.app.state.sparkglass.coordinator.wait_idle(5)  # type: ignore[attr-defined]
     text = client.get("/metrics").text
     assert 'sparkglass_rounds_total{status="COMPLETE"} 1.0' in text
     assert 'sparkglass_rounds_total{status="FAILED"} 1.0' in text
@@ -409,7 +409,7 @@ def test_store_tokens_and_service_retention(make_service: ServiceFactory) -> Non
     history = client.get(f"{BASE}/vertices/parse/rounds", headers=headers).json()
     assert len(history) == 1
     # A restart of the service on the same store with a 1 s retention deletes the round.
-    client.app.state.sparkglass.coordinator.wait_idle(10)  # type: ignore[attr-defined]
+    assert client.app.state.sparkglass.coordinator.wait_idle(10)  # type: ignore[attr-defined]
     client = make_service(retention_seconds=1.0, retention_check_seconds=0.2)
     deadline = time.monotonic() + 60
     while client.get(f"{BASE}/vertices/parse/rounds", headers=headers).json():

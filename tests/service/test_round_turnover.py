@@ -82,7 +82,7 @@ def test_polls_during_a_round_are_answered_from_memory_and_its_end_is_seen_at_on
     poller = threading.Thread(target=page)
     poller.start()
     try:
-        state.coordinator.wait_idle(60)
+        assert state.coordinator.wait_idle(60)
     finally:
         stop.set()
         poller.join()
@@ -159,7 +159,7 @@ def test_pages_asking_for_a_new_body_at_once_read_its_records_once(
 
             with ThreadPoolExecutor(pages) as pool:
                 answers = list(pool.map(poll, range(pages)))
-        first.state.sparkglass.coordinator.wait_idle(10)
+        assert first.state.sparkglass.coordinator.wait_idle(10)
     for app in (first, second):
         app.state.sparkglass.sessions.kw["bind"].dispose()
     assert answers == [(200, 5000)] * pages

@@ -67,10 +67,11 @@ def test_concurrent_polls_share_one_round(
         assert {x["status"] for x in answers} == {"PENDING"}
         assert len({x["roundId"] for x in answers if x["roundId"]}) == 1
         deadline = time.monotonic() + 60
-        while fake_driver.started.get(vertex, 0) == before and time.monotonic() < deadline:
+        while fake_driver.started.get(vertex, 0) == before:
+            assert time.monotonic() < deadline, "no round reached the driver in 60 s"
             time.sleep(0.05)
         for app in apps:
-            app.state.sparkglass.coordinator.wait_idle(15)
+            assert app.state.sparkglass.coordinator.wait_idle(15)
     assert fake_driver.started.get(vertex, 0) - before == 1
     with apps[0].state.sparkglass.sessions() as s:
         flights = get_application(s, "local", "flights")
@@ -123,7 +124,7 @@ def test_at_most_one_round_per_refresh_interval(
             assert sum(f.result() for f in futures) > 20
         elapsed = time.monotonic() - begin
         for app in apps:
-            app.state.sparkglass.coordinator.wait_idle(15)
+            assert app.state.sparkglass.coordinator.wait_idle(15)
     got = starts()
     assert len(got) >= 3, got
     assert len(got) <= elapsed / refresh + 1
