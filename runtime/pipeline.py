@@ -157,6 +157,9 @@ class PipelineProgress:
 
 #: Micro-batches remembered for sampling rounds (per pipeline; a few minutes at most rates).
 KEPT_MICRO_BATCHES = 1024
+#: Progress events of unknown queries kept until start() notes the query ids (the session's
+#: other queries' events pass through and age out).
+UNCLAIMED_PROGRESS = 64
 #: How long a query's own latest progress is reused, s: a round's monitor asks every 50 ms
 #: while it waits for a micro-batch, and each read is a Py4J call and a JSON parse.
 QUERY_PROGRESS_CACHE_S = 0.5
@@ -282,7 +285,8 @@ def _expected_aborts_quiet(spark: SparkSession | None) -> Iterator[None]:
 
 
 class _ProgressListener(StreamingQueryListener):
-    """Accumulates per-vertex row counts from each micro-batch's observed metrics."""
+    """Accumulates per-vertex row counts from each micro-batch's observed metrics (of the
+    pipeline's own queries: Spark delivers every query's events to every listener)."""
 
     def __init__(self, pipeline: Pipeline) -> None:
         self._pipeline = pipeline
@@ -291,7 +295,7 @@ class _ProgressListener(StreamingQueryListener):
         pass
 
     def onQueryProgress(self, event: Any) -> None:
-        self._pipeline._record_progress(event.progress)
+        self._pipeline._on_progress(event.progress)
 
     def onQueryIdle(self, event: Any) -> None:
         pass
@@ -335,6 +339,9 @@ class Pipeline:
         self._batches: deque[_MicroBatch] = deque(maxlen=KEPT_MICRO_BATCHES)
         #: Per sink: its streaming query's id (a Py4J call, so asked once at start).
         self._query_ids: dict[str, str] = {}
+        #: Progress of queries not known as this pipeline's (yet): a query's first event may
+        #: arrive before start() noted its id. Other pipelines' events age out of it.
+        self._unclaimed: deque[Any] = deque(maxlen=UNCLAIMED_PROGRESS)
         #: Per sink: when its query's own latest progress was read, and what it held.
         self._latest_read: dict[str, tuple[float, _MicroBatch | None]] = {}
         #: Materialized vertices and when their output was written (ms since the epoch).
@@ -706,9 +713,20 @@ class Pipeline:
                     vertex=name,
                 )
             writer = writer.option("checkpointLocation", self._checkpoint_option(writer, name))
-            query = writer.start()
-            self._queries[name] = query
-            self._query_ids[name] = str(query.id)  # fixed for the query's life; asked once
+            self._note_query(name, writer.start())
+
+    def _note_query(self, sink: str, query: StreamingQuery) -> None:
+        """Make ``query`` the streaming query of ``sink``, and record the progress it
+        reported before (kept aside by :meth:`_on_progress`)."""
+        query_id = str(query.id)  # fixed for the query's life; asked once
+        with self._lock:
+            self._queries[sink] = query
+            self._query_ids[sink] = query_id
+            early = [p for p in self._unclaimed if str(p.id) == query_id]
+            for progress in early:
+                self._unclaimed.remove(progress)
+        for progress in early:
+            self._record_progress(progress)
 
     def _checkpoint_option(self, writer: DataStreamWriter, sink: str) -> str:
         # DataStreamWriter has no getter; read the option Spark would use, if the user set it.
@@ -791,6 +809,15 @@ class Pipeline:
             detach(self, self.spark)
 
     # ---------------------------------------------------------------- progress
+    def _on_progress(self, progress: Any) -> None:
+        """Record ``progress`` if it is of one of this pipeline's queries; another's is kept
+        aside (bounded) in case it is of a query whose id start() has not noted yet."""
+        with self._lock:
+            if str(progress.id) not in self._query_ids.values():
+                self._unclaimed.append(progress)
+                return
+        self._record_progress(progress)
+
     def _record_progress(self, progress: Any) -> None:
         metrics = progress.observedMetrics or {}
         batch_rows = {

@@ -99,3 +99,39 @@ def test_a_failed_query_is_failed_with_its_reason(spark: Any, tmp_path: Any) -> 
         assert "value 3 is not welcome" in m.failed
     finally:
         p.stop()
+
+
+def test_two_pipelines_of_one_session_count_their_own(spark: Any) -> None:
+    """Spark delivers every query's progress to every listener: a pipeline whose ``evens``
+    keeps no row must not show the rows and micro-batches of another's ``evens``."""
+
+    def rate_pipeline(name: str, keep: str) -> Pipeline:
+        p = Pipeline(name, spark)
+        p.source("ticks", spark.readStream.format("rate").option("rowsPerSecond", 100).load())
+        p.vertex("evens", "ticks", lambda df: df.where(keep))
+        p.sink(
+            "out",
+            "evens",
+            lambda df: df.writeStream.format("noop").trigger(
+                processingTime=f"{TRIGGER_S} seconds"
+            ),
+        )
+        return p
+
+    quiet, busy = rate_pipeline("quiet", "value < 0"), rate_pipeline("busy", "value % 2 = 0")
+    quiet.start()
+    busy.start()
+    try:
+        wait_for(
+            lambda: quiet.metrics().micro_batches >= 3
+            and (b := busy.metrics()).micro_batches >= 3
+            and b.vertices["evens"].rows_total > 0,
+            "three micro-batches of each, rows in busy's evens",
+        )
+        mine = quiet.metrics()
+        ran = quiet.queries["out"].lastProgress["batchId"] + 1  # read after: never fewer
+    finally:
+        busy.stop()
+        quiet.stop()
+    assert mine.vertices["evens"].rows_total == 0
+    assert mine.micro_batches <= ran
