@@ -207,6 +207,9 @@ def _epoch_ms(timestamp: str) -> int:
 
 #: How long ``Pipeline.stop()`` lets running micro-batches finish, seconds.
 STOP_TIMEOUT_S = 30.0
+#: How long ``Pipeline.stop()`` then waits for killed tasks to end (they log their abort as
+#: they end, while its loggers are quiet), seconds; each ends at once on an idle driver.
+ABORT_WAIT_S = 30.0
 #: Spark loggers that report a micro-batch write cut short by ``StreamingQuery.stop()`` as an
 #: ERROR, although an intentional stop makes it expected (the batch is not committed and runs
 #: again from the checkpoint on restart). The driver's, and the tasks' in local mode; on a
@@ -240,6 +243,13 @@ def _wait_for_job_groups(spark: SparkSession | None, groups: list[str], deadline
     if spark is None or not groups:
         return
     with contextlib.suppress(Exception):  # a stopped context has no jobs left anyway
+        # The tracker sees what the listener bus delivered, seconds late on a busy driver: a
+        # micro-batch job that began just before the stop would look absent, and its killed
+        # tasks log their abort after the loggers are back. Every job that can still have
+        # tasks was announced before stop() returned, so once the bus drained, it is seen.
+        remaining_ms = int(max(0.0, deadline - time.monotonic()) * 1000)
+        with contextlib.suppress(Exception):  # a timeout: look at what it has
+            spark.sparkContext._jsc.sc().listenerBus().waitUntilEmpty(remaining_ms)
         tracker = spark.sparkContext.statusTracker()
 
         def busy() -> bool:
@@ -794,7 +804,7 @@ class Pipeline:
                     runs.append(str(query.runId))
                     query.stop()
             # Killed tasks log their abort after stop() returned: wait for them first.
-            _wait_for_job_groups(self._spark, runs, time.monotonic() + 10)
+            _wait_for_job_groups(self._spark, runs, time.monotonic() + ABORT_WAIT_S)
         if self._listener is not None and self._spark is not None:
             with contextlib.suppress(Exception):  # the session may already be gone
                 self._spark.streams.removeListener(self._listener)
