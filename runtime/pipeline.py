@@ -243,13 +243,7 @@ def _wait_for_job_groups(spark: SparkSession | None, groups: list[str], deadline
     if spark is None or not groups:
         return
     with contextlib.suppress(Exception):  # a stopped context has no jobs left anyway
-        # The tracker sees what the listener bus delivered, seconds late on a busy driver: a
-        # micro-batch job that began just before the stop would look absent, and its killed
-        # tasks log their abort after the loggers are back. Every job that can still have
-        # tasks was announced before stop() returned, so once the bus drained, it is seen.
-        remaining_ms = int(max(0.0, deadline - time.monotonic()) * 1000)
-        with contextlib.suppress(Exception):  # a timeout: look at what it has
-            spark.sparkContext._jsc.sc().listenerBus().waitUntilEmpty(remaining_ms)
+        _drain_app_status_events(spark, deadline)
         tracker = spark.sparkContext.statusTracker()
 
         def busy() -> bool:
@@ -270,6 +264,27 @@ def _wait_for_job_groups(spark: SparkSession | None, groups: list[str], deadline
 
         while time.monotonic() < deadline and busy():
             time.sleep(0.05)
+
+
+def _drain_app_status_events(spark: SparkSession, deadline: float) -> None:
+    """Wait until the listener bus delivered its queued events to the status store, or
+    ``deadline`` (monotonic s).
+
+    The status tracker sees what that queue (``appStatus``) delivered, seconds late on a busy
+    driver: a micro-batch job that began just before the stop would look absent, and its
+    killed tasks log their abort after the loggers are back. Every job that can still have
+    tasks was announced before ``stop()`` returned, so once the queue drained, it is seen.
+    Only that queue: the streams queue may be blocked by the very listener callback that
+    called ``stop()``. Spark internals (``AsyncEventQueue``): when they differ, the tracker is
+    asked as it is."""
+    with contextlib.suppress(Exception):
+        jvm: Any = spark.sparkContext._jvm
+        queues = spark.sparkContext._jsc.sc().listenerBus().queues()
+        for i in range(queues.size()):
+            queue = queues.get(i)
+            if queue.name() == "appStatus":
+                remaining_ms = int(max(0.0, deadline - time.monotonic()) * 1000)
+                queue.waitUntilEmpty(jvm.System.currentTimeMillis() + remaining_ms)
 
 
 @contextlib.contextmanager
@@ -352,6 +367,12 @@ class Pipeline:
         #: Progress of queries not known as this pipeline's (yet): a query's first event may
         #: arrive before start() noted its id. Other pipelines' events age out of it.
         self._unclaimed: deque[Any] = deque(maxlen=UNCLAIMED_PROGRESS)
+        #: Per sink: its query's run id, which tells this run's progress from that of an
+        #: earlier run on the same checkpoint (same query id) still queued on the bus.
+        self._run_ids: dict[str, str] = {}
+        #: Held while progress is recorded, so the early events of a query are recorded
+        #: before any later one (rates and "last micro-batch" figures follow the order).
+        self._recording = threading.Lock()
         #: Per sink: when its query's own latest progress was read, and what it held.
         self._latest_read: dict[str, tuple[float, _MicroBatch | None]] = {}
         #: Materialized vertices and when their output was written (ms since the epoch).
@@ -727,16 +748,19 @@ class Pipeline:
 
     def _note_query(self, sink: str, query: StreamingQuery) -> None:
         """Make ``query`` the streaming query of ``sink``, and record the progress it
-        reported before (kept aside by :meth:`_on_progress`)."""
-        query_id = str(query.id)  # fixed for the query's life; asked once
-        with self._lock:
-            self._queries[sink] = query
-            self._query_ids[sink] = query_id
-            early = [p for p in self._unclaimed if str(p.id) == query_id]
+        reported before (kept aside by :meth:`_on_progress`; of its last
+        :data:`UNCLAIMED_PROGRESS` events of the session, which span one Py4J call)."""
+        query_id, run_id = str(query.id), str(query.runId)  # fixed for the run; asked once
+        with self._recording:
+            with self._lock:
+                self._queries[sink] = query
+                self._query_ids[sink] = query_id
+                self._run_ids[sink] = run_id
+                early = [p for p in self._unclaimed if str(p.runId) == run_id]
+                for progress in early:
+                    self._unclaimed.remove(progress)
             for progress in early:
-                self._unclaimed.remove(progress)
-        for progress in early:
-            self._record_progress(progress)
+                self._record_progress(progress)
 
     def _checkpoint_option(self, writer: DataStreamWriter, sink: str) -> str:
         # DataStreamWriter has no getter; read the option Spark would use, if the user set it.
@@ -822,11 +846,12 @@ class Pipeline:
     def _on_progress(self, progress: Any) -> None:
         """Record ``progress`` if it is of one of this pipeline's queries; another's is kept
         aside (bounded) in case it is of a query whose id start() has not noted yet."""
-        with self._lock:
-            if str(progress.id) not in self._query_ids.values():
-                self._unclaimed.append(progress)
-                return
-        self._record_progress(progress)
+        with self._recording:
+            with self._lock:
+                if str(progress.runId) not in self._run_ids.values():
+                    self._unclaimed.append(progress)
+                    return
+            self._record_progress(progress)
 
     def _record_progress(self, progress: Any) -> None:
         metrics = progress.observedMetrics or {}

@@ -323,6 +323,25 @@ class Settings(BaseSettings):
         """``trusted_proxies`` parsed (empty when unset)."""
         return parse_networks(self.trusted_proxies, "trusted_proxies")
 
+    @field_validator("database_url")
+    @classmethod
+    def _check_database_url(cls, value: str) -> str:
+        # Checked at start-up, never echoing the URL (it may hold a password): SQLAlchemy's
+        # own parse error quotes it whole.
+        from sqlalchemy.exc import ArgumentError
+
+        from .store.db import check_store_url
+
+        if value:
+            try:
+                check_store_url(value)
+            except ArgumentError:
+                raise ValueError(
+                    "database_url: not a SQLAlchemy URL (sqlite:///path/to/file.db or "
+                    "postgresql+psycopg://user@host/db)"
+                ) from None
+        return value
+
     @field_validator("store_key")
     @classmethod
     def _check_store_key(cls, value: SecretStr | None) -> SecretStr | None:

@@ -55,6 +55,26 @@ class MigrationLockError(RuntimeError):
     did not finish within :data:`MIGRATION_LOCK_TIMEOUT_SECONDS`."""
 
 
+def check_store_url(url: str | URL) -> None:
+    """Refuse a SQLite URL the store cannot keep safe: a URI filename (``file:...`` or
+    ``?uri=true``). The store sets the file's mode (0600), its WAL journal, its migration lock
+    and its key file by the file's path; with a URI, SQLite opens a name the store did not
+    prepare (``?uri=true`` on a plain path even makes the query part of the file name, a new
+    file at the umask's mode). Raises ``ValueError`` saying what to use instead (never the
+    URL itself: it may hold a password)."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite":
+        return
+    database = parsed.database or ""
+    uri = str(parsed.query.get("uri", "")).lower() in ("true", "1", "yes", "on")
+    if database.startswith("file:") or uri:
+        raise ValueError(
+            "database_url: SQLite URI filenames (file:..., uri=true) are not supported; "
+            "give the file's path (sqlite:////var/lib/sparkglass/service.db, ~ allowed) or "
+            "sqlite:///:memory: for a store of this process only"
+        )
+
+
 def sqlite_file_path(url: str | URL) -> Path | None:
     """The database file of a SQLite file URL (``~`` expanded), or ``None`` for another
     database, an in-memory one, or a ``file:`` URI (the caller's business)."""
@@ -107,9 +127,11 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
     (:func:`prepare_sqlite_file`) and opened, and a file not yet in WAL is switched under the
     migration lock (:func:`_switch_to_wal`: may wait up to
     :data:`MIGRATION_LOCK_TIMEOUT_SECONDS` for it, then raises :class:`MigrationLockError`).
-    PostgreSQL: a pool sized for the request threads.
+    PostgreSQL: a pool sized for the request threads. Raises ``ValueError`` for a SQLite
+    URI filename (:func:`check_store_url`).
     """
     if url.startswith("sqlite"):
+        check_store_url(url)
         path = prepare_sqlite_file(url)
         opened: str | URL = url
         if path is not None:
