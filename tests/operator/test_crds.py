@@ -8,7 +8,7 @@ Built-in kinds an example may hold are checked with ``kubernetes-validate``.
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -248,6 +248,61 @@ def test_bad_application_is_rejected(case: str) -> None:
     node[leaf] = value
     with pytest.raises(jsonschema.ValidationError):
         validate("SparkApplication", doc)
+
+
+def _vertex(doc: dict[str, Any], kind: str = "vertex") -> dict[str, Any]:
+    return next(v for v in doc["spec"]["pipeline"]["vertices"] if v.get("kind", "vertex") == kind)
+
+
+BAD_QUALITY: dict[str, Callable[[dict[str, Any]], None]] = {
+    "expectation name not DNS-1123": lambda d: _vertex(d).__setitem__(
+        "expectations", [{"name": "Known_Delay", "condition": "dep_delay IS NOT NULL"}]
+    ),
+    "expectation without condition": lambda d: _vertex(d).__setitem__(
+        "expectations", [{"name": "known-delay"}]
+    ),
+    "expectation with an empty condition": lambda d: _vertex(d).__setitem__(
+        "expectations", [{"name": "known-delay", "condition": ""}]
+    ),
+    "expectation action unknown": lambda d: _vertex(d).__setitem__(
+        "expectations",
+        [{"name": "known-delay", "condition": "dep_delay IS NOT NULL", "action": "quarantine"}],
+    ),
+    "33 expectations on one vertex": lambda d: _vertex(d).__setitem__(
+        "expectations", [{"name": f"e{i}", "condition": "true"} for i in range(33)]
+    ),
+    "redaction rule naming no column": lambda d: d["spec"]["sampling"].__setitem__(
+        "redact", [{"columns": [], "action": "mask"}]
+    ),
+    "redaction rule with a blank column": lambda d: d["spec"]["sampling"].__setitem__(
+        "redact", [{"columns": ["  "], "action": "mask"}]
+    ),
+    "redaction action unknown": lambda d: d["spec"]["sampling"].__setitem__(
+        "redact", [{"columns": ["tailnum"], "action": "encrypt"}]
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_QUALITY))
+def test_bad_expectation_or_redaction_is_rejected_at_admission(case: str) -> None:
+    """What the API server's schema refuses before anything runs; a condition that does not
+    parse, or a rule that matches no column of the data, is the driver's to refuse."""
+    doc = copy.deepcopy(_flights())
+    doc["spec"].setdefault("sampling", {})
+    BAD_QUALITY[case](doc)
+    with pytest.raises(jsonschema.ValidationError):
+        validate("SparkApplication", doc)
+
+
+def test_good_expectations_and_redaction_are_admitted() -> None:
+    doc = copy.deepcopy(_flights())
+    _vertex(doc)["expectations"] = [
+        {"name": "known-delay", "condition": "dep_delay IS NOT NULL", "action": "drop"}
+    ]
+    doc["spec"].setdefault("sampling", {})["redact"] = [
+        {"columns": ["tailnum", "pass*"], "action": "hash"}
+    ]
+    validate("SparkApplication", doc)
 
 
 def test_bad_vertex_name_is_rejected() -> None:
