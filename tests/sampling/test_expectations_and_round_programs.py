@@ -333,3 +333,62 @@ def test_a_redacted_tailnum_is_nowhere_the_records_go(
     kept = registry.coordinator_for(spark)._results
     in_memory = "\n".join(r.model_dump_json() for k, r in kept.items() if k not in earlier)
     assert "carrier" in in_memory and not _leaks(in_memory, secrets)
+
+
+def test_expectations_of_the_spark_application_spec_replace_and_add_to_the_declared(
+    spark: Any,
+) -> None:
+    """``pipeline.vertices[].expectations`` reach the driver as
+    ``spark.sparkglass.pipeline.expectations`` (the operator writes it): an entry replaces
+    the declared expectation of its name and the others are added; an entry for a step that
+    is not a vertex stops the start, naming it."""
+    from sparkglass.runtime.contract.expectations import (
+        EXPECTATIONS_CONF,
+        Expectation,
+        ExpectationAction,
+        expect,
+        expectations_conf,
+    )
+
+    @expect("positive", "id > 0")  # warn: would keep every row
+    def f(df: Any) -> Any:
+        return df
+
+    drop = ExpectationAction.DROP
+    spark.conf.set(
+        EXPECTATIONS_CONF,
+        expectations_conf(
+            [
+                (
+                    "f",
+                    [
+                        Expectation(name="positive", condition="id > 5", action=drop),
+                        Expectation(name="even", condition="id % 2 = 0", action=drop),
+                    ],
+                )
+            ]
+        ),
+    )
+    got: list[int] = []
+    try:
+        p = Pipeline("spec-expectations", spark)
+        p.source("nums", spark.range(10))
+        p.vertex("f", "nums", f)
+        p.sink("out", "f", lambda df: got.extend(r.id for r in df.collect()))
+        p.start()
+        p.stop()
+        assert sorted(got) == [6, 8]
+
+        spark.conf.set(
+            EXPECTATIONS_CONF,
+            expectations_conf([("nums", [Expectation(name="x", condition="true")])]),
+        )
+        q = Pipeline("spec-expectations-on-a-source", spark)
+        q.source("nums", spark.range(3))
+        q.vertex("f", "nums", f)
+        q.sink("out", "f", lambda df: df.count())
+        with pytest.raises(PlanError, match=r"expectations for 'nums', which is not a vertex"):
+            q.start()
+        q.stop()
+    finally:
+        spark.conf.unset(EXPECTATIONS_CONF)
