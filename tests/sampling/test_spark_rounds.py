@@ -185,6 +185,28 @@ def test_rate_limit(spark, stream, sampling_conf):
     assert result.dropped_by_rate_limit > 0
 
 
+def test_the_rate_limit_counts_the_rows_a_filter_keeps(spark, stream, sampling_conf):
+    """A capture-time filter is applied before the rate limit spends a token: 1 row in 100
+    matches (about 4 a second, all in one partition), under a limit of 5 a second, so none is
+    dropped, although the partition's 200 rows a second would empty the bucket at once if
+    every row the gate admits spent one."""
+    from sparkglass.runtime.contract.round_request import round_request
+
+    sampling_conf(sampling_window="2s", max_sample_rate=5)
+    c = registry.coordinator_for(spark)
+
+    def filtered_round() -> Any:
+        started = c.start_round("parse", request=round_request(filter="value % 100 = 0"))
+        assert started.status is SampleStatus.PENDING, started
+        return c.wait(started.round_id, 60)
+
+    result = with_rows(filtered_round)
+    assert result.status is SampleStatus.COMPLETE, result
+    values = [json.loads(r.data)["value"] for s in result.samples for r in s.records]
+    assert values and all(v % 100 == 0 for v in values), values
+    assert result.dropped_by_rate_limit == 0
+
+
 def test_window_and_auto_disable(spark, stream, sampling_conf):
     sampling_conf(sampling_window="3s", max_sample_rate=1000)
     started: list[float] = []
