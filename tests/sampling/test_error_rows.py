@@ -227,3 +227,44 @@ def test_a_bounded_python_vertex_skips_and_keeps_going(spark: Any, tmp_path: Pat
             spark.conf.unset("spark.sparkglass.sampling.enabled")
         else:
             spark.conf.set("spark.sparkglass.sampling.enabled", enabled)
+
+
+def test_without_redaction_an_errors_round_carries_the_error_message(
+    spark: Any, errors: dict[str, Any], tmp_path: Path
+) -> None:
+    """With no redaction rule the message is the user's to see: each error row comes with
+    the exception's type and message, and the row it was raised on."""
+
+    def check(batch: pa.RecordBatch) -> pa.RecordBatch:
+        for value in batch.column("value").to_pylist():
+            if value % 3 == 0:
+                raise ValueError(f"value {value} is a multiple of three")
+        return batch
+
+    redact = spark.conf.get("spark.sparkglass.sampling.redact", None)
+    spark.conf.unset("spark.sparkglass.sampling.redact")  # read when the tap is placed
+    p = Pipeline("error-messages", spark, checkpoint_root=tmp_path / "checkpoints")
+    try:
+        p.source("numbers", spark.readStream.format("rate").option("rowsPerSecond", 20).load())
+        p.vertex("values", "numbers", lambda df: df.select("value"))
+        p.python_vertex("thirds", "values", check, "value BIGINT", on_error="emit_error")
+        p.sink(
+            "out",
+            "thirds",
+            lambda df: df.writeStream.format("noop").trigger(processingTime="500 milliseconds"),
+        )
+        p.start()
+        deadline = time.monotonic() + 180
+        while p.progress().micro_batches < 1:
+            assert time.monotonic() < deadline, "the stream made no progress"
+            time.sleep(0.2)
+        result, _ = errors_round(spark, "thirds")
+    finally:
+        p.stop()
+        if redact is not None:
+            spark.conf.set("spark.sparkglass.sampling.redact", redact)
+    records = [r for s in result.samples for r in s.records]
+    assert records, result
+    for record in records:
+        value = json.loads(record.data)["value"]
+        assert record.error == f"ValueError: value {value} is a multiple of three", record
