@@ -44,7 +44,9 @@ class ScriptedDriver:
     """The driver's control endpoint with per-vertex behaviour.
 
     ``behaviour[vertex]``: ``complete`` (default), ``partial``, ``no-data``, ``failed``,
-    ``busy`` (429 on every open), ``flaky`` (503 on the first open), ``disabled``, ``hold``
+    ``busy`` (429 on every open), ``flaky`` (503 on the first open), ``disabled``,
+    ``reject-filter`` (400 naming ``filter``, as the real driver answers a filter over an
+    unknown column), ``hold
     (the round stays PENDING until ``release()``), ``dead`` (503 on every read of its rounds:
     a driver that stopped answering). Unknown vertices (not in ``vertices``) get 404, and so
     do rounds it does not know (``forget()``: a restarted driver). Records: ``records`` per
@@ -152,6 +154,15 @@ class ScriptedDriver:
             return aiohttp.web.json_response({"error": "starting"}, status=503)
         if mode == "disabled":
             return aiohttp.web.json_response({"status": "DISABLED"})
+        if mode == "reject-filter" and "filter" in request.query:
+            return aiohttp.web.json_response(
+                {
+                    "error": "filter: unknown column 'carier' at vertex 'parse'; columns: "
+                    "carrier, flight, dep_delay",
+                    "field": "filter",
+                },
+                status=400,
+            )
         # The real driver's idempotency rule (runtime/sampling/rounds.py): a key it has seen
         # answers the round that key opened.
         key = request.query.get("idempotencyKey")
@@ -781,6 +792,27 @@ async def test_a_narrowed_round_is_opened_with_its_request_and_the_idempotency_k
     for query in driver.opens:
         assert {k: query.get(k) for k in asked} == asked, query
     assert list(driver.rounds) == ["r1-parse"]
+
+
+async def test_a_round_the_driver_refuses_ends_failed_naming_the_field(
+    kube: SparkglassEmulator,
+    operator: OperatorProcess,
+    driver: ScriptedDriver,
+) -> None:
+    """A spec.filter over a column the vertex lacks passes admission (the schema cannot know
+    the vertex's columns) and the driver refuses the round: the DataSample ends Failed with
+    reason RoundRejected and the driver's message naming the field and the column, once,
+    without retrying."""
+    await running_app(kube, operator, driver)
+    driver.behaviour["parse"] = "reject-filter"
+    await post(kube, "datasamples", sample_body("typo", "parse", filter="carier = 'UA'"))
+    await assert_final(kube, "typo", operator, "Failed")
+    got = status(kube, "typo")
+    (ready,) = [c for c in got["conditions"] if c["type"] == "Ready"]
+    assert (ready["status"], ready["reason"]) == ("False", "RoundRejected"), got
+    assert "filter: unknown column 'carier'" in got["message"], got
+    assert got["retries"] == 0, got
+    assert driver.calls["open:parse"] == 1  # a refusal is not retried
 
 
 async def test_a_running_drivers_metrics_are_published_in_the_application_status(
