@@ -268,3 +268,68 @@ def test_without_redaction_an_errors_round_carries_the_error_message(
     for record in records:
         value = json.loads(record.data)["value"]
         assert record.error == f"ValueError: value {value} is a multiple of three", record
+
+
+def test_corrupt_json_records_are_error_rows_of_the_source(
+    spark: Any, errors: dict[str, Any], tmp_path: Path
+) -> None:
+    """A JSON file source with ``columnNameOfCorruptRecord``: an errors round on it returns
+    the lines it could not parse, each with its raw text (no redaction rule here) and the
+    corrupt-record label, and no line it parsed."""
+    import threading
+
+    from sparkglass.runtime.sampling.programs import CORRUPT_RECORD_ERROR
+
+    folder = tmp_path / "events"
+    folder.mkdir()
+    redact = spark.conf.get("spark.sparkglass.sampling.redact", None)
+    spark.conf.unset("spark.sparkglass.sampling.redact")  # read when the tap is placed
+    stop = threading.Event()
+
+    def feed() -> None:
+        for i in range(600):
+            if stop.is_set():
+                return
+            lines = [json.dumps({"carrier": "UA", "flight": i * 10 + k}) for k in range(4)]
+            lines.append(f'{{"carrier": "B6", "flight": broken-{i}')
+            staged = tmp_path / f".events-{i}.json"
+            staged.write_text("\n".join(lines) + "\n")
+            staged.rename(folder / f"events-{i:04d}.json")  # atomic: never a half file
+            stop.wait(0.3)
+
+    p = Pipeline("corrupt-json", spark, checkpoint_root=tmp_path / "checkpoints")
+    feeder = threading.Thread(target=feed, name="json-feeder", daemon=True)
+    try:
+        p.source(
+            "events",
+            spark.readStream.schema("carrier STRING, flight INT, _corrupt_record STRING")
+            .option("mode", "PERMISSIVE")
+            .option("columnNameOfCorruptRecord", "_corrupt_record")
+            .option("maxFilesPerTrigger", 1)
+            .json(str(folder)),
+        )
+        p.vertex("flights-of-events", "events", lambda df: df.where("flight IS NOT NULL"))
+        p.sink(
+            "out",
+            "flights-of-events",
+            lambda df: df.writeStream.format("noop").trigger(processingTime="300 milliseconds"),
+        )
+        feeder.start()
+        p.start()
+        deadline = time.monotonic() + 180
+        while p.progress().micro_batches < 1:
+            assert time.monotonic() < deadline, "the stream made no progress"
+            time.sleep(0.2)
+        result, _ = errors_round(spark, "events")
+    finally:
+        stop.set()
+        p.stop()
+        if redact is not None:
+            spark.conf.set("spark.sparkglass.sampling.redact", redact)
+    records = [r for s in result.samples for r in s.records]
+    assert records, result
+    for record in records:
+        row = json.loads(record.data)
+        assert record.error == CORRUPT_RECORD_ERROR, record
+        assert row["_corrupt_record"].startswith('{"carrier": "B6", "flight": broken-'), row
+        assert row["flight"] is None
