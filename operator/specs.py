@@ -257,6 +257,16 @@ class VertexSpec(_Spec):
     attributes: VertexAttributes = Field(default_factory=VertexAttributes)
     expectations: list[ExpectationSpec] | None = None
 
+    @model_validator(mode="after")
+    def _expectations_on_vertices_only(self) -> VertexSpec:
+        # The CRD's CEL rule says the same; the driver would refuse them when it plans.
+        if self.expectations and self.kind is not VertexKind.VERTEX:
+            raise ValueError(
+                f"pipeline.vertices[{self.name}].expectations: expectations apply to vertices "
+                f"(kind vertex), not to a {self.kind.value}"
+            )
+        return self
+
 
 class PipelineSpec(_Spec):
     """``spec.pipeline``."""

@@ -171,6 +171,19 @@ def test_pipeline_rules_reject_dangling_inputs_and_sourceless_vertices() -> None
     assert any("noOutputUntilEndOfInput" in b for b in violations("SparkApplication", app))
 
 
+@pytest.mark.parametrize("kind", ["source", "sink"])
+def test_expectations_are_refused_on_a_source_or_a_sink(kind: str) -> None:
+    """The driver refuses them when it plans (PlanError naming the step); the API server
+    refuses them first, so the mistake never reaches a driver Pod."""
+    app = example("flights-sparkapplication.yaml")
+    step = next(v for v in app["spec"]["pipeline"]["vertices"] if v.get("kind") == kind)
+    step["expectations"] = [{"name": "known-delay", "condition": "dep_delay IS NOT NULL"}]
+    bad = violations("SparkApplication", app)
+    assert len(bad) == 1 and "self.expectations" in bad[0], bad
+    step["kind"] = "vertex"  # the same entry on a vertex passes this rule
+    assert not [b for b in violations("SparkApplication", app) if "expectations" in b]
+
+
 def test_datasample_rules() -> None:
     sample = example("flights-datasample.yaml")
     sample["spec"]["samplingWindow"] = "31s"

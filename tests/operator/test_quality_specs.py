@@ -74,6 +74,15 @@ def test_bad_redaction_in_the_spec_is_refused(sampling: dict[str, Any]) -> None:
     assert "redact" in str(err.value)
 
 
+def test_expectations_on_a_source_are_refused_naming_the_step() -> None:
+    """As the CRD's CEL rule (tests/operator/test_cel.py): the emulator runs no CEL, and an
+    operator behind a cluster without the rule must not start a driver that will refuse."""
+    pipeline = json.loads(json.dumps(PIPELINE))
+    pipeline["vertices"][0]["expectations"] = [{"name": "x", "condition": "true"}]
+    with pytest.raises(ValidationError, match=r"vertices\[flights\].expectations.*not to a source"):
+        app_spec(pipeline=pipeline)
+
+
 def test_datasample_round_request_and_its_errors() -> None:
     base = {"applicationRef": {"name": "a"}, "vertex": "parse"}
     spec = DataSampleSpec.parse(
