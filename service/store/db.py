@@ -77,7 +77,7 @@ def check_store_url(url: str | URL) -> None:
 
 def sqlite_file_path(url: str | URL) -> Path | None:
     """The database file of a SQLite file URL (``~`` expanded), or ``None`` for another
-    database, an in-memory one, or a ``file:`` URI (the caller's business)."""
+    database, an in-memory one, or a ``file:`` URI (which :func:`check_store_url` refuses)."""
     parsed = make_url(url)
     database = parsed.database
     if parsed.get_backend_name() != "sqlite" or not database or database == ":memory:":

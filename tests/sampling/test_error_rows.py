@@ -6,8 +6,10 @@ application's redaction; downstream never sees them (issue 16)."""
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -229,6 +231,33 @@ def test_a_bounded_python_vertex_skips_and_keeps_going(spark: Any, tmp_path: Pat
             spark.conf.set("spark.sparkglass.sampling.enabled", enabled)
 
 
+REDACT_KEY = "spark.sparkglass.sampling.redact"
+
+
+@contextmanager
+def without_redaction(spark: Any) -> Iterator[None]:
+    """No redaction rule meanwhile (the rule is read when a tap is placed); the module's
+    rule is back after."""
+    redact = spark.conf.get(REDACT_KEY, None)
+    spark.conf.unset(REDACT_KEY)
+    try:
+        yield
+    finally:
+        if redact is not None:
+            spark.conf.set(REDACT_KEY, redact)
+
+
+def first_errors_round(spark: Any, p: Pipeline, vertex: str) -> Any:
+    """Start ``p``, wait for its first micro-batch, then an errors round on ``vertex``."""
+    p.start()
+    deadline = time.monotonic() + 180
+    while p.progress().micro_batches < 1:
+        assert time.monotonic() < deadline, "the stream made no progress"
+        time.sleep(0.2)
+    result, _ = errors_round(spark, vertex)
+    return result
+
+
 def test_without_redaction_an_errors_round_carries_the_error_message(
     spark: Any, errors: dict[str, Any], tmp_path: Path
 ) -> None:
@@ -241,28 +270,24 @@ def test_without_redaction_an_errors_round_carries_the_error_message(
                 raise ValueError(f"value {value} is a multiple of three")
         return batch
 
-    redact = spark.conf.get("spark.sparkglass.sampling.redact", None)
-    spark.conf.unset("spark.sparkglass.sampling.redact")  # read when the tap is placed
     p = Pipeline("error-messages", spark, checkpoint_root=tmp_path / "checkpoints")
-    try:
-        p.source("numbers", spark.readStream.format("rate").option("rowsPerSecond", 20).load())
-        p.vertex("values", "numbers", lambda df: df.select("value"))
-        p.python_vertex("thirds", "values", check, "value BIGINT", on_error="emit_error")
-        p.sink(
-            "out",
-            "thirds",
-            lambda df: df.writeStream.format("noop").trigger(processingTime="500 milliseconds"),
-        )
-        p.start()
-        deadline = time.monotonic() + 180
-        while p.progress().micro_batches < 1:
-            assert time.monotonic() < deadline, "the stream made no progress"
-            time.sleep(0.2)
-        result, _ = errors_round(spark, "thirds")
-    finally:
-        p.stop()
-        if redact is not None:
-            spark.conf.set("spark.sparkglass.sampling.redact", redact)
+    with without_redaction(spark):
+        try:
+            p.source(
+                "numbers", spark.readStream.format("rate").option("rowsPerSecond", 20).load()
+            )
+            p.vertex("values", "numbers", lambda df: df.select("value"))
+            p.python_vertex("thirds", "values", check, "value BIGINT", on_error="emit_error")
+            p.sink(
+                "out",
+                "thirds",
+                lambda df: df.writeStream.format("noop").trigger(
+                    processingTime="500 milliseconds"
+                ),
+            )
+            result = first_errors_round(spark, p, "thirds")
+        finally:
+            p.stop()
     records = [r for s in result.samples for r in s.records]
     assert records, result
     for record in records:
@@ -276,14 +301,10 @@ def test_corrupt_json_records_are_error_rows_of_the_source(
     """A JSON file source with ``columnNameOfCorruptRecord``: an errors round on it returns
     the lines it could not parse, each with its raw text (no redaction rule here) and the
     corrupt-record label, and no line it parsed."""
-    import threading
-
     from sparkglass.runtime.sampling.programs import CORRUPT_RECORD_ERROR
 
     folder = tmp_path / "events"
     folder.mkdir()
-    redact = spark.conf.get("spark.sparkglass.sampling.redact", None)
-    spark.conf.unset("spark.sparkglass.sampling.redact")  # read when the tap is placed
     stop = threading.Event()
 
     def feed() -> None:
@@ -298,34 +319,29 @@ def test_corrupt_json_records_are_error_rows_of_the_source(
             stop.wait(0.3)
 
     p = Pipeline("corrupt-json", spark, checkpoint_root=tmp_path / "checkpoints")
-    feeder = threading.Thread(target=feed, name="json-feeder", daemon=True)
-    try:
-        p.source(
-            "events",
-            spark.readStream.schema("carrier STRING, flight INT, _corrupt_record STRING")
-            .option("mode", "PERMISSIVE")
-            .option("columnNameOfCorruptRecord", "_corrupt_record")
-            .option("maxFilesPerTrigger", 1)
-            .json(str(folder)),
-        )
-        p.vertex("flights-of-events", "events", lambda df: df.where("flight IS NOT NULL"))
-        p.sink(
-            "out",
-            "flights-of-events",
-            lambda df: df.writeStream.format("noop").trigger(processingTime="300 milliseconds"),
-        )
-        feeder.start()
-        p.start()
-        deadline = time.monotonic() + 180
-        while p.progress().micro_batches < 1:
-            assert time.monotonic() < deadline, "the stream made no progress"
-            time.sleep(0.2)
-        result, _ = errors_round(spark, "events")
-    finally:
-        stop.set()
-        p.stop()
-        if redact is not None:
-            spark.conf.set("spark.sparkglass.sampling.redact", redact)
+    with without_redaction(spark):
+        try:
+            p.source(
+                "events",
+                spark.readStream.schema("carrier STRING, flight INT, _corrupt_record STRING")
+                .option("mode", "PERMISSIVE")
+                .option("columnNameOfCorruptRecord", "_corrupt_record")
+                .option("maxFilesPerTrigger", 1)
+                .json(str(folder)),
+            )
+            p.vertex("flights-of-events", "events", lambda df: df.where("flight IS NOT NULL"))
+            p.sink(
+                "out",
+                "flights-of-events",
+                lambda df: df.writeStream.format("noop").trigger(
+                    processingTime="300 milliseconds"
+                ),
+            )
+            threading.Thread(target=feed, name="json-feeder", daemon=True).start()
+            result = first_errors_round(spark, p, "events")
+        finally:
+            stop.set()
+            p.stop()
     records = [r for s in result.samples for r in s.records]
     assert records, result
     for record in records:
