@@ -266,6 +266,24 @@ def _open_round(
     )
 
 
+class _RoundCheck(BaseModel):
+    accepted: bool
+
+
+def _check_round(
+    vertex: str, sampling_window: str | None, request: RoundRequest | None
+) -> _Call[bool]:
+    params: dict[str, str | int] = {"samplingWindow": sampling_window} if sampling_window else {}
+    if request is not None:
+        params.update(request.query_params())
+    return _Call(
+        "GET",
+        f"/api/v1/vertices/{_segment(vertex)}/round-check",
+        params,
+        lambda raw: _RoundCheck.model_validate_json(raw).accepted,
+    )
+
+
 def _get_round(
     round_id: str, subtask_index: int | None, max_records: int | None
 ) -> _Call[DataSampleResult]:
@@ -556,6 +574,19 @@ class ControlClient:
         the round the first one opened instead of opening another."""
         return self._send(_open_round(vertex, sampling_window, request, idempotency_key))
 
+    def check_round(
+        self,
+        vertex: str,
+        sampling_window: str | None = None,
+        *,
+        request: RoundRequest | None = None,
+    ) -> bool:
+        """Would :meth:`open_round` with these arguments be taken? Opens nothing. True, or
+        False when the driver would answer ``DISABLED``; a request that does not fit raises
+        ``ControlRejected`` (400 naming the field, 404 for an unknown vertex) as the open
+        would. A driver older than this route answers 404 ``no route``."""
+        return self._send(_check_round(vertex, sampling_window, request))
+
     def get_round(
         self, round_id: str, *, subtask_index: int | None = None, max_records: int | None = None
     ) -> DataSampleResult:
@@ -699,6 +730,16 @@ class AsyncControlClient:
     ) -> DataSampleResult:
         """See :meth:`ControlClient.open_round`."""
         return await self._send(_open_round(vertex, sampling_window, request, idempotency_key))
+
+    async def check_round(
+        self,
+        vertex: str,
+        sampling_window: str | None = None,
+        *,
+        request: RoundRequest | None = None,
+    ) -> bool:
+        """See :meth:`ControlClient.check_round`."""
+        return await self._send(_check_round(vertex, sampling_window, request))
 
     async def get_round(
         self, round_id: str, *, subtask_index: int | None = None, max_records: int | None = None

@@ -3,7 +3,10 @@
 The service and the operator start sampling rounds and read their results through it; the
 routes are the contract in :mod:`sparkglass.runtime.contract.sample_result` (plus ``GET
 /api/v1/vertices``, the vertex names, and ``GET /api/v1/progress``, the pipeline's
-:class:`~sparkglass.runtime.contract.pipeline_metrics.PipelineMetrics`).
+:class:`~sparkglass.runtime.contract.pipeline_metrics.PipelineMetrics`, and ``GET
+/api/v1/vertices/{vertex}/round-check``, which takes the parameters of a round's open and
+answers ``{"accepted": true}``, ``{"accepted": false}`` when sampling is off there, or the 400
+or 404 the open would, without opening anything: the operator's admission webhook asks it).
 Every route but ``/healthz`` needs ``Authorization: Bearer <token>`` (compared in constant
 time); a missing or wrong token gets 401. Bad parameters get 400 with
 ``{"error": ..., "field": ...}`` naming the field and its allowed range; unknown vertices
@@ -102,6 +105,7 @@ MAX_CONNECTIONS_LIMIT = 1024
 MAX_CONNECTIONS_PER_ADDRESS_LIMIT = 1024
 
 _ROUNDS = re.compile(r"^/api/v1/vertices/([^/]+)/rounds$")
+_ROUND_CHECK = re.compile(r"^/api/v1/vertices/([^/]+)/round-check$")
 _DATA_SAMPLE = re.compile(r"^/api/v1/vertices/([^/]+)/data-sample$")
 _ROUND = re.compile(r"^/api/v1/rounds/([^/]+)$")
 _DIGITS = re.compile(r"^[0-9]+$")
@@ -701,6 +705,14 @@ class _Handler(BaseHTTPRequestHandler):
             return HTTPStatus.OK, result.to_json_dict()
         if method != "GET":
             return HTTPStatus.METHOD_NOT_ALLOWED, {"error": f"{method} not allowed on {path}"}
+        if m := _ROUND_CHECK.match(path):
+            window = query.get("samplingWindow")
+            accepted = c.check_round(
+                unquote(m.group(1)),
+                parse_duration_ms(window[-1], field="samplingWindow") if window else None,
+                _round_request(query),
+            )
+            return HTTPStatus.OK, {"accepted": accepted}
         subtask = _int_param(query, "subtaskIndex", "0 or more")
         max_records = _int_param(query, "maxRecords", "1–5000")
         if m := _ROUND.match(path):

@@ -91,6 +91,20 @@ class RoundTransport(Protocol):
     def forget_round(self, round_id: str) -> None: ...
 
 
+def _window_ms(settings: SamplingSettings, sampling_window_ms: int | None) -> int:
+    """The round's window in ms: the application's ``sampling-window`` unless the request
+    gives one within 1 s and it (:class:`SamplingSettingsError` naming ``samplingWindow``)."""
+    window = settings.sampling_window_ms if sampling_window_ms is None else sampling_window_ms
+    if not 1_000 <= window <= settings.sampling_window_ms:
+        raise SamplingSettingsError(
+            f"samplingWindow={format_duration_ms(window)} is out of range: allowed 1s–"
+            f"{format_duration_ms(settings.sampling_window_ms)} "
+            "(spark.sparkglass.sampling.sampling-window)",
+            field="samplingWindow",
+        )
+    return window
+
+
 def check_idempotency_key(key: str) -> None:
     """Raise :class:`SamplingSettingsError` (field ``idempotencyKey``) unless ``key`` is 1–128
     printable ASCII characters."""
@@ -343,6 +357,33 @@ class RoundCoordinator:
             )
         return tap
 
+    def check_round(
+        self,
+        vertex: str,
+        sampling_window_ms: int | None = None,
+        request: RoundRequest | None = None,
+    ) -> bool:
+        """Whether :meth:`start_round` would take this request, without opening a round
+        (an admission webhook asks before a DataSample is stored).
+
+        The same checks, in the same words: the window, the vertex, the kind and expectation,
+        and the filter and columns against the vertex's schema (Spark's parser and analyzer,
+        a few ms). False when the round would answer ``DISABLED`` (sampling off, or no tap
+        at the vertex). Raises :class:`UnknownVertexError`, :class:`SamplingSettingsError`
+        (``samplingWindow``) and :class:`InvalidParameterError` (``field``
+        ``kind``/``filter``/``columns``/``expectation``)."""
+        request = request or PLAIN
+        settings = self._settings()
+        _window_ms(settings, sampling_window_ms)
+        with self._lock:
+            self._require_vertex(vertex)
+            if self._disabled(vertex, settings) is not None:
+                return False
+            tap = self._tap_for(vertex, request)
+        if tap.compile is not None and tap.materialized is None:
+            tap.compile(request)
+        return True
+
     def _remember_key(self, key: str | None, vertex: str, round_id: str) -> None:
         """Map ``key`` to ``(vertex, round_id)`` (caller holds the lock); oldest keys go
         first."""
@@ -402,14 +443,7 @@ class RoundCoordinator:
             if known is not None:
                 return DataSampleResult(status=SampleStatus.PENDING, round_id=known)
         settings = self._settings()
-        window = settings.sampling_window_ms if sampling_window_ms is None else sampling_window_ms
-        if not 1_000 <= window <= settings.sampling_window_ms:
-            raise SamplingSettingsError(
-                f"samplingWindow={format_duration_ms(window)} is out of range: allowed 1s–"
-                f"{format_duration_ms(settings.sampling_window_ms)} "
-                "(spark.sparkglass.sampling.sampling-window)",
-                field="samplingWindow",
-            )
+        window = _window_ms(settings, sampling_window_ms)
         with self._lock:
             self._require_vertex(vertex)
             disabled = self._disabled(vertex, settings)

@@ -52,9 +52,18 @@ def driver(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[htt
             spark.conf.set(key, value)
 
 
+#: Every route that takes a round's parameters: the open, the lazy trigger, and the check the
+#: operator's admission webhook asks before a DataSample is stored (which must refuse what the
+#: open refuses, in the same words).
+_ROUTES = (
+    ("POST", "/api/v1/vertices/parse/rounds"),
+    ("GET", "/api/v1/vertices/parse/data-sample"),
+    ("GET", "/api/v1/vertices/parse/round-check"),
+)
+
+
 def _refused(client: httpx.Client, params: dict[str, str], field: str, *words: str) -> None:
-    for path in ("/api/v1/vertices/parse/rounds", "/api/v1/vertices/parse/data-sample"):
-        method = "POST" if path.endswith("rounds") else "GET"
+    for method, path in _ROUTES:
         answer = client.request(method, path, params=params)
         assert answer.status_code == 400, (path, answer.text)
         body = answer.json()
@@ -116,6 +125,29 @@ def test_filter_injection_is_refused_with_the_reason(
 def test_unknown_expectation_and_kind_are_named(driver: httpx.Client) -> None:
     _refused(driver, {"kind": "violations", "expectation": "no-such"}, "expectation", "no-such")
     _refused(driver, {"kind": "everything"}, "kind", "violations")
+
+
+def test_a_round_check_opens_nothing_and_names_the_window_and_the_vertex(
+    spark: Any, driver: httpx.Client
+) -> None:
+    coordinator = registry.coordinator_for(spark)
+    before = set(coordinator.running_rounds())
+    params = {"filter": "carrier = 'UA' AND dep_delay > 61", "columns": "carrier,dep_delay"}
+    answer = driver.get("/api/v1/vertices/parse/round-check", params=params)
+    assert answer.status_code == 200, answer.text
+    assert answer.json() == {"accepted": True}
+    assert set(coordinator.running_rounds()) == before
+    too_long = driver.get(
+        "/api/v1/vertices/parse/round-check", params=params | {"samplingWindow": "1h"}
+    )
+    assert too_long.status_code == 400, too_long.text
+    assert too_long.json()["field"] == "samplingWindow"
+    unknown = driver.get("/api/v1/vertices/no-such-vertex/round-check", params=params)
+    assert unknown.status_code == 404, unknown.text
+    assert "parse" in unknown.json()["vertices"]
+    # POST is the open's verb; the check is a read and takes no POST (nothing opens by mistake).
+    assert driver.post("/api/v1/vertices/parse/round-check", params=params).status_code == 405
+    assert set(coordinator.running_rounds()) == before
 
 
 #: What every refusal of an expensive filter says: the rule, besides the function.
