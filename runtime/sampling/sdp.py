@@ -278,4 +278,3 @@ def _noting(results: Iterator[dict[str, Any]], graph: SdpGraph) -> Iterator[dict
                 at_ms = int(time.time() * 1000)
             graph.on_event(str(event.event.message), at_ms)
         yield result
-

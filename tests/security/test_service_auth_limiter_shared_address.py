@@ -43,7 +43,6 @@ from tests.service.kube_fixtures import ReviewingEmulator, install
 LIST = "/api/v1/namespaces/local/applications"
 
 
-
 def garbage() -> dict[str, str]:
     return {"Authorization": f"Bearer {secrets.token_hex(16)}"}
 
