@@ -17,6 +17,7 @@ annotations, never in ``status.kopf`` (the CRDs' structural schemas would prune 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import urllib.parse
 from typing import Any
@@ -26,7 +27,7 @@ import kopf
 import structlog
 from prometheus_client import start_http_server
 
-from . import datasample, executors, kubeflow, sparkapplication
+from . import admission, datasample, executors, kubeflow, sparkapplication
 from .cluster import Cluster
 from .context import OperatorContext
 from .leader_election import LeaderElector
@@ -108,10 +109,27 @@ async def operate(config: OperatorConfig, *, stop_flag: asyncio.Event | None = N
         lease=None if config.election is None else config.election.name,
         metrics_port=config.metrics_port,
         liveness=config.liveness_endpoint,
+        webhook_port=None if config.webhook is None else config.webhook.port,
     )
+    async with contextlib.AsyncExitStack() as stack:
+        if config.webhook is not None:
+            # Every replica answers admission reviews, the leader or not: the API server
+            # calls whichever one the Service picks (kopf's own webhook server runs only in
+            # kopf, which only the leader runs).
+            await stack.enter_async_context(admission.serve(memo, config.webhook))
+        await _lead_and_operate(config, cluster, memo, store, stop_flag)
+
+
+async def _lead_and_operate(
+    config: OperatorConfig,
+    cluster: Cluster,
+    memo: OperatorContext,
+    store: ResultStore | None,
+    stop_flag: asyncio.Event | None,
+) -> None:
     elector = None
     if not config.standalone:
-        assert config.election is not None  # checked above
+        assert config.election is not None  # checked by operate()
         elector = LeaderElector(cluster, config.election)
         health = await _serve_candidate_health(config.liveness_endpoint)
         try:

@@ -15,6 +15,21 @@ MAX_TTL_SECONDS = 31_536_000
 
 
 @dataclass(frozen=True)
+class WebhookConfig:
+    """Where the DataSample admission webhook (:mod:`.admission`) listens, and its TLS
+    certificate and key files (PEM). ``port`` 1–65535 (raises ``ValueError`` naming it)."""
+
+    cert_file: str
+    key_file: str
+    port: int = 9443
+    address: str = "0.0.0.0"
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.port <= 65535:
+            raise ValueError(f"webhook port={self.port} is out of range: allowed 1–65535")
+
+
+@dataclass(frozen=True)
 class OperatorConfig:
     """Everything the handlers need besides the objects themselves.
 
@@ -54,6 +69,8 @@ class OperatorConfig:
     default_ttl_seconds_after_finished: int = DEFAULT_TTL_SECONDS
     allow_cleartext_control: bool = False
     allowed_service_accounts: tuple[str, ...] = DEFAULT_ALLOWED_SERVICE_ACCOUNTS
+    #: The DataSample admission webhook every replica serves (None: not served).
+    webhook: WebhookConfig | None = None
 
     def __post_init__(self) -> None:
         # Checked like the variable: a typo in a hand-built config must not pass silently.

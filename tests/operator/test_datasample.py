@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import ssl
 import tempfile
@@ -70,6 +71,8 @@ class ScriptedDriver:
     #: (a caller can die between the driver opening the round and learning its id).
     stall_opens: bool = False
     open_gate: asyncio.Event = field(default_factory=asyncio.Event)
+    #: A ``slow`` round check answers once this is set.
+    check_gate: asyncio.Event = field(default_factory=asyncio.Event)
     #: TLS: the context of each server name (SNI) this driver answers for.
     contexts: dict[str, ssl.SSLContext] = field(default_factory=dict)
     handshakes: Counter[str] = field(default_factory=Counter)  # server name -> handshakes
@@ -178,6 +181,35 @@ class ScriptedDriver:
             await self.open_gate.wait()
         return aiohttp.web.json_response({"status": "PENDING", "roundId": round_id}, status=202)
 
+    async def check_round(self, request: aiohttp.web.Request) -> aiohttp.web.Response:
+        """``GET .../round-check``: what ``open_round`` would answer, opening nothing
+        (``reject-filter`` refuses a filter; ``slow`` answers once ``check_gate`` is set;
+        ``old`` is a driver without the route)."""
+        vertex = request.match_info["vertex"]
+        self.calls[f"check:{vertex}"] += 1
+        if not self._authorized(request):
+            return aiohttp.web.json_response({"error": "unauthorized"}, status=401)
+        mode = self.behaviour.get(vertex, "complete")
+        if mode == "old":
+            return aiohttp.web.json_response({"error": f"no route {request.path}"}, status=404)
+        if vertex not in self.vertices:
+            return aiohttp.web.json_response(
+                {"error": f"no vertex {vertex!r}; vertices: {sorted(self.vertices)}"}, status=404
+            )
+        if mode == "slow":  # until the test lets it go (or 30 s)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.check_gate.wait(), 30)
+        if mode == "reject-filter" and "filter" in request.query:
+            return aiohttp.web.json_response(
+                {
+                    "error": "filter: unknown column 'carier' at vertex 'parse'; columns: "
+                    "carrier, flight, dep_delay",
+                    "field": "filter",
+                },
+                status=400,
+            )
+        return aiohttp.web.json_response({"accepted": mode != "disabled"})
+
     async def get_round(self, request: aiohttp.web.Request) -> aiohttp.web.Response:
         round_id = request.match_info["round"]
         self.calls[f"get:{round_id}"] += 1
@@ -229,6 +261,7 @@ async def serve_driver(d: ScriptedDriver) -> aiohttp.web.AppRunner:
     the caller cleans the runner up. Also used by ``bench/operator_bench.py``."""
     app = aiohttp.web.Application()
     app.router.add_post("/api/v1/vertices/{vertex}/rounds", d.open_round)
+    app.router.add_get("/api/v1/vertices/{vertex}/round-check", d.check_round)
     app.router.add_get("/api/v1/rounds/{round}", d.get_round)
     app.router.add_get("/api/v1/progress", d.progress)
     runner = aiohttp.web.AppRunner(app)

@@ -105,6 +105,31 @@ def run(
         9090, "--metrics-port", min=0, max=65535, help="Prometheus metrics port; 0: off."
     ),
     bind: str = typer.Option("0.0.0.0", "--bind", help="Address of the health and metrics ports."),
+    webhook_port: int = typer.Option(
+        0,
+        "--webhook-port",
+        min=0,
+        max=65535,
+        envvar="SPARKGLASS_WEBHOOK_PORT",
+        help=(
+            "HTTPS port of the DataSample admission webhook (every replica serves it; the "
+            "chart's ValidatingWebhookConfiguration calls it): refuses at kubectl apply a "
+            "filter that does not parse, an unknown column or expectation, naming the field. "
+            "0: off. Needs --webhook-cert-file and --webhook-key-file."
+        ),
+    ),
+    webhook_cert_file: str = typer.Option(
+        "",
+        "--webhook-cert-file",
+        envvar="SPARKGLASS_WEBHOOK_CERT_FILE",
+        help="PEM certificate the webhook serves (read again when the file changes).",
+    ),
+    webhook_key_file: str = typer.Option(
+        "",
+        "--webhook-key-file",
+        envvar="SPARKGLASS_WEBHOOK_KEY_FILE",
+        help="PEM private key of --webhook-cert-file.",
+    ),
     resync: float = typer.Option(
         10.0, "--resync-seconds", min=0.2, max=3600, help="SparkApplication resync interval."
     ),
@@ -197,7 +222,7 @@ def run(
     from sparkglass.operator.leader_election import ElectionConfig
     from sparkglass.operator.logs import configure_logging
     from sparkglass.operator.pod_privileges import DEFAULT_ALLOWED_SERVICE_ACCOUNTS
-    from sparkglass.operator.settings import OperatorConfig
+    from sparkglass.operator.settings import OperatorConfig, WebhookConfig
     from sparkglass.operator.spark_conf import DriverEnvironment
 
     from . import fail
@@ -227,8 +252,25 @@ def run(
             )
         except ValueError as exc:
             raise fail(str(exc)) from None
+    webhook = None
+    if webhook_port:
+        if not webhook_cert_file or not webhook_key_file:
+            raise fail(
+                "--webhook-port needs --webhook-cert-file and --webhook-key-file "
+                "(the API server calls admission webhooks over HTTPS only)"
+            )
+        for option, path in (
+            ("--webhook-cert-file", webhook_cert_file),
+            ("--webhook-key-file", webhook_key_file),
+        ):
+            if not Path(path).is_file():
+                raise fail(f"{option}: no such file: {path}")
+        webhook = WebhookConfig(
+            cert_file=webhook_cert_file, key_file=webhook_key_file, port=webhook_port, address=bind
+        )
     config = OperatorConfig(
         namespaces=tuple(namespace),
+        webhook=webhook,
         standalone=standalone,
         election=election,
         liveness_endpoint=f"http://{bind}:{health_port}/healthz" if health_port else None,

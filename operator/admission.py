@@ -1,0 +1,437 @@
+"""The DataSample validating admission webhook: what the CRD schema cannot check.
+
+The CRD's schema and CEL rules check a DataSample's shape (ranges, the kind, an expectation
+only with ``kind: violations``). They cannot know the application: whether ``spec.vertex``
+is one of its steps, whether ``spec.samplingWindow`` fits its ``sampling.samplingWindow``,
+whether ``spec.filter`` parses and names columns the vertex has, whether ``spec.columns``
+exist and ``spec.expectation`` is declared there. This webhook answers those at
+``kubectl apply``, naming the field::
+
+    $ kubectl apply -f sample.yaml
+    Error from server (Forbidden): admission webhook "datasamples.sparkglass.io" denied the
+    request: spec.filter: unknown column 'carier' at vertex 'parse'; columns: carrier, ...
+
+How each is checked:
+
+* ``spec.vertex`` against the application's declared ``pipeline.vertices`` (when it
+  declares them) and ``spec.samplingWindow`` against its ``sampling.samplingWindow``, from
+  the SparkApplication (the same rules as the DataSample's first reconcile step);
+* kind, filter, columns and expectation, and the vertex of an application that declares no
+  pipeline, by asking its running driver (``GET /api/v1/vertices/{vertex}/round-check``):
+  Spark's own parser and analyzer against the vertex's schema, the words of a refused open.
+  The driver is found only as the DataSample reconcile finds it (:mod:`.driver_access`):
+  never from a field a user can write. A Kubeflow spark-operator application's driver is
+  not asked (reaching it needs the control Secret the operator creates at the first round,
+  and a review has no side effects): its window and sampling switch are checked, the rest
+  when the round opens.
+
+When a check cannot be made (the application is not there or not running yet, its driver
+does not answer within :data:`DRIVER_CHECK_SECONDS`, or more than
+:data:`MAX_CONCURRENT_DRIVER_CHECKS` are under way) the DataSample is admitted with a
+warning saying what was not checked: the driver checks the round again when it opens, and a
+refusal then ends the DataSample ``Failed`` (``RoundRejected``) with the same message.
+
+The server runs in every operator replica (leader or not: the API server may call any of
+them through the Service), over HTTPS with the certificate and key files the chart mounts,
+read again when they change. It reads a body only up to :data:`MAX_REVIEW_BYTES` (an
+AdmissionReview holds one object of at most ~1.5 MiB, etcd's limit); a larger one gets 413.
+Like every admission webhook it cannot tell the API server from another caller that reaches
+its port (the API server presents no client certificate by default): the chart's
+NetworkPolicy limits who may, and an answer says no more than the DataSample's creator
+would learn from the round itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import ssl
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import aiohttp.web
+import structlog
+
+# kopf's own matcher of --namespace patterns (globs, '!' exclusions), so that the webhook
+# and the watches agree on which namespaces are this operator's.
+from kopf._cogs.structs.references import NamespaceName, match_namespace
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from sparkglass.runtime.contract.errors import InvalidParameterError, SamplingSettingsError
+from sparkglass.runtime.contract.round_request import RoundRequest
+from sparkglass.runtime.control.client import (
+    AsyncControlClient,
+    ControlError,
+    ControlRejected,
+)
+
+from . import kubeflow, names
+from .cluster import APPS, ApiError
+from .context import OperatorContext
+from .driver_access import DriverAccess, driver_access
+from .settings import WebhookConfig
+from .specs import DataSampleSpec, SparkApplicationSpec, parse_duration
+
+log = structlog.get_logger(__name__)
+
+#: The path the ValidatingWebhookConfiguration calls (chart: ``webhook.path``).
+PATH = "/validate/datasamples"
+#: Largest AdmissionReview read (bytes): an object (etcd keeps at most 1.5 MiB) and its old
+#: version, with room; a larger body is refused unread (413).
+MAX_REVIEW_BYTES = 4 * 1024 * 1024
+#: How long the driver may take to check a round (seconds). The API server waits for the
+#: webhook at most its ``timeoutSeconds`` (the chart sets 10): the answer must come first.
+DRIVER_CHECK_SECONDS = 5.0
+#: Driver checks under way at once in one replica; past that a DataSample is admitted with a
+#: warning (a flood of reviews must not become a flood of calls to drivers).
+MAX_CONCURRENT_DRIVER_CHECKS = 8
+#: How often the certificate files are looked at for a renewal (seconds).
+CERT_RELOAD_SECONDS = 60.0
+
+#: The driver's names of a round's parameters → the DataSample field that carries each.
+_SPEC_FIELDS = {
+    "kind": "spec.kind",
+    "filter": "spec.filter",
+    "columns": "spec.columns",
+    "expectation": "spec.expectation",
+    "samplingWindow": "spec.samplingWindow",
+}
+
+
+# --------------------------------------------------------------------------- the contract
+class _Model(BaseModel):
+    model_config = ConfigDict(populate_by_name=True, extra="ignore")
+
+
+class _GroupVersionKind(_Model):
+    group: str = ""
+    version: str = ""
+    kind: str = ""
+
+
+class AdmissionRequest(_Model):
+    """The part of ``AdmissionReview.request`` (admission.k8s.io/v1) this webhook reads."""
+
+    uid: str = Field(min_length=1, max_length=128)
+    kind: _GroupVersionKind
+    namespace: str = ""
+    operation: str
+    object: dict[str, Any] | None = None
+
+
+class AdmissionReview(_Model):
+    """An ``admission.k8s.io/v1`` AdmissionReview as the API server sends it."""
+
+    api_version: Literal["admission.k8s.io/v1"] = Field(alias="apiVersion")
+    kind: Literal["AdmissionReview"]
+    request: AdmissionRequest
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The webhook's answer: ``denied`` (the message, ``spec.<field>: why``) or None, and
+    the warnings ``kubectl`` prints on an admitted object."""
+
+    denied: str | None = None
+    warnings: tuple[str, ...] = ()
+
+    def review(self, uid: str) -> dict[str, Any]:
+        """The AdmissionReview response body for the request ``uid``."""
+        response: dict[str, Any] = {"uid": uid, "allowed": self.denied is None}
+        if self.denied is not None:
+            response["status"] = {"code": 403, "reason": "Forbidden", "message": self.denied}
+        if self.warnings:
+            # AdmissionResponse.warnings: "Warnings over 256 characters ... may be truncated"
+            # (admission.k8s.io/v1 API reference); cut here so the cut is ours.
+            response["warnings"] = [w[:256] for w in self.warnings]
+        return {
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "response": response,
+        }
+
+
+def _allowed(*warnings: str) -> Verdict:
+    return Verdict(warnings=warnings)
+
+
+def _denied(message: str) -> Verdict:
+    return Verdict(denied=message)
+
+
+# --------------------------------------------------------------------------- the checks
+class DataSampleReviewer:
+    """Reviews DataSample creations for one operator process (``ctx``: its configuration and
+    API client). Holds the semaphore bounding the driver checks under way."""
+
+    def __init__(self, ctx: OperatorContext) -> None:
+        self.ctx = ctx
+        self._checks = asyncio.Semaphore(MAX_CONCURRENT_DRIVER_CHECKS)
+
+    async def review(self, request: AdmissionRequest) -> Verdict:
+        """The verdict on one admission request. Never raises: what cannot be checked is
+        admitted with a warning saying so (the driver checks it again when the round opens).
+        """
+        gvk = request.kind
+        if (gvk.group, gvk.kind) != (names.GROUP, "DataSample") or request.operation != "CREATE":
+            # The spec is immutable (a CEL rule): only a creation carries a request to check.
+            return _allowed()
+        body = request.object or {}
+        try:
+            spec = DataSampleSpec.parse(body.get("spec"))
+            round_request = spec.round_request()
+        except (ValidationError, InvalidParameterError) as exc:
+            return _denied(f"spec: {_first_error(exc)}")
+        # The namespace the API server reviews for, not the object's own metadata.
+        namespace = request.namespace or (body.get("metadata") or {}).get("namespace") or ""
+        watched = self.ctx.config.namespaces
+        if watched and not any(
+            match_namespace(NamespaceName(namespace), pattern) for pattern in watched
+        ):
+            return _allowed()  # not a namespace this operator watches: not its business
+        try:
+            if spec.application_ref.is_kubeflow:
+                return await self._review_kubeflow(namespace, spec, round_request)
+            return await self._review_sparkglass(namespace, spec, round_request)
+        except ApiError as exc:
+            return _allowed(f"not checked: reading the application failed ({exc.status})")
+
+    async def _review_sparkglass(
+        self, namespace: str, spec: DataSampleSpec, request: RoundRequest
+    ) -> Verdict:
+        app_name = spec.application_ref.name
+        app = await self.ctx.cluster.find(APPS, namespace, app_name)
+        if app is None:
+            return _allowed(
+                f"SparkApplication {app_name!r} is not in namespace {namespace!r} yet; the "
+                "DataSample waits for it and is checked when its round opens"
+            )
+        try:
+            app_spec = SparkApplicationSpec.parse(app.get("spec"))
+        except ValidationError:
+            return _allowed(f"not checked: SparkApplication {app_name!r} has an invalid spec")
+        declared = [v.name for v in app_spec.pipeline.vertices]
+        if declared and spec.vertex not in declared:
+            return _denied(
+                f"spec.vertex: vertex {spec.vertex!r} is not in application {app_name!r}; "
+                f"vertices: {', '.join(declared)}"
+            )
+        allowed_window = app_spec.sampling.sampling_window
+        if spec.sampling_window and parse_duration(spec.sampling_window) > parse_duration(
+            allowed_window
+        ):
+            return _denied(
+                f"spec.samplingWindow: {spec.sampling_window} exceeds the application's "
+                f"{allowed_window} (its spec.sampling.samplingWindow); allowed 1s–{allowed_window}"
+            )
+        if not app_spec.sampling.enabled:
+            return _allowed(
+                f"sampling is disabled for {app_name!r} (spec.sampling.enabled is false): "
+                "the DataSample will end Disabled"
+            )
+        if request.is_plain() and declared:
+            return _allowed()  # nothing left that only the driver knows
+        access = await driver_access(self.ctx, app)
+        return await self._ask_driver(access, spec, request, app_name)
+
+    async def _review_kubeflow(
+        self, namespace: str, spec: DataSampleSpec, request: RoundRequest
+    ) -> Verdict:
+        app_name = spec.application_ref.name
+        try:
+            app = await kubeflow.read_application(self.ctx.cluster, namespace, app_name)
+        except kubeflow.NotEnabled as exc:
+            return _denied(f"spec.applicationRef: {exc}")
+        if app is None:
+            return _allowed(
+                f"Kubeflow SparkApplication {app_name!r} is not in namespace {namespace!r} "
+                "yet; the DataSample waits for it and is checked when its round opens"
+            )
+        try:
+            settings = kubeflow.sampling_settings(app)
+        except SamplingSettingsError as exc:
+            return _allowed(f"not checked: {app_name!r} spec.sparkConf: {exc}")
+        if spec.sampling_window and (
+            parse_duration(spec.sampling_window) * 1000 > settings.sampling_window_ms
+        ):
+            return _denied(
+                f"spec.samplingWindow: {spec.sampling_window} exceeds the application's "
+                f"{settings.sampling_window_ms / 1000:g}s (spec.sparkConf "
+                f"{kubeflow.SAMPLING_WINDOW_KEY})"
+            )
+        if not settings.enabled:
+            return _allowed(
+                f"sampling is disabled for {app_name!r} (spec.sparkConf "
+                f"{kubeflow.SAMPLING_ENABLED_KEY} is not true): the DataSample will end Disabled"
+            )
+        # Its driver is not asked: reaching it needs the control Secret the operator creates
+        # at the first round (kubeflow.driver_access), and a review must have no side effect.
+        return _not_checked(
+            "the driver of a Kubeflow application is asked only when the round opens"
+        )
+
+    async def _ask_driver(
+        self,
+        access: DriverAccess | str,
+        spec: DataSampleSpec,
+        request: RoundRequest,
+        app_name: str,
+    ) -> Verdict:
+        """The driver's answer to the round this DataSample asks for (opening nothing)."""
+        if isinstance(access, str):
+            return _not_checked(access)
+        if not access.token or access.refusal:
+            return _not_checked(f"the driver of {app_name!r} cannot be asked safely")
+        if self._checks.locked():
+            return _not_checked("the operator is checking many DataSamples at once")
+        async with self._checks:
+            try:
+                async with AsyncControlClient(
+                    access.endpoint,
+                    access.token,
+                    timeout_s=min(self.ctx.config.control_timeout_seconds, DRIVER_CHECK_SECONDS),
+                    tls=access.tls,
+                ) as client:
+                    accepted = await asyncio.wait_for(
+                        client.check_round(
+                            spec.vertex,
+                            spec.sampling_window,
+                            request=None if request.is_plain() else request,
+                        ),
+                        DRIVER_CHECK_SECONDS,
+                    )
+            except ControlRejected as exc:
+                return _refused_by_driver(exc, spec.vertex)
+            except (ControlError, TimeoutError) as exc:
+                return _not_checked(f"the driver of {app_name!r} did not answer ({exc})")
+        if not accepted:
+            return _allowed(
+                f"sampling is off at vertex {spec.vertex!r} on the driver of {app_name!r}: "
+                "the DataSample will end Disabled"
+            )
+        return _allowed()
+
+
+def _not_checked(why: str) -> Verdict:
+    return _allowed(
+        f"kind, filter, columns and vertex not checked yet: {why}; the driver checks them "
+        "when the round opens"
+    )
+
+
+def _refused_by_driver(exc: ControlRejected, vertex: str) -> Verdict:
+    """The driver's refusal as a denial naming the DataSample's field."""
+    if exc.status == 404:
+        if "no route" in str(exc):  # a driver older than the check: it cannot tell
+            return _not_checked("the driver is older than the round check")
+        return _denied(f"spec.vertex: {exc}")
+    field = _SPEC_FIELDS.get(exc.field or "", "spec")
+    message = str(exc)
+    prefix = f"{exc.field}: "
+    if exc.field and message.startswith(prefix):
+        message = message[len(prefix) :]
+    return _denied(f"{field}: {message}")
+
+
+def _first_error(exc: Exception) -> str:
+    if isinstance(exc, ValidationError):
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        return f"{where}: {first['msg']}" if where else str(first["msg"])
+    return str(exc)
+
+
+# --------------------------------------------------------------------------- the server
+def _ssl_context(config: WebhookConfig) -> ssl.SSLContext:
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.load_cert_chain(config.cert_file, config.key_file)
+    return context
+
+
+def build_app(reviewer: DataSampleReviewer) -> aiohttp.web.Application:
+    """The aiohttp application serving :data:`PATH` (POST only)."""
+
+    async def validate(http: aiohttp.web.Request) -> aiohttp.web.Response:
+        length = http.content_length
+        if length is not None and length > MAX_REVIEW_BYTES:
+            raise aiohttp.web.HTTPRequestEntityTooLarge(
+                max_size=MAX_REVIEW_BYTES, actual_size=length
+            )
+        if http.content_type != "application/json":
+            raise aiohttp.web.HTTPUnsupportedMediaType(text="send application/json")
+        try:
+            raw = await http.read()  # bounded by client_max_size (413 past it)
+            review = AdmissionReview.model_validate_json(raw)
+        except ValidationError as exc:
+            raise aiohttp.web.HTTPBadRequest(
+                text=f"not an admission.k8s.io/v1 AdmissionReview: {_first_error(exc)}"
+            ) from None
+        verdict = await reviewer.review(review.request)
+        log.info(
+            "admission review",
+            namespace=review.request.namespace,
+            name=((review.request.object or {}).get("metadata") or {}).get("name"),
+            allowed=verdict.denied is None,
+            message=verdict.denied,
+        )
+        return aiohttp.web.json_response(verdict.review(review.request.uid))
+
+    app = aiohttp.web.Application(client_max_size=MAX_REVIEW_BYTES)
+    app.router.add_post(PATH, validate)
+    return app
+
+
+@contextlib.asynccontextmanager
+async def serve(ctx: OperatorContext, config: WebhookConfig) -> AsyncIterator[int]:
+    """Serve the webhook over HTTPS until the block ends; yields the port listened on.
+    Raises ``OSError`` when the port is taken or a TLS file cannot be read, ``ssl.SSLError``
+    when they hold no matching certificate and key."""
+    context = _ssl_context(config)
+    runner = aiohttp.web.AppRunner(build_app(DataSampleReviewer(ctx)), access_log=None)
+    await runner.setup()
+    site = aiohttp.web.TCPSite(runner, config.address, config.port, ssl_context=context)
+    reloading = asyncio.create_task(_reload_on_change(context, config))
+    try:
+        await site.start()
+        log.info("admission webhook listening", address=config.address, port=config.port)
+        yield config.port
+    finally:
+        reloading.cancel()
+        await runner.cleanup()
+
+
+async def _reload_on_change(context: ssl.SSLContext, config: WebhookConfig) -> None:
+    """Load the certificate and key again when their files change (a renewal by
+    cert-manager, or a Secret update the kubelet syncs): new handshakes use them."""
+
+    def stamp() -> tuple[float, float]:
+        return os.stat(config.cert_file).st_mtime, os.stat(config.key_file).st_mtime
+
+    seen = stamp()
+    while True:
+        await asyncio.sleep(CERT_RELOAD_SECONDS)
+        try:
+            now = stamp()
+            if now != seen:
+                context.load_cert_chain(config.cert_file, config.key_file)
+                seen = now
+                log.info("admission webhook certificate reloaded")
+        except (OSError, ssl.SSLError) as exc:  # half-written: try again next time
+            log.warning("admission webhook certificate not reloaded", error=str(exc))
+
+
+__all__ = [
+    "DRIVER_CHECK_SECONDS",
+    "MAX_CONCURRENT_DRIVER_CHECKS",
+    "MAX_REVIEW_BYTES",
+    "PATH",
+    "AdmissionRequest",
+    "AdmissionReview",
+    "DataSampleReviewer",
+    "Verdict",
+    "build_app",
+    "serve",
+]
