@@ -9,9 +9,12 @@ answer its probes; kopf retries, the service calls the API per request).
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -148,6 +151,17 @@ def test_operator_boots_with_the_chart_arguments(rendered: Rendered, tmp_path: P
         for a in container["args"]
     ]
     assert args != container["args"], "the chart passes --health-port/--metrics-port"
+    # The webhook's certificate and key, as the Pod mounts them from the chart's Secret.
+    secret = one(docs, "Secret", "sparkglass-operator-webhook-tls")
+    mount = next(m for m in container["volumeMounts"] if m["name"] == "webhook-tls")
+    webhook = _free_port()
+    for key in ("tls.crt", "tls.key"):
+        (tmp_path / key).write_bytes(base64.b64decode(secret["data"][key]))
+        args = [a.replace(f"{mount['mountPath']}/{key}", str(tmp_path / key)) for a in args]
+    args = [
+        a.replace(f"--webhook-port={_port(container, 'webhook')}", f"--webhook-port={webhook}")
+        for a in args
+    ]
     args.append("--bind=127.0.0.1")  # tests only: the Pod binds all interfaces
     proc = _start([*container["command"], *args], _container_env(docs, container), tmp_path)
     try:
@@ -157,9 +171,52 @@ def test_operator_boots_with_the_chart_arguments(rendered: Rendered, tmp_path: P
             for path in sorted(paths)
         ]
         _wait_ok(proc, [*urls, f"http://127.0.0.1:{metrics}/metrics"], tmp_path)
+        _webhook_answers(docs, webhook)
     finally:
         if proc.poll() is None:
             _stop(proc, _grace(dep))
+
+
+def _webhook_answers(docs: list[dict[str, Any]], port: int) -> None:
+    """The API server's call, as the ValidatingWebhookConfiguration says it: HTTPS to the
+    Service's DNS name (here at 127.0.0.1), trusting only its caBundle, at its path. An UPDATE
+    is admitted without reading anything (the Kubernetes API here is a closed port)."""
+    (config,) = [d for d in docs if d["kind"] == "ValidatingWebhookConfiguration"]
+    (hook,) = config["webhooks"]
+    client = hook["clientConfig"]
+    service = client["service"]
+    ca = base64.b64decode(client["caBundle"]).decode()
+    context = ssl.create_default_context(cadata=ca)
+    server_name = f"{service['name']}.{service['namespace']}.svc"
+    body = json.dumps(
+        {
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": "u1",
+                "kind": {"group": "sparkglass.io", "version": "v1alpha1", "kind": "DataSample"},
+                "namespace": NAMESPACE,
+                "operation": "UPDATE",
+                "object": {"spec": {}},
+            },
+        }
+    ).encode()
+    request = (
+        f"POST {service['path']} HTTP/1.1\r\nHost: {server_name}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+        "Connection: close\r\n\r\n"
+    ).encode() + body
+    with (
+        socket.create_connection(("127.0.0.1", port), timeout=10) as raw,
+        context.wrap_socket(raw, server_hostname=server_name) as tls,
+    ):
+        tls.sendall(request)
+        answer = b""
+        while chunk := tls.recv(65536):
+            answer += chunk
+    head, _, payload = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200"), head
+    assert json.loads(payload)["response"] == {"uid": "u1", "allowed": True}
 
 
 def _grace(dep: dict[str, Any]) -> float:

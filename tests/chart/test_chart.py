@@ -169,7 +169,7 @@ def test_every_kind_rendered_is_known(rendered: Rendered) -> None:
     builtin = {
         "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
         "Deployment", "Service", "Secret", "PersistentVolumeClaim", "Ingress",
-        "PodDisruptionBudget", "NetworkPolicy",
+        "PodDisruptionBudget", "NetworkPolicy", "ValidatingWebhookConfiguration",
     }  # fmt: skip
     kinds = {d["kind"] for v in VARIANTS for d in rendered(v)}
     assert kinds <= builtin | CUSTOM_KINDS, kinds - builtin - CUSTOM_KINDS
@@ -370,8 +370,12 @@ def test_store_url_only_from_a_secret(rendered: Rendered, variant: str) -> None:
     store = VARIANTS[variant].get("store", {})
     if store.get("existingSecret"):
         assert ref == {"name": store["existingSecret"], "key": store["existingSecretKey"]}
-        # The chart makes no store URL Secret; only the generated store key (driver tokens).
-        assert [d["metadata"]["name"] for d in find(docs, "Secret")] == ["sparkglass-store-key"]
+        # The chart makes no store URL Secret; only the generated store key (driver tokens)
+        # and the admission webhook's certificate.
+        assert sorted(d["metadata"]["name"] for d in find(docs, "Secret")) == [
+            "sparkglass-operator-webhook-tls",
+            "sparkglass-store-key",
+        ]
     else:
         secret = one(docs, "Secret", ref["name"])
         assert ref["key"] in secret["stringData"]
