@@ -1,0 +1,177 @@
+"""Attacks on the DataSample admission webhook (``operator/admission.py``), against the real
+operator process (kmock API server, scripted driver over pinned HTTPS; see
+``tests/operator/test_admission.py``).
+
+Any Pod that reaches the webhook's port can call it: the API server presents no client
+certificate by default, so a review cannot be told from a forged one. What a caller must not
+get from it: a body read without bound, a flood of calls to drivers, the control token sent
+anywhere but the driver Pod the operator created, or a verdict on a namespace the operator
+does not watch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from typing import Any
+
+import pytest
+
+from sparkglass.operator.admission import MAX_CONCURRENT_DRIVER_CHECKS, MAX_REVIEW_BYTES, PATH
+from tests.operator import conftest as operator_tests
+from tests.operator import test_admission as admission_tests
+from tests.operator.conftest import NAMESPACE, OperatorProcess, SparkglassEmulator
+from tests.operator.test_admission import Webhook, allowed, denied
+from tests.operator.test_datasample import (
+    APPS,
+    ScriptedDriver,
+    patch_status,
+    running_app,
+    sample_body,
+    secret_entry,
+)
+from tests.operator.test_datasample import driver as driver  # the fixture, by name
+
+from .test_operator_trust import Listener
+from .test_operator_trust import listener as listener  # the fixture, by name
+
+pytestmark = pytest.mark.timeout(180)
+
+# The operator tests' fixtures, bound here by name so that pytest finds them in this module.
+kubectl_binary = operator_tests.kubectl_binary
+kube = operator_tests.kube
+kubeconfig = operator_tests.kubeconfig
+kubectl = operator_tests.kubectl
+crds_applied = operator_tests.crds_applied
+operator = operator_tests.operator
+webhook_tls = admission_tests.webhook_tls
+operator_args = admission_tests.operator_args
+webhook = admission_tests.webhook
+
+
+async def test_a_body_past_the_bound_is_refused_unread(webhook: Webhook) -> None:
+    client = webhook.client
+    big = b"{" + b" " * MAX_REVIEW_BYTES + b"}"
+    answer = await client.post(PATH, content=big, headers={"Content-Type": "application/json"})
+    assert answer.status_code == 413
+    # Without a Content-Length (chunked), the same bound holds while reading.
+
+    async def chunks() -> Any:
+        for _ in range(MAX_REVIEW_BYTES // 65536 + 2):
+            yield b" " * 65536
+
+    answer = await client.post(PATH, content=chunks(), headers={"Content-Type": "application/json"})
+    assert answer.status_code == 413
+    for content_type, body, status in (
+        ("text/plain", b"{}", 415),
+        ("application/json", b"not json", 400),
+        ("application/json", b'{"apiVersion": "admission.k8s.io/v1beta1"}', 400),
+        ("application/json", b"[" * 100_000 + b"]" * 100_000, 400),  # deep nesting
+    ):
+        answer = await client.post(PATH, content=body, headers={"Content-Type": content_type})
+        assert answer.status_code == status, (content_type, body[:40], answer.text)
+    # Still serving.
+    assert allowed(await webhook.review({"spec": {}}, operation="UPDATE")) == []
+
+
+async def test_a_status_pointing_elsewhere_gets_no_request_and_no_token(
+    kube: SparkglassEmulator,
+    operator: OperatorProcess,
+    driver: ScriptedDriver,
+    webhook: Webhook,
+    listener: Listener,
+) -> None:
+    """Whoever may patch ``sparkapplications/status`` points ``driverInfo`` at a listener
+    of theirs: the webhook asks only the driver Pod the operator created."""
+    await running_app(kube, operator, driver)
+    await patch_status(
+        kube,
+        f"/apis/{APPS.rsplit('/', 1)[0]}/namespaces/{NAMESPACE}/sparkapplications/flights/status",
+        {
+            "driverInfo": {
+                "controlEndpoint": listener.url,
+                "controlSecretName": "someone-elses-secret",
+            }
+        },
+    )
+    driver.behaviour["parse"] = "reject-filter"
+    message = denied(await webhook.review(sample_body("s", "parse", filter="carier = 'UA'")))
+    assert message.startswith("spec.filter:")
+    assert driver.calls["check:parse"] == 1
+    assert listener.requests == []
+    secret = kube.stored("v1/secrets", NAMESPACE, "flights-control-token") or {}
+    token = secret_entry(secret, "token")
+    assert token not in message and token not in operator.output()
+
+
+async def test_a_review_for_a_namespace_not_watched_asks_nobody(
+    kube: SparkglassEmulator, operator: OperatorProcess, driver: ScriptedDriver, webhook: Webhook
+) -> None:
+    """A forged review naming another namespace gets no verdict on it: the operator does not
+    read applications there, nor ask their drivers (no probing of others' schemas)."""
+    await running_app(kube, operator, driver)
+    driver.behaviour["parse"] = "reject-filter"
+    forged = sample_body("probe", "parse", filter="carier = 'UA'")
+    forged["metadata"]["namespace"] = NAMESPACE  # the object claims a watched one
+    assert allowed(await webhook.review(forged, namespace="kube-system")) == []
+    assert driver.calls["check:parse"] == 0
+
+
+async def test_a_flood_of_reviews_does_not_become_a_flood_of_driver_calls(
+    kube: SparkglassEmulator, operator: OperatorProcess, driver: ScriptedDriver, webhook: Webhook
+) -> None:
+    await running_app(kube, operator, driver)
+    driver.behaviour["parse"] = "slow"  # every check waits until check_gate is set
+    flood = MAX_CONCURRENT_DRIVER_CHECKS + 6
+    reviews = [
+        asyncio.create_task(
+            webhook.review(sample_body(f"f{i}", "parse", filter=f"dep_delay > {i}"))
+        )
+        for i in range(flood)
+    ]
+    # Those past the bound are answered at once, admitted with a warning (not checked here,
+    # checked by the driver when the round opens); the others wait for the driver.
+    done: set[asyncio.Task[dict[str, Any]]] = set()
+    deadline = asyncio.get_running_loop().time() + 60
+    while len(done) < flood - MAX_CONCURRENT_DRIVER_CHECKS:
+        assert asyncio.get_running_loop().time() < deadline, len(done)
+        finished, _ = await asyncio.wait(reviews, timeout=1)
+        done = set(finished)
+    for task in done:
+        (warning,) = allowed(task.result())
+        assert "many DataSamples at once" in warning, warning
+    assert driver.calls["check:parse"] <= MAX_CONCURRENT_DRIVER_CHECKS
+    driver.check_gate.set()
+    answers = await asyncio.gather(*reviews)
+    assert driver.calls["check:parse"] == MAX_CONCURRENT_DRIVER_CHECKS
+    assert sum(1 for a in answers if a["allowed"] and not a.get("warnings")) == (
+        MAX_CONCURRENT_DRIVER_CHECKS
+    )
+
+
+async def test_a_malformed_review_is_refused_and_a_bad_spec_denied_naming_it(
+    webhook: Webhook,
+) -> None:
+    """A review's uid is echoed as given (the API server matches it): an over-long one is
+    refused as malformed; a spec that is no DataSample spec is denied, not a 500."""
+    body = {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "x" * 129,
+            "kind": {"group": "sparkglass.io", "version": "v1alpha1", "kind": "DataSample"},
+            "namespace": NAMESPACE,
+            "operation": "CREATE",
+            "object": {},
+        },
+    }
+    answer = await webhook.client.post(
+        PATH, content=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
+    assert answer.status_code == 400
+    body["request"]["uid"] = str(uuid.uuid4())  # type: ignore[index]
+    answer = await webhook.client.post(PATH, json=body)
+    assert answer.status_code == 200
+    verdict = answer.json()["response"]
+    assert verdict["allowed"] is False and verdict["status"]["message"].startswith("spec")
