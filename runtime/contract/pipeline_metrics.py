@@ -20,6 +20,7 @@ from sparkglass.runtime.contract.expectations import (
     MAX_EXPECTATIONS_PER_VERTEX,
     NAME_PATTERN,
     ExpectationAction,
+    ExpectationCounts,
 )
 
 #: The largest int any field here may hold: int64, as the CRD's ``status.progress`` says.
@@ -119,3 +120,21 @@ class PipelineMetrics(_Model):
     last_micro_batch_timestamp: Millis | None = None
     observed_at: Millis = 0
     vertices: dict[str, VertexMetrics] = Field(default_factory=dict)
+
+    def expectation_counts(self) -> list[ExpectationCounts]:
+        """The expectations' counts as the driver's ``GET /api/v1/expectations`` lists them:
+        one entry per (vertex, expectation), vertices in this snapshot's order, expectations
+        in declaration order."""
+        return [
+            ExpectationCounts(
+                vertex=vertex,
+                name=name,
+                action=counts.action,
+                passed=counts.passed_total,
+                failed=counts.failed_total,
+                passed_last_batch=counts.passed_last_micro_batch,
+                failed_last_batch=counts.failed_last_micro_batch,
+            )
+            for vertex, metrics in self.vertices.items()
+            for name, counts in metrics.expectations.items()
+        ]

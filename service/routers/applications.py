@@ -18,6 +18,7 @@ from ..catalog import CatalogError, register_local_application
 from ..dependencies import AdminDep, PrincipalDep, ReaderDep, SessionDep, StateDep, check
 from ..driver_trust import driver_tls
 from ..lookups import application_or_404, refresh_catalog
+from ..pipeline_progress import ProgressUnavailable
 from ..schemas import (
     ApplicationDetail,
     ApplicationSummary,
@@ -120,12 +121,18 @@ def get_expectations(
     namespace: str, application: str, state: StateDep, session: SessionDep, _: ReaderDep
 ) -> list[ExpectationCounts]:
     """Pass and fail counts of each expectation of the application's streaming vertices
-    (totals and last micro-batch), as its driver counts them now. Local mode: asked of the
-    driver control endpoint; an application without a driver URL (Kubernetes mode) has none
-    to report here (an empty list). 502 when the driver cannot be asked."""
+    (totals and last micro-batch), as its driver counts them. Local mode: asked of the
+    driver control endpoint now. Kubernetes mode (no driver URL; the service holds no driver
+    token): from the SparkApplication's ``status.progress``, which the operator refreshes
+    from the driver every ``--progress-seconds`` (10 s by default). 502 when the driver
+    cannot be asked, or the operator has published no metrics (yet), the reason in
+    ``detail``."""
     app = application_or_404(state, namespace, application, session)
     if not app.driver_url:
-        return []
+        try:
+            return state.progress.read(app).expectation_counts()
+        except ProgressUnavailable as exc:
+            raise HTTPException(status.HTTP_502_BAD_GATEWAY, detail=str(exc)) from None
     tls = state.driver_trust.get(namespace, application)
     try:
         token = repository.driver_token(session, app)  # stored encrypted

@@ -323,7 +323,22 @@ async def test_live_metrics_come_from_the_status_the_operator_publishes(
         "lastMicroBatchTimestamp": 1_790_000_000_000,
         "observedAt": 1_790_000_000_500,
         "publishedAt": "2026-09-21T00:00:00Z",
-        "vertices": {"parse": {"rowsLastMicroBatch": 60, "rowsPerSecond": 120.5, "rowsTotal": 9}},
+        "vertices": {
+            "parse": {
+                "rowsLastMicroBatch": 60,
+                "rowsPerSecond": 120.5,
+                "rowsTotal": 9,
+                "expectations": {
+                    "delay-known": {
+                        "action": "warn",
+                        "passedLastMicroBatch": 58,
+                        "failedLastMicroBatch": 2,
+                        "passedTotal": 900,
+                        "failedTotal": 31,
+                    }
+                },
+            }
+        },
     }
     with_progress = copy.deepcopy(SPARKAPP)
     with_progress["status"] = {**with_progress.get("status", {}), "progress": published}
@@ -346,4 +361,24 @@ async def test_live_metrics_come_from_the_status_the_operator_publishes(
         r = await call(client, "GET", quiet_url, headers=bearer("bob-token"))
         assert r.status_code == 502 and "status.progress" in r.json()["detail"]
         r = await call(client, "GET", f"{TEAM_A}/progress", headers=bearer("eve-token"))
+        assert (r.status_code, r.json()) == (403, {"detail": "forbidden"})
+        # The expectations' counts: the same published reading, listed as the driver lists
+        # them (local mode asks the driver; Kubernetes mode has only what the operator wrote).
+        r = await call(client, "GET", f"{TEAM_A}/expectations", headers=bearer("bob-token"))
+        assert r.status_code == 200, r.text
+        assert r.json() == [
+            {
+                "vertex": "parse",
+                "name": "delay-known",
+                "action": "warn",
+                "passed": 900,
+                "failed": 31,
+                "passedLastBatch": 58,
+                "failedLastBatch": 2,
+            }
+        ]
+        quiet_expectations = TEAM_A.replace("/flights", "/quiet") + "/expectations"
+        r = await call(client, "GET", quiet_expectations, headers=bearer("bob-token"))
+        assert r.status_code == 502 and "status.progress" in r.json()["detail"]
+        r = await call(client, "GET", f"{TEAM_A}/expectations", headers=bearer("eve-token"))
         assert (r.status_code, r.json()) == (403, {"detail": "forbidden"})
