@@ -33,12 +33,19 @@ refusal then ends the DataSample ``Failed`` (``RoundRejected``) with the same me
 
 The server runs in every operator replica (leader or not: the API server may call any of
 them through the Service), over HTTPS with the certificate and key files the chart mounts,
-read again when they change. It reads a body only up to :data:`MAX_REVIEW_BYTES` (an
-AdmissionReview holds one object of at most ~1.5 MiB, etcd's limit); a larger one gets 413.
-Like every admission webhook it cannot tell the API server from another caller that reaches
-its port (the API server presents no client certificate by default): the chart's
-NetworkPolicy limits who may, and an answer says no more than the DataSample's creator
-would learn from the round itself.
+read again when they change. Like every admission webhook it cannot tell the API server from
+another caller that reaches its port (the API server presents no client certificate by
+default), so:
+
+* it holds little for anyone: a body up to :data:`MAX_REVIEW_BYTES`, arriving within
+  :data:`REVIEW_READ_SECONDS`, at most :data:`MAX_REVIEWS_IN_FLIGHT` reviews at once
+  (413, 408, 503 otherwise), parsed off the event loop the Lease renewal shares;
+* a review for a namespace the operator does not watch reads nothing, and one whose object
+  claims another namespace than the request is denied;
+* a denial names the field and what is wrong with the given value, never a list of the
+  vertex's columns, the application's vertices or its expectations (:func:`_public`): a
+  forged review learns whether a guessed name exists, not the schema. The chart's
+  ``networkPolicy.webhookFrom`` admits the port only from the API servers' addresses.
 """
 
 from __future__ import annotations
@@ -46,6 +53,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import ssl
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -78,9 +86,17 @@ log = structlog.get_logger(__name__)
 
 #: The path the ValidatingWebhookConfiguration calls (chart: ``webhook.path``).
 PATH = "/validate/datasamples"
-#: Largest AdmissionReview read (bytes): an object (etcd keeps at most 1.5 MiB) and its old
-#: version, with room; a larger body is refused unread (413).
-MAX_REVIEW_BYTES = 4 * 1024 * 1024
+#: Largest AdmissionReview read (bytes). A DataSample's review is a few KiB (its spec is
+#: small; kubectl's last-applied annotation doubles it); 512 KiB leaves room for long
+#: annotations and labels. A larger body is refused unread (413).
+MAX_REVIEW_BYTES = 512 * 1024
+#: Seconds a caller has to send the whole body once its headers arrived (the API server sends
+#: it at once); a slower one gets 408, so no connection holds a buffer for long.
+REVIEW_READ_SECONDS = 5.0
+#: Reviews being read or answered at once per replica; past that, 503 at once (the API
+#: server then applies the failurePolicy). With the two bounds above a flood holds at most
+#: 32 × 512 KiB of bodies.
+MAX_REVIEWS_IN_FLIGHT = 32
 #: How long the driver may take to check a round (seconds). The API server waits for the
 #: webhook at most its ``timeoutSeconds`` (the chart sets 10): the answer must come first.
 DRIVER_CHECK_SECONDS = 5.0
@@ -184,8 +200,10 @@ class DataSampleReviewer:
             round_request = spec.round_request()
         except (ValidationError, InvalidParameterError) as exc:
             return _denied(f"spec: {_first_error(exc)}")
-        # The namespace the API server reviews for, not the object's own metadata.
-        namespace = request.namespace or (body.get("metadata") or {}).get("namespace") or ""
+        # The namespace the API server reviews for; it has set the object's to the same.
+        namespace = request.namespace
+        if (body.get("metadata") or {}).get("namespace") not in (None, namespace):
+            return _denied("metadata.namespace: differs from the namespace of the request")
         watched = self.ctx.config.namespaces
         if watched and not any(
             match_namespace(NamespaceName(namespace), pattern) for pattern in watched
@@ -214,9 +232,11 @@ class DataSampleReviewer:
             return _allowed(f"not checked: SparkApplication {app_name!r} has an invalid spec")
         declared = [v.name for v in app_spec.pipeline.vertices]
         if declared and spec.vertex not in declared:
+            # No list of the vertices: see _ENUMERATION (they are in the application's spec,
+            # for whoever may read it).
             return _denied(
-                f"spec.vertex: vertex {spec.vertex!r} is not in application {app_name!r}; "
-                f"vertices: {', '.join(declared)}"
+                f"spec.vertex: vertex {spec.vertex!r} is not in application {app_name!r} "
+                "(its spec.pipeline.vertices)"
             )
         allowed_window = app_spec.sampling.sampling_window
         if spec.sampling_window and parse_duration(spec.sampling_window) > parse_duration(
@@ -303,9 +323,11 @@ class DataSampleReviewer:
                         DRIVER_CHECK_SECONDS,
                     )
             except ControlRejected as exc:
-                return _refused_by_driver(exc, spec.vertex)
+                return _refused_by_driver(exc, app_name)
             except (ControlError, TimeoutError) as exc:
-                return _not_checked(f"the driver of {app_name!r} did not answer ({exc})")
+                # The details (the Pod's address, the driver's own words) go to the log only.
+                log.info("round check not answered", application=app_name, error=str(exc))
+                return _not_checked(f"the driver of {app_name!r} did not answer in time")
         if not accepted:
             return _allowed(
                 f"sampling is off at vertex {spec.vertex!r} on the driver of {app_name!r}: "
@@ -321,18 +343,40 @@ def _not_checked(why: str) -> Verdict:
     )
 
 
-def _refused_by_driver(exc: ControlRejected, vertex: str) -> Verdict:
-    """The driver's refusal as a denial naming the DataSample's field."""
-    if exc.status == 404:
-        if "no route" in str(exc):  # a driver older than the check: it cannot tell
-            return _not_checked("the driver is older than the round check")
-        return _denied(f"spec.vertex: {exc}")
-    field = _SPEC_FIELDS.get(exc.field or "", "spec")
+def _refused_by_driver(exc: ControlRejected, app_name: str) -> Verdict:
+    """The driver's refusal of the request as a denial naming the DataSample's field; any
+    other 4xx (a token the driver does not take yet, a route it lacks) is no verdict on the
+    DataSample: admitted with a warning."""
+    field = _SPEC_FIELDS.get(exc.field or "")
     message = str(exc)
-    prefix = f"{exc.field}: "
-    if exc.field and message.startswith(prefix):
-        message = message[len(prefix) :]
-    return _denied(f"{field}: {message}")
+    if exc.status == 400 and field is not None:
+        prefix = f"{exc.field}: "
+        if message.startswith(prefix):
+            message = message[len(prefix) :]
+        return _denied(f"{field}: {_public(message)}")
+    if exc.status == 404 and "no route" in message:
+        return _not_checked(f"the driver of {app_name!r} is older than the round check")
+    if exc.status == 404:
+        return _denied(f"spec.vertex: {_public(message)}")
+    log.info("round check not answered", application=app_name, status=exc.status, error=message)
+    return _not_checked(f"the driver of {app_name!r} could not check it (HTTP {exc.status})")
+
+
+#: What a refusal relayed to the reviewer leaves out: the enumerations of the vertex's
+#: columns, the application's vertices or expectations (the driver's ``; columns: ...``,
+#: Spark's ``Did you mean one of the following? [...]``) and Spark's plan after the first
+#: line. The webhook cannot tell the API server from another caller on the Pod network
+#: (module docstring); the DataSample's creator gets the full message in its status when a
+#: round is refused after admission.
+_ENUMERATION = re.compile(
+    r"(;\s*(columns|vertices|expectations):.*$)|(\s*Did you mean one of the following\?.*$)",
+    re.IGNORECASE,
+)
+
+
+def _public(message: str) -> str:
+    first = message.strip().splitlines()[0] if message.strip() else message
+    return _ENUMERATION.sub("", first).rstrip(" .;") or first
 
 
 def _first_error(exc: Exception) -> str:
@@ -353,6 +397,7 @@ def _ssl_context(config: WebhookConfig) -> ssl.SSLContext:
 
 def build_app(reviewer: DataSampleReviewer) -> aiohttp.web.Application:
     """The aiohttp application serving :data:`PATH` (POST only)."""
+    in_flight = asyncio.Semaphore(MAX_REVIEWS_IN_FLIGHT)
 
     async def validate(http: aiohttp.web.Request) -> aiohttp.web.Response:
         length = http.content_length
@@ -362,18 +407,28 @@ def build_app(reviewer: DataSampleReviewer) -> aiohttp.web.Application:
             )
         if http.content_type != "application/json":
             raise aiohttp.web.HTTPUnsupportedMediaType(text="send application/json")
-        try:
-            raw = await http.read()  # bounded by client_max_size (413 past it)
-            review = AdmissionReview.model_validate_json(raw)
-        except ValidationError as exc:
-            raise aiohttp.web.HTTPBadRequest(
-                text=f"not an admission.k8s.io/v1 AdmissionReview: {_first_error(exc)}"
-            ) from None
-        try:
-            verdict = await reviewer.review(review.request)
-        except Exception:  # a bug here must not refuse DataSamples: the driver checks again
-            log.exception("admission review failed", namespace=review.request.namespace)
-            verdict = _allowed("not checked: the operator's admission review failed (its log)")
+        if in_flight.locked():
+            raise aiohttp.web.HTTPServiceUnavailable(text="too many reviews at once")
+        async with in_flight:
+            try:
+                async with asyncio.timeout(REVIEW_READ_SECONDS):
+                    raw = await http.read()  # bounded by client_max_size (413 past it)
+            except TimeoutError:
+                raise aiohttp.web.HTTPRequestTimeout(text="the body came too slowly") from None
+            try:
+                # Off the event loop: the Lease renewal and kopf share it.
+                review = await asyncio.to_thread(AdmissionReview.model_validate_json, raw)
+            except ValidationError as exc:
+                raise aiohttp.web.HTTPBadRequest(
+                    text=f"not an admission.k8s.io/v1 AdmissionReview: {_first_error(exc)}"
+                ) from None
+            try:
+                verdict = await reviewer.review(review.request)
+            except Exception:  # a bug here must not refuse DataSamples: the driver checks again
+                log.exception("admission review failed", namespace=review.request.namespace)
+                verdict = _allowed(
+                    "not checked: the operator's admission review failed (see its log)"
+                )
         log.info(
             "admission review",
             namespace=review.request.namespace,
@@ -411,27 +466,34 @@ async def _reload_on_change(context: ssl.SSLContext, config: WebhookConfig) -> N
     """Load the certificate and key again when their files change (a renewal by
     cert-manager, or a Secret update the kubelet syncs): new handshakes use them."""
 
-    def stamp() -> tuple[float, float]:
-        return os.stat(config.cert_file).st_mtime, os.stat(config.key_file).st_mtime
+    def stamp() -> tuple[float, float] | None:
+        try:
+            return os.stat(config.cert_file).st_mtime, os.stat(config.key_file).st_mtime
+        except OSError:  # mid-swap (the kubelet replaces a Secret volume's files): next time
+            return None
 
     seen = stamp()
     while True:
         await asyncio.sleep(CERT_RELOAD_SECONDS)
+        now = stamp()
+        if now is None or now == seen:
+            continue
         try:
-            now = stamp()
-            if now != seen:
-                context.load_cert_chain(config.cert_file, config.key_file)
-                seen = now
-                log.info("admission webhook certificate reloaded")
+            context.load_cert_chain(config.cert_file, config.key_file)
         except (OSError, ssl.SSLError) as exc:  # half-written: try again next time
             log.warning("admission webhook certificate not reloaded", error=str(exc))
+            continue
+        seen = now
+        log.info("admission webhook certificate reloaded")
 
 
 __all__ = [
     "DRIVER_CHECK_SECONDS",
     "MAX_CONCURRENT_DRIVER_CHECKS",
+    "MAX_REVIEWS_IN_FLIGHT",
     "MAX_REVIEW_BYTES",
     "PATH",
+    "REVIEW_READ_SECONDS",
     "AdmissionRequest",
     "AdmissionReview",
     "DataSampleReviewer",

@@ -6,7 +6,8 @@ routes are the contract in :mod:`sparkglass.runtime.contract.sample_result` (plu
 :class:`~sparkglass.runtime.contract.pipeline_metrics.PipelineMetrics`, and ``GET
 /api/v1/vertices/{vertex}/round-check``, which takes the parameters of a round's open and
 answers ``{"accepted": true}``, ``{"accepted": false}`` when sampling is off there, or the 400
-or 404 the open would, without opening anything: the operator's admission webhook asks it).
+or 404 the open would, without opening anything; 503 while another check compiles: the
+operator's admission webhook asks it).
 Every route but ``/healthz`` needs ``Authorization: Bearer <token>`` (compared in constant
 time); a missing or wrong token gets 401. Bad parameters get 400 with
 ``{"error": ..., "field": ...}`` naming the field and its allowed range; unknown vertices
@@ -82,6 +83,7 @@ from sparkglass.runtime.contract.round_request import RoundRequest, round_reques
 from sparkglass.runtime.contract.sample_result import DataSampleResult, ErrorCode, SampleStatus
 from sparkglass.runtime.contract.sampling_settings import SamplingSettingsError, parse_duration_ms
 from sparkglass.runtime.sampling.rounds import (
+    RoundCheckBusyError,
     RoundCoordinator,
     UnknownRoundError,
     UnknownVertexError,
@@ -660,6 +662,8 @@ class _Handler(BaseHTTPRequestHandler):
             status, body = HTTPStatus.NOT_FOUND, {"error": str(exc), "vertices": exc.known}
         except UnknownRoundError as exc:
             status, body = HTTPStatus.NOT_FOUND, {"error": str(exc)}
+        except RoundCheckBusyError as exc:
+            status, body = HTTPStatus.SERVICE_UNAVAILABLE, {"error": str(exc)}
         except Exception as exc:  # answer 500 and keep serving
             log.exception("control endpoint: %s %s failed", method, self.path)
             status = HTTPStatus.INTERNAL_SERVER_ERROR

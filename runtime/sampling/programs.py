@@ -238,9 +238,13 @@ def compile_program(
         array[i] = name
         renders[i] = view.renders.get(name)
     try:
+        if user_filter is not None:
+            _check_no_alias(spark, user_filter)
         raw = getattr(jvm, PROGRAM_CLASS).compile(
             spark._jsparkSession, view.schema_json, filter_sql, array, label_sql, renders
         )
+    except RoundProgramError:
+        raise
     except Exception as exc:  # Spark's ParseException / AnalysisException through Py4J
         message = _java_message(exc)
         where = "filter" if filter_sql is not None else "columns"
@@ -273,6 +277,22 @@ def compile_program(
             if problem is not None:
                 raise RoundProgramError(f"filter: {problem}", field="filter")
     return CompiledProgram(program=str(answer["program"]), data_type=str(answer["dataType"]))
+
+
+def _check_no_alias(spark: SparkSession, user_filter: str) -> None:
+    """Spark reads a trailing word as a column alias (``carrier = 'UA' AND`` is
+    ``carrier = 'UA' AS `AND```, outside ANSI mode), so an incomplete predicate would run as
+    a shorter one. A filter takes no alias: raises :class:`RoundProgramError` naming it.
+    Spark's ``ParseException`` passes through (the caller words it)."""
+    parser: Any = spark._jsparkSession.sessionState().sqlParser()
+    parsed = parser.parseExpression(user_filter)
+    if str(parsed.getClass().getSimpleName()) in ("Alias", "UnresolvedAlias", "MultiAlias"):
+        name = str(parsed.name()) if hasattr(parsed, "name") else "?"
+        raise RoundProgramError(
+            f"filter: does not parse as one predicate: Spark reads its end as a column alias "
+            f"(AS {name}); an AND or OR without its right side?",
+            field="filter",
+        )
 
 
 def _like_problem(pattern: str | None, escape: str) -> str | None:

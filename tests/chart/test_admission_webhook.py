@@ -119,3 +119,20 @@ def test_disabled_webhook_leaves_nothing_behind() -> None:
     ][0]
     assert not [a for a in container["args"] if a.startswith("--webhook")]
     assert not [p for p in container["ports"] if p["name"] == "webhook"]
+
+
+def test_webhook_port_only_from_the_listed_peers() -> None:
+    api_servers = [{"ipBlock": {"cidr": "10.0.0.0/28"}}]
+    docs = manifests({"networkPolicy": {"webhookFrom": api_servers}})
+    policy = one(docs, "NetworkPolicy", "sparkglass-operator")
+    dep = one(docs, "Deployment", "sparkglass-operator")
+    labels = dep["spec"]["template"]["metadata"]["labels"]
+    assert policy["spec"]["podSelector"]["matchLabels"].items() <= labels.items()
+    rules = policy["spec"]["ingress"]
+    webhook = [r for r in rules if any(p["port"] == "webhook" for p in r["ports"])]
+    assert webhook == [{"from": api_servers, "ports": [{"port": "webhook", "protocol": "TCP"}]}]
+    # Probes and scraping stay open: a rule with no `from` for exactly those ports.
+    (open_rule,) = [r for r in rules if "from" not in r]
+    assert {p["port"] for p in open_rule["ports"]} == {"health", "metrics"}
+    # Without peers, no policy on the operator (there is no default for API servers).
+    assert not find(manifests({}), "NetworkPolicy", "sparkglass-operator")

@@ -23,6 +23,10 @@ import pytest
 import yaml
 
 from .conftest import EXAMPLES_DIR, NAMESPACE, OperatorProcess, SparkglassEmulator, eventually
+from .test_admission import Webhook, allowed, denied
+from .test_admission import operator_args as operator_args  # the fixtures, by name
+from .test_admission import webhook as webhook
+from .test_admission import webhook_tls as webhook_tls
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -39,7 +43,11 @@ def free_port() -> int:
 
 
 async def test_datasample_against_the_real_demo_driver_ends_complete_with_flights(
-    kube: SparkglassEmulator, operator: OperatorProcess, spark: Any, tmp_path: Path
+    kube: SparkglassEmulator,
+    operator: OperatorProcess,
+    webhook: Webhook,
+    spark: Any,
+    tmp_path: Path,
 ) -> None:
     from sparkglass.demo.flights import build_pipeline
     from sparkglass.demo.replay import FlightReplay
@@ -114,6 +122,30 @@ async def test_datasample_against_the_real_demo_driver_ends_complete_with_flight
             return st if st.get("phase") not in (None, "Pending", "InProgress") else None
 
         status = await eventually(final, timeout=90, what="the round", operator=operator)
+        # The admission webhook asks this driver, whose Spark parses and resolves the filter
+        # against the parse vertex's real schema (issue 16: bad input refused at admission).
+        review = yaml.safe_load((EXAMPLES_DIR / "flights-datasample.yaml").read_text())
+        review["spec"]["filter"] = "carier = 'UA'"
+        message = denied(await webhook.review(review))
+        assert message.startswith("spec.filter:") and "carier" in message, message
+        assert "Did you mean" not in message and "carrier" not in message, message
+        review["spec"]["filter"] = "carrier = 'UA' AND dep_delay > 60"
+        review["spec"]["columns"] = ["carrier", "dep_delay", "tailnum"]
+        assert allowed(await webhook.review(review)) == []
+        review["spec"]["columns"] = ["carrier", "no_such_column"]
+        message = denied(await webhook.review(review))
+        assert message.startswith("spec.columns:") and "no_such_column" in message, message
+        review["spec"].pop("columns")
+        review["spec"]["filter"] = "carrier = 'UA' AND"
+        message = denied(await webhook.review(review))
+        assert message.startswith("spec.filter:") and "AS AND" in message, message
+        review["spec"]["filter"] = "carrier = = 'UA'"
+        message = denied(await webhook.review(review))
+        assert message.startswith("spec.filter:") and "PARSE_SYNTAX_ERROR" in message, message
+        review["spec"].pop("filter")
+        review["spec"].update(kind="violations", expectation="delay-known")
+        message = denied(await webhook.review(review))
+        assert message.startswith("spec.kind:") and "no expectation" in message, message
     finally:
         replay.stop()
         await asyncio.to_thread(pipeline.stop)

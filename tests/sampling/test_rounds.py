@@ -535,3 +535,45 @@ def test_a_round_is_not_checked_before_the_driver_plugin_has_it(transport, make_
     result = c.wait(second[0], 5)
     assert result.status is SampleStatus.COMPLETE, result
     c.close()
+
+
+def test_a_round_check_remembers_refusals_and_compiles_one_at_a_time(transport):
+    """The admission webhook's check (``check_round``) runs Spark's analyzer on the driver of
+    a running job: the same refused request is answered from memory, not compiled again, and
+    a check arriving while another compiles is turned away at once (503 at the endpoint)."""
+    import threading
+
+    from sparkglass.runtime.contract.round_request import RoundRequest
+    from sparkglass.runtime.sampling.rounds import RoundCheckBusyError
+
+    compiled: list[RoundRequest] = []
+    entered, release = threading.Event(), threading.Event()
+
+    def compile_request(request: RoundRequest) -> None:
+        compiled.append(request)
+        if request.filter == "slow = 1":
+            entered.set()
+            release.wait(10)
+        if request.filter == "carier = 'UA'":
+            raise InvalidParameterError("filter: unknown column 'carier'", field="filter")
+
+    c = make(transport)
+    c.register_tap(TapInfo("parse", "p/parse/k3", "struct<x:int>", compile=compile_request))
+    bad = RoundRequest(filter="carier = 'UA'")
+    for _ in range(3):
+        with pytest.raises(InvalidParameterError, match="carier") as refused:
+            c.check_round("parse", request=bad)
+        assert refused.value.field == "filter"
+    assert compiled == [bad]  # once
+    assert c.check_round("parse", request=RoundRequest(filter="carrier = 'UA'")) is True
+    slow = threading.Thread(
+        target=c.check_round, kwargs={"vertex": "parse", "request": RoundRequest(filter="slow = 1")}
+    )
+    slow.start()
+    assert entered.wait(10)
+    with pytest.raises(RoundCheckBusyError):
+        c.check_round("parse", request=RoundRequest(filter="other = 1"))
+    release.set()
+    slow.join(10)
+    assert c.check_round("parse", request=RoundRequest(filter="other = 1")) is True
+    assert c.running_rounds() == []  # a check opens nothing

@@ -16,9 +16,21 @@ import json
 import uuid
 from typing import Any
 
+import httpx
 import pytest
+from aiohttp.test_utils import TestServer
 
-from sparkglass.operator.admission import MAX_CONCURRENT_DRIVER_CHECKS, MAX_REVIEW_BYTES, PATH
+from sparkglass.operator.admission import (
+    MAX_CONCURRENT_DRIVER_CHECKS,
+    MAX_REVIEW_BYTES,
+    MAX_REVIEWS_IN_FLIGHT,
+    PATH,
+    REVIEW_READ_SECONDS,
+    AdmissionRequest,
+    DataSampleReviewer,
+    Verdict,
+    build_app,
+)
 from tests.operator import conftest as operator_tests
 from tests.operator import test_admission as admission_tests
 from tests.operator.conftest import NAMESPACE, OperatorProcess, SparkglassEmulator
@@ -113,9 +125,27 @@ async def test_a_review_for_a_namespace_not_watched_asks_nobody(
     await running_app(kube, operator, driver)
     driver.behaviour["parse"] = "reject-filter"
     forged = sample_body("probe", "parse", filter="carier = 'UA'")
-    forged["metadata"]["namespace"] = NAMESPACE  # the object claims a watched one
+    forged["metadata"]["namespace"] = "kube-system"
     assert allowed(await webhook.review(forged, namespace="kube-system")) == []
+    # An object claiming a watched namespace in a review for another: no genuine review
+    # looks like that (the API server sets the object's namespace to the request's).
+    forged["metadata"]["namespace"] = NAMESPACE
+    message = denied(await webhook.review(forged, namespace="team-b"))
+    assert message.startswith("metadata.namespace"), message
     assert driver.calls["check:parse"] == 0
+
+
+async def test_a_refusal_relays_no_list_of_columns_vertices_or_expectations(
+    kube: SparkglassEmulator, operator: OperatorProcess, driver: ScriptedDriver, webhook: Webhook
+) -> None:
+    """A caller on the Pod network forging reviews learns whether a name it guessed exists,
+    not the vertex's columns, the application's vertices or its expectations."""
+    await running_app(kube, operator, driver)
+    driver.behaviour["parse"] = "reject-filter"  # its message ends "; columns: carrier, ..."
+    message = denied(await webhook.review(sample_body("p1", "parse", filter="carier = 'UA'")))
+    assert "columns" not in message and "flight" not in message, message
+    message = denied(await webhook.review(sample_body("p2", "nope")))
+    assert "parse" not in message and "schedule" not in message, message
 
 
 async def test_a_flood_of_reviews_does_not_become_a_flood_of_driver_calls(
@@ -175,3 +205,78 @@ async def test_a_malformed_review_is_refused_and_a_bad_spec_denied_naming_it(
     assert answer.status_code == 200
     verdict = answer.json()["response"]
     assert verdict["allowed"] is False and verdict["status"]["message"].startswith("spec")
+
+
+class _HeldReviewer(DataSampleReviewer):
+    """Answers every review only once ``release`` is set (a driver that takes its time)."""
+
+    def __init__(self) -> None:
+        self.release = asyncio.Event()
+        self.entered = 0
+
+    async def review(self, request: AdmissionRequest) -> Verdict:
+        self.entered += 1
+        await self.release.wait()
+        return Verdict()
+
+
+def _review_body(uid: str) -> bytes:
+    return json.dumps(
+        {
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": uid,
+                "kind": {"group": "sparkglass.io", "version": "v1alpha1", "kind": "DataSample"},
+                "namespace": NAMESPACE,
+                "operation": "CREATE",
+                "object": {},
+            },
+        }
+    ).encode()
+
+
+async def test_reviews_in_flight_and_slow_bodies_are_bounded() -> None:
+    """The webhook's own server (in this process, on 127.0.0.1): past
+    ``MAX_REVIEWS_IN_FLIGHT`` reviews at once a caller gets 503 at once, and a body that does
+    not arrive within ``REVIEW_READ_SECONDS`` gets 408; neither holds a buffer for long."""
+    reviewer = _HeldReviewer()
+    server = TestServer(build_app(reviewer), host="127.0.0.1")
+    await server.start_server()
+    try:
+        async with httpx.AsyncClient(base_url=str(server.make_url("")), timeout=60) as client:
+            held = [
+                asyncio.create_task(
+                    client.post(
+                        PATH,
+                        content=_review_body(f"u{i}"),
+                        headers={"Content-Type": "application/json"},
+                    )
+                )
+                for i in range(MAX_REVIEWS_IN_FLIGHT)
+            ]
+            deadline = asyncio.get_running_loop().time() + 30
+            while reviewer.entered < MAX_REVIEWS_IN_FLIGHT:
+                assert asyncio.get_running_loop().time() < deadline, reviewer.entered
+                await asyncio.sleep(0.05)
+            extra = await client.post(
+                PATH, content=_review_body("extra"), headers={"Content-Type": "application/json"}
+            )
+            assert extra.status_code == 503
+            reviewer.release.set()
+            answers = await asyncio.gather(*held)
+            assert [a.status_code for a in answers] == [200] * MAX_REVIEWS_IN_FLIGHT
+        # Headers announcing 1000 bytes, then 10, then nothing.
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(
+            (
+                f"POST {PATH} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                "Content-Length: 1000\r\n\r\n" + "{" * 10
+            ).encode()
+        )
+        await writer.drain()
+        status_line = await asyncio.wait_for(reader.readline(), REVIEW_READ_SECONDS + 30)
+        assert status_line.startswith(b"HTTP/1.1 408"), status_line
+        writer.close()
+    finally:
+        await server.close()

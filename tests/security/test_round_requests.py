@@ -109,6 +109,10 @@ def test_a_request_cannot_name_the_runtime_columns_or_lower_redaction_by_paramet
     [
         ("carrier = 'UA') OR (true", "PARSE_SYNTAX_ERROR"),  # breaking out of the parentheses
         ("carrier = 'UA'; DROP TABLE x", "PARSE_SYNTAX_ERROR"),
+        # Incomplete: Spark would read the trailing word as an alias and run the shorter one.
+        ("carrier = 'UA' AND", "AS AND"),
+        ("carrier = 'UA' OR", "AS OR"),
+        ("carrier = 'UA' AS anything", "alias"),
         ("reflect('java.lang.System', 'exit', 0) IS NULL", "not allowed"),
         ("java_method('java.lang.Thread', 'sleep', 100000L) IS NULL", "not allowed"),
         ("EXISTS (SELECT 1)", "not allowed"),
