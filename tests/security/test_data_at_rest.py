@@ -16,6 +16,7 @@ proves the chart values reach the process.
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.chart.conftest import manifests, one
+from tests.chart.conftest import find, manifests, one
 from tests.operator import conftest as operator_fixtures
 from tests.operator import test_datasample as datasample_tests
 from tests.operator.conftest import (
@@ -139,8 +140,9 @@ async def test_records_stay_out_of_status_and_samples_expire_by_default(
 
 
 # ------------------------------------------------------------------ chart -> operator settings
-def _config_from(values: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> Any:
-    """The ``OperatorConfig`` the operator process builds from the chart's command line."""
+def _config_from(values: dict[str, Any], monkeypatch: pytest.MonkeyPatch, tmp: Path) -> Any:
+    """The ``OperatorConfig`` the operator process builds from the chart's command line (the
+    webhook's certificate and key, which the Pod mounts from the chart's Secret, in ``tmp``)."""
     from typer.testing import CliRunner
 
     import sparkglass.operator.app as operator_app
@@ -150,34 +152,43 @@ def _config_from(values: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> Any
         cli._register()
     seen: list[Any] = []
     monkeypatch.setattr(operator_app, "run", seen.append)
-    container = one(manifests(values), "Deployment", "sparkglass-operator")["spec"]["template"][
-        "spec"
-    ]["containers"][0]
+    docs = manifests(values)
+    container = one(docs, "Deployment", "sparkglass-operator")["spec"]["template"]["spec"][
+        "containers"
+    ][0]
+    args = list(container["args"])
+    for secret in find(docs, "Secret"):
+        if secret["metadata"]["name"].endswith("-webhook-tls"):
+            for key in ("tls.crt", "tls.key"):
+                (tmp / key).write_bytes(base64.b64decode(secret["data"][key]))
+                args = [a.replace(f"/etc/sparkglass/webhook/{key}", str(tmp / key)) for a in args]
     # The Downward API fills POD_NAMESPACE (the leader election Lease's namespace) in a Pod.
     downward = {
         e["name"]: "sparkglass-system"
         for e in container.get("env", [])
         if (e.get("valueFrom") or {}).get("fieldRef", {}).get("fieldPath") == "metadata.namespace"
     }
-    result = CliRunner().invoke(cli.app, container["args"], env=downward, catch_exceptions=False)
+    result = CliRunner().invoke(cli.app, args, env=downward, catch_exceptions=False)
     assert result.exit_code == 0, result.output
     (config,) = seen
     return config
 
 
-def test_chart_defaults_reach_the_operator(monkeypatch: pytest.MonkeyPatch) -> None:
-    config = _config_from({}, monkeypatch)
+def test_chart_defaults_reach_the_operator(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    config = _config_from({}, monkeypatch, tmp_path)
     # Documented defaults: records in status (as before), finished samples kept 1 h.
     assert config.records_in_status is True and config.status_record_bytes == 65536
     assert config.default_ttl_seconds_after_finished == 3600
+    # The admission webhook is served, on the port the chart's Service targets.
+    assert config.webhook is not None and config.webhook.port == 9443
 
 
-def test_chart_values_reach_the_operator(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_chart_values_reach_the_operator(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     values = {
         "store": CHART_VALUES["store"],
         "operator": {"recordsInStatus": False, "defaultTTLSecondsAfterFinished": 600},
     }
-    config = _config_from(values, monkeypatch)
+    config = _config_from(values, monkeypatch, tmp_path)
     assert config.records_in_status is False and config.status_record_bytes == 0
     assert config.default_ttl_seconds_after_finished == 600
 
