@@ -76,8 +76,10 @@ def errors(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any
     p = Pipeline("error-rows", spark, checkpoint_root=tmp / "checkpoints")
     p.source(
         "ticks",
-        spark.readStream.format("rate").option("rowsPerSecond", 120)
-        .option("numPartitions", 2).load(),
+        spark.readStream.format("rate")
+        .option("rowsPerSecond", 120)
+        .option("numPartitions", 2)
+        .load(),
     )
     p.vertex(
         "flight-rows",
@@ -96,8 +98,11 @@ def errors(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any
     p.sink(
         "out",
         "routes",
-        lambda df: df.writeStream.format("memory").queryName("error_rows_out")
-        .trigger(processingTime="500 milliseconds"),
+        lambda df: (
+            df.writeStream.format("memory")
+            .queryName("error_rows_out")
+            .trigger(processingTime="500 milliseconds")
+        ),
     )
     p.start()
     deadline = time.monotonic() + 180
@@ -156,9 +161,7 @@ def test_failed_async_requests_are_error_rows_with_their_error(
     assert not leaked, leaked[:5]
 
 
-def test_rows_a_python_vertex_raised_on_are_error_rows(
-    spark: Any, errors: dict[str, Any]
-) -> None:
+def test_rows_a_python_vertex_raised_on_are_error_rows(spark: Any, errors: dict[str, Any]) -> None:
     result, _ = errors_round(spark, "routes")
     assert result.status in (SampleStatus.COMPLETE, SampleStatus.PARTIAL), result
     records = [r for s in result.samples for r in s.records]
@@ -273,17 +276,13 @@ def test_without_redaction_an_errors_round_carries_the_error_message(
     p = Pipeline("error-messages", spark, checkpoint_root=tmp_path / "checkpoints")
     with without_redaction(spark):
         try:
-            p.source(
-                "numbers", spark.readStream.format("rate").option("rowsPerSecond", 20).load()
-            )
+            p.source("numbers", spark.readStream.format("rate").option("rowsPerSecond", 20).load())
             p.vertex("values", "numbers", lambda df: df.select("value"))
             p.python_vertex("thirds", "values", check, "value BIGINT", on_error="emit_error")
             p.sink(
                 "out",
                 "thirds",
-                lambda df: df.writeStream.format("noop").trigger(
-                    processingTime="500 milliseconds"
-                ),
+                lambda df: df.writeStream.format("noop").trigger(processingTime="500 milliseconds"),
             )
             result = first_errors_round(spark, p, "thirds")
         finally:
@@ -333,9 +332,7 @@ def test_corrupt_json_records_are_error_rows_of_the_source(
             p.sink(
                 "out",
                 "flights-of-events",
-                lambda df: df.writeStream.format("noop").trigger(
-                    processingTime="300 milliseconds"
-                ),
+                lambda df: df.writeStream.format("noop").trigger(processingTime="300 milliseconds"),
             )
             threading.Thread(target=feed, name="json-feeder", daemon=True).start()
             result = first_errors_round(spark, p, "events")

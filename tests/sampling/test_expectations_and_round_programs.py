@@ -302,9 +302,7 @@ def test_a_redacted_tailnum_is_nowhere_the_records_go(
             bodies.append(_poll_until_records(client, f"{base}/flights/data-sample"))
             # Narrow rounds pass through the service to the caller.
             bodies.append(
-                _poll_until_records(
-                    client, f"{base}/parse/data-sample", {"kind": "violations"}
-                )
+                _poll_until_records(client, f"{base}/parse/data-sample", {"kind": "violations"})
             )
             bodies.append(
                 _poll_until_records(client, f"{base}/flights/data-sample", {"kind": "errors"})

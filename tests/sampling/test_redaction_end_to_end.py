@@ -175,8 +175,11 @@ def test_expect_or_fail_fails_the_micro_batch_naming_expectation_and_row(
     p.sink(
         "out",
         "strict",
-        lambda df: df.writeStream.format("memory").queryName("strict_stream_out")
-        .trigger(processingTime="200 milliseconds"),
+        lambda df: (
+            df.writeStream.format("memory")
+            .queryName("strict_stream_out")
+            .trigger(processingTime="200 milliseconds")
+        ),
     )
     p.start()
     try:

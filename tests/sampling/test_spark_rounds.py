@@ -40,9 +40,22 @@ def physical_plan(df) -> str:
     return re.sub(r"#\d+L?", "#", str(df._jdf.queryExecution().executedPlan().toString()))
 
 
-def wait_for_batches(p: Pipeline, n: int = 1, timeout: float = 60) -> None:
+def completed_batches(p: Pipeline) -> int:
+    """Micro-batches ``p`` completed: as its listener counted them, or as its queries report
+    them themselves (``lastProgress``), whichever is further. On a loaded machine the
+    listener bus runs far behind (every event is a Py4J call into each pipeline's listener
+    of the session), while the query's own record is current."""
+    own = 0
+    for query in p.queries.values():
+        last = query.lastProgress
+        if last is not None:
+            own += int(last.batchId) + 1
+    return max(p.progress().micro_batches, own)
+
+
+def wait_for_batches(p: Pipeline, n: int = 1, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
-    while p.progress().micro_batches < n:
+    while completed_batches(p) < n:
         assert time.monotonic() < deadline, "the stream made no progress"
         time.sleep(0.1)
 
@@ -205,6 +218,55 @@ def test_the_rate_limit_counts_the_rows_a_filter_keeps(spark, stream, sampling_c
     values = [json.loads(r.data)["value"] for s in result.samples for r in s.records]
     assert values and all(v % 100 == 0 for v in values), values
     assert result.dropped_by_rate_limit == 0
+
+
+def test_a_violations_round_keeps_the_rate_limit_on_a_stream_of_failing_rows(spark, sampling_conf):
+    """Every other row fails the expectation (the rate source's 400 rows a second: 100
+    failing rows a second per partition, 200 or more per subtask in a 2 s window): a
+    violations round captures them under the same rate limit as any round (5 a second per
+    subtask, plus 1 s of burst), each captured row naming its expectation. Like a filtered
+    round, the bucket is spent only by matching rows, and rows the empty bucket turns away
+    before the expectation ran are not counted as dropped (their match is unknown)."""
+    from sparkglass.runtime.contract.expectations import expect
+    from sparkglass.runtime.contract.round_request import round_request
+
+    sampling_conf(sampling_window="2s", max_sample_rate=5, enabled=True)
+    p = Pipeline("violating", spark)
+    p.source(
+        "ticks",
+        spark.readStream.format("rate")
+        .option("rowsPerSecond", 400)
+        .option("numPartitions", 2)
+        .load(),
+    )
+    p.vertex("checked", "ticks", expect("even", "value % 2 = 0")(parse))
+    p.sink(
+        "out",
+        "checked",
+        lambda df: df.writeStream.format("noop").trigger(processingTime="200 milliseconds"),
+    )
+    p.start()
+    try:
+        wait_for_batches(p)
+        c = registry.coordinator_for(spark)
+
+        def violations_round() -> Any:
+            request = round_request(kind="violations", expectation="even")
+            started = c.start_round("checked", request=request)
+            assert started.status is SampleStatus.PENDING, started
+            return c.wait(started.round_id, 60)
+
+        result = with_rows(violations_round)
+        assert result.status is SampleStatus.COMPLETE, result
+        for subtask in result.samples:
+            assert 0 < len(subtask.records) <= 5 * (2 + 1)  # rate * (window + 1 s of burst)
+            for record in subtask.records:
+                assert record.expectations == ["even"]
+                assert json.loads(record.data)["value"] % 2 == 1
+        # At most the limit in all: 2 subtasks × 15, where 400 failing rows passed.
+        assert sum(len(s.records) for s in result.samples) <= 2 * 5 * (2 + 1)
+    finally:
+        p.stop()
 
 
 def test_window_and_auto_disable(spark, stream, sampling_conf):
