@@ -145,7 +145,10 @@ async def test_datasample_against_the_real_demo_driver_ends_complete_with_flight
         review["spec"].pop("filter")
         review["spec"].update(kind="violations", expectation="delay-known")
         message = denied(await webhook.review(review))
-        assert message.startswith("spec.kind:") and "no expectation" in message, message
+        # The session is shared: another test's pipeline may have put expectations on a
+        # vertex named parse (then the name is unknown) or none did (then the kind is wrong).
+        assert message.startswith(("spec.kind:", "spec.expectation:")), message
+        assert "no expectation" in message, message
     finally:
         replay.stop()
         await asyncio.to_thread(pipeline.stop)
