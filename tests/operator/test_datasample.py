@@ -158,14 +158,7 @@ class ScriptedDriver:
         if mode == "disabled":
             return aiohttp.web.json_response({"status": "DISABLED"})
         if mode == "reject-filter" and "filter" in request.query:
-            return aiohttp.web.json_response(
-                {
-                    "error": "filter: unknown column 'carier' at vertex 'parse'; columns: "
-                    "carrier, flight, dep_delay",
-                    "field": "filter",
-                },
-                status=400,
-            )
+            return _filter_refusal()
         # The real driver's idempotency rule (runtime/sampling/rounds.py): a key it has seen
         # answers the round that key opened.
         key = request.query.get("idempotencyKey")
@@ -200,14 +193,7 @@ class ScriptedDriver:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.check_gate.wait(), 30)
         if mode == "reject-filter" and "filter" in request.query:
-            return aiohttp.web.json_response(
-                {
-                    "error": "filter: unknown column 'carier' at vertex 'parse'; columns: "
-                    "carrier, flight, dep_delay",
-                    "field": "filter",
-                },
-                status=400,
-            )
+            return _filter_refusal()
         return aiohttp.web.json_response({"accepted": mode != "disabled"})
 
     async def get_round(self, request: aiohttp.web.Request) -> aiohttp.web.Response:
@@ -254,6 +240,18 @@ class ScriptedDriver:
         if mode == "partial":
             result.update(errorCode="EXECUTOR_UNREACHABLE", failedSubtasks=[1])
         return aiohttp.web.json_response(result)
+
+
+def _filter_refusal() -> aiohttp.web.Response:
+    """The real driver's 400 for a filter over an unknown column (open and round check)."""
+    return aiohttp.web.json_response(
+        {
+            "error": "filter: unknown column 'carier' at vertex 'parse'; columns: "
+            "carrier, flight, dep_delay",
+            "field": "filter",
+        },
+        status=400,
+    )
 
 
 async def serve_driver(d: ScriptedDriver) -> aiohttp.web.AppRunner:
