@@ -22,6 +22,8 @@ help:
 	@echo "make demo   - install and run the flights demo (DEMO_ARGS='$(DEMO_ARGS)')"
 	@echo "make test   - install test extras; ruff, mypy and the whole pytest suite"
 	@echo "make e2e    - the end-to-end suite only"
+	@echo "make e2e-kind - the real-cluster gate on kind (Docker, kind, kubectl, helm)"
+	@echo "make crds   - regenerate the CRDs, the chart's copy and docs from crds/*.py"
 	@echo "make test-under-load - make test while stress-ng keeps 2 cores busy (as on shared CI)"
 	@echo "make bench  - every benchmark; results in bench/results/*.json"
 	@echo "make image  - build the image from the Dockerfile with buildah (no Docker engine; root)"
@@ -53,7 +55,7 @@ demo: install java-check
 	$(BIN)/sparkglass demo $(DEMO_ARGS)
 
 lint: install-test
-	$(BIN)/ruff check runtime service operator src tests e2e bench conftest.py
+	$(BIN)/ruff check runtime service operator crds src tests e2e bench conftest.py
 
 typecheck: install-test
 	$(BIN)/mypy -p sparkglass
@@ -87,6 +89,13 @@ test-under-load: install-test java-check browser
 
 e2e: install-test java-check browser
 	$(BIN)/pytest e2e $(PYTEST_ARGS)
+
+# The real-cluster gate (needs Docker, kind, kubectl, helm; docs/gitops.md): a kind cluster,
+# the generated CRDs applied to its API server, the image and the chart, then a
+# SparkApplication under Pod Security "restricted" and a DataSample round.
+.PHONY: e2e-kind
+e2e-kind: install-test
+	PYTHON=$(BIN)/python e2e/kind/kind-e2e.sh all
 
 bench: bench-sampling bench-planner bench-async bench-service bench-operator
 
@@ -124,12 +133,13 @@ bench-operator: install-test
 bench-memory: install-test
 	$(BIN)/python bench/memory_bench.py
 
-# The chart ships the same CRDs as crds/, byte for byte (tests/chart checks it): run after
-# editing crds/*.yaml. Chart copies whose source is gone are removed too.
+# The custom resources are typed code (crds/*.py); this writes what is generated from them:
+# crds/*.yaml, the chart's copy, docs/crd-reference.md, and the rules' estimated cost in
+# docs/api-server-rules.md. The test suite fails when a committed file differs.
 .PHONY: crds
-crds:
-	@for f in charts/sparkglass/crds/*.yaml; do [ -e "crds/$${f##*/}" ] || rm -v "$$f"; done
-	cp crds/*.yaml charts/sparkglass/crds/
+crds: install-test
+	$(BIN)/python -m sparkglass.crds.generate
+	$(BIN)/python -m tests.apiserver.test_cel_cost
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache build *.egg-info

@@ -25,7 +25,8 @@ from pydantic import ValidationError
 from sqlalchemy.orm import Session, sessionmaker
 from urllib3.exceptions import HTTPError
 
-from sparkglass.runtime.contract.description import PipelineDescription, VertexDescription
+from sparkglass.crds.sparkapplication import PipelineSpec
+from sparkglass.runtime.contract.description import PipelineDescription
 from sparkglass.runtime.control.client import ControlClient, ControlError, ControlTLS
 
 from .graph import graph_of
@@ -116,35 +117,14 @@ SPARKAPP_PLURAL = "sparkapplications"
 
 
 def description_from_sparkapplication(obj: dict[str, Any]) -> PipelineDescription:
-    """The pipeline of a ``SparkApplication``: ``spec.pipeline.vertices`` (validated by the
-    CRD and the operator). ``status.vertices`` is not read: it is the operator's view of the
-    same spec, and anyone who may patch the status could plant vertices there. Unknown
-    fields are ignored."""
+    """The pipeline of a ``SparkApplication``: ``spec.pipeline``, parsed with the resource's
+    own model (:class:`sparkglass.crds.sparkapplication.PipelineSpec`, what the CRD and the
+    operator validate). ``status.vertices`` is not read: it is the operator's view of the same
+    spec, and anyone who may patch the status could plant vertices there. Raises
+    ``pydantic.ValidationError`` for a pipeline the model refuses."""
     spec = obj.get("spec") or {}
-    raw = (spec.get("pipeline") or {}).get("vertices") or []
-    vertices = []
-    for v in raw:
-        if not isinstance(v, dict) or "name" not in v:
-            continue
-        attrs = v.get("attributes") or {}
-        vertices.append(
-            VertexDescription.model_validate(
-                {
-                    "name": v["name"],
-                    "kind": v.get("kind") or ("vertex" if v.get("inputs") else "source"),
-                    "inputs": list(v.get("inputs") or []),
-                    "bounded": bool(v.get("bounded", True)),
-                    "python": bool(v.get("python", False)),
-                    "attributes": {
-                        k: attrs[k]
-                        for k in ("noOutputUntilEndOfInput", "idempotent", "notCacheRecord")
-                        if attrs.get(k) is not None
-                    },
-                }
-            )
-        )
     name = (obj.get("metadata") or {}).get("name", "")
-    return PipelineDescription(name=name, vertices=vertices)
+    return PipelineSpec.model_validate(spec.get("pipeline") or {}).description(name)
 
 
 #: Longest ``failed`` text of published progress passed on (the operator writes

@@ -310,3 +310,15 @@ def test_bad_vertex_name_is_rejected() -> None:
     doc["spec"]["pipeline"]["vertices"][0]["name"] = "Flights!"
     with pytest.raises(jsonschema.ValidationError):
         validate("SparkApplication", doc)
+
+
+def test_committed_files_are_what_make_crds_writes() -> None:
+    """The CRDs, the chart's copy and the field reference are generated from the models in
+    crds/*.py: a hand edit of a generated file, or a model change without `make crds`, fails."""
+    from sparkglass.crds import generate
+
+    for rel, text in generate.outputs().items():
+        path = REPO / rel
+        assert path.exists() and path.read_text() == text, (
+            f"{rel} is not what `make crds` writes from crds/*.py: run `make crds`"
+        )

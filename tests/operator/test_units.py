@@ -89,7 +89,7 @@ def _model_fields(model: type[BaseModel], path: str = ".spec") -> Iterator[tuple
         if (
             isinstance(inner, type)
             and issubclass(inner, BaseModel)
-            and inner.__module__ == SparkApplicationSpec.__module__
+            and inner.__module__.startswith("sparkglass.crds.")
         ):
             yield from _model_fields(inner, here)
 

@@ -1,0 +1,158 @@
+"""Field types both custom resources use: integers with a format, names, durations, conditions.
+
+Each type carries its schema (bounds, pattern, format, CEL rule) and the check the models
+run when they parse a stored object, so the API server and the readers agree on one
+definition. Durations use the one grammar of :mod:`sparkglass.runtime.contract.durations`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+from pydantic import (
+    AfterValidator,
+    Field,
+    GetCoreSchemaHandler,
+    GetJsonSchemaHandler,
+    ValidationInfo,
+)
+from pydantic.alias_generators import to_camel
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import core_schema
+
+from sparkglass.runtime.contract.durations import DURATION_PATTERN, parse_duration_ms
+from sparkglass.runtime.contract.errors import InvalidParameterError
+
+from .schema import ResourceModel, Rule, Schema
+
+Int32 = Annotated[int, Schema(format="int32")]
+Int64 = Annotated[int, Schema(format="int64")]
+
+#: A DNS-1123 label (vertex, expectation and container names).
+DNS1123_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+#: A DNS-1123 subdomain (object names).
+DNS1123_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+
+#: The object's ``metadata``: the API server's own schema applies, a CRD may not restate it.
+Metadata = Annotated[dict[str, Any], Schema(type="object", description="Standard object metadata.")]
+
+#: Longest duration string a CRD accepts (``1h0m0s500ms`` is 11).
+DURATION_MAX_LENGTH = 16
+
+
+def parse_duration(text: str, *, field: str = "duration") -> float:
+    """Seconds (float) in a duration of the one grammar (``3s``, ``1500ms``, ``1m30s``).
+
+    Raises :class:`~sparkglass.runtime.contract.errors.SamplingSettingsError` (a
+    ``ValueError``) naming ``field`` when ``text`` is not such a duration."""
+    return parse_duration_ms(text, field=field) / 1000
+
+
+def _check_duration(value: str, info: ValidationInfo) -> str:
+    # Checked on parse, so a malformed duration fails the spec where the API server did not
+    # check it (an object written before the rule existed), not later in the driver.
+    parse_duration(value, field=to_camel(info.field_name or "duration"))
+    return value
+
+
+@dataclass(frozen=True)
+class DurationRange:
+    """An annotation bounding a :data:`Duration` to ``low``-``high``: a CEL rule in the CRD and,
+    unless ``on_parse`` is false, the same check on parse, both naming ``name`` (the field as
+    users write it). ``on_parse=False`` where a reader checks the range itself against a
+    bound of its own (the driver's settings, the application's window)."""
+
+    low: str
+    high: str
+    name: str
+    on_parse: bool = True
+
+    def _check(self, value: str) -> str:
+        seconds = parse_duration(value, field=self.name)
+        if not parse_duration(self.low) <= seconds <= parse_duration(self.high):
+            raise InvalidParameterError(
+                f"{self.name}={value} is out of range: allowed {self.low}–{self.high}",
+                field=self.name,
+            )
+        return value
+
+    def __get_pydantic_core_schema__(
+        self, source: Any, handler: GetCoreSchemaHandler
+    ) -> core_schema.CoreSchema:
+        if not self.on_parse:
+            return handler(source)
+        return core_schema.no_info_after_validator_function(self._check, handler(source))
+
+    def __get_pydantic_json_schema__(
+        self, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        rule = Rule(
+            f"duration(self) >= duration('{self.low}') && duration(self) <= "
+            f"duration('{self.high}')",
+            f"{self.name} must be between {self.low} and {self.high}",
+        )
+        return rule.__get_pydantic_json_schema__(schema, handler)
+
+
+Duration = Annotated[
+    str,
+    Schema(maxLength=DURATION_MAX_LENGTH, pattern=DURATION_PATTERN),
+    AfterValidator(_check_duration),
+]
+
+
+class Condition(ResourceModel):
+    """One condition (metav1.Condition)."""
+
+    type: Annotated[str, Field(max_length=316)]
+    """Condition type, e.g. Ready."""
+    status: Annotated[str, Schema(enum=["True", "False", "Unknown"])]
+    """True, False or Unknown."""
+    reason: Annotated[str, Field(max_length=1024)] | None = None
+    """CamelCase machine-readable reason of the last transition."""
+    message: Annotated[str, Field(max_length=32768)] | None = None
+    """Human-readable detail."""
+    last_transition_time: Annotated[str, Schema(format="date-time")] | None = None
+    """When status last changed (RFC 3339)."""
+    observed_generation: Int64 | None = None
+    """The metadata.generation the condition was set for."""
+
+
+#: ``status.conditions``: a list keyed by ``type``, as every Kubernetes API has it.
+Conditions = Annotated[
+    list[Condition],
+    Schema(x_kubernetes_list_type="map", x_kubernetes_list_map_keys=["type"]),
+]
+
+
+@dataclass(frozen=True)
+class AsWritten:
+    """An annotation for a Kubernetes object the operator passes on into a Pod as the user
+    wrote it (a Volume, a Toleration, a container): ``Annotated[dict[str, Any],
+    AsWritten(Toleration)]``. The CRD's schema is ``model``'s; on parse the value is checked
+    against ``model`` (errors name the field) and kept as the dict, so nothing the API server
+    stored is rewritten on its way into the Pod."""
+
+    model: type[ResourceModel]
+
+    def _check(self, value: Any) -> Any:
+        self.model.model_validate(value)
+        return value
+
+    def __get_pydantic_core_schema__(
+        self, source: Any, handler: GetCoreSchemaHandler
+    ) -> core_schema.CoreSchema:
+        return core_schema.no_info_after_validator_function(self._check, handler(source))
+
+    def __get_pydantic_json_schema__(
+        self, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        return handler(self.model.__pydantic_core_schema__)
+
+
+def no_schema_default(schema: dict[str, Any]) -> None:
+    """``json_schema_extra`` of a field whose default is the readers' only, not the API
+    server's: the CRD gets none (defaulting it there would change stored objects, and with them
+    the spec hash of every running application, on upgrade)."""
+    schema.pop("default", None)
