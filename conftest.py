@@ -11,6 +11,9 @@ from contextlib import AbstractContextManager
 
 import pytest
 
+#: The test Kubernetes API server and its fixtures, for every suite (tests/support).
+pytest_plugins = ["tests.support.kube_fixtures"]
+
 #: The PostgreSQL the tests may create databases on (trust auth on this machine).
 PG_ADMIN_URL = os.environ.get("SPARKGLASS_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
 

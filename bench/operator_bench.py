@@ -50,7 +50,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tests.operator.conftest import NAMESPACE, SparkglassEmulator  # noqa: E402
+from tests.operator.conftest import NAMESPACE, StrictApiServer  # noqa: E402
 from tests.operator.test_datasample import (  # noqa: E402
     ScriptedDriver,
     secret_entry,
@@ -66,7 +66,7 @@ APPS = 5
 VERTICES = ("parse", "flights", "schedule", "airports")
 
 
-class TimedEmulator(SparkglassEmulator):
+class TimedEmulator(StrictApiServer):
     """Also notes when the first status write of each DataSample arrived (monotonic s)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:

@@ -1,8 +1,8 @@
 """The whole system on one machine, started once for the e2e session.
 
-* a Kubernetes API: kmock's emulator with the gaps the operator tests already fill (the
-  ``SparkglassEmulator`` of ``tests/operator/conftest.py``, loaded by file path because
-  ``tests/`` is not a package) plus scripted TokenReview/SubjectAccessReview replies. It is
+* a Kubernetes API: the tests' strict API server (``tests/support/kube_apiserver.py``:
+  kmock held to a real API server's rules) plus scripted TokenReview/SubjectAccessReview
+  replies. It is
   served from a background thread's event loop, so the tests are plain synchronous code and
   every fixture can live for the whole session (a Spark driver takes ~20 s to come up);
 * the CRDs applied with a real ``kubectl``;
@@ -44,6 +44,8 @@ from typing import Any, TypeVar
 import httpx
 import pytest
 import yaml
+
+from tests.support.kube_apiserver import StrictApiServer
 
 REPO = Path(__file__).resolve().parents[1]
 E2E = Path(__file__).resolve().parent
@@ -157,28 +159,11 @@ def _subject_access_review(request: Any) -> dict[str, Any]:
     }
 
 
-class E2EEmulator(operator_fixtures.SparkglassEmulator):  # type: ignore[misc,name-defined]
-    """The operator tests' emulator, plus one gap the service needs filled (as in
-    tests/service/kube_fixtures.py): reviews are not stored objects in a real API server (no
-    name), but kmock tracks every create and answers a second nameless one with 409."""
-
-    async def _handle(self, request: Any) -> Any:
-        import kmock
-
-        resource = request.resource
-        if resource is not None and resource.plural in ("tokenreviews", "subjectaccessreviews"):
-            try:
-                return await kmock.KubernetesScaffold._handle(self, request)
-            finally:
-                self.forget(request)  # as every request (SparkglassEmulator's docstring)
-        return await super()._handle(request)
-
-
 class EmulatorThread:
     """Serves the emulator from its own event loop in a daemon thread (tests stay sync)."""
 
     def __init__(self) -> None:
-        self.emulator = E2EEmulator()
+        self.emulator = StrictApiServer()
         self.emulator.resources.load_bundled()
         self.emulator["post authentication.k8s.io/v1/tokenreviews"] << _token_review
         self.emulator["post authorization.k8s.io/v1/subjectaccessreviews"] << _subject_access_review

@@ -26,7 +26,7 @@ import pytest
 from sparkglass.operator.admission import PATH
 from sparkglass.operator.certificates import issue_control_certificate
 
-from .conftest import NAMESPACE, OperatorProcess, SparkglassEmulator, eventually
+from .conftest import NAMESPACE, OperatorProcess, StrictApiServer, eventually
 from .test_datasample import ScriptedDriver, running_app, sample_body
 from .test_datasample import driver as driver  # the fixture, by name
 
@@ -141,7 +141,7 @@ def allowed(response: dict[str, Any]) -> list[str]:
 
 
 async def test_a_filter_the_driver_refuses_is_denied_naming_the_field_and_opens_nothing(
-    kube: SparkglassEmulator, operator: OperatorProcess, driver: ScriptedDriver, webhook: Webhook
+    kube: StrictApiServer, operator: OperatorProcess, driver: ScriptedDriver, webhook: Webhook
 ) -> None:
     await running_app(kube, operator, driver)
     driver.behaviour["parse"] = "reject-filter"
@@ -155,7 +155,7 @@ async def test_a_filter_the_driver_refuses_is_denied_naming_the_field_and_opens_
 
 
 async def test_a_request_the_driver_takes_is_admitted_without_warnings(
-    kube: SparkglassEmulator, operator: OperatorProcess, driver: ScriptedDriver, webhook: Webhook
+    kube: StrictApiServer, operator: OperatorProcess, driver: ScriptedDriver, webhook: Webhook
 ) -> None:
     await running_app(kube, operator, driver)
     body = sample_body("ok", "parse", filter="carrier = 'UA'", columns=["carrier", "dep_delay"])
@@ -169,7 +169,7 @@ async def test_a_request_the_driver_takes_is_admitted_without_warnings(
 
 
 async def test_a_vertex_or_window_the_application_does_not_allow_is_denied_from_its_spec(
-    kube: SparkglassEmulator, operator: OperatorProcess, driver: ScriptedDriver, webhook: Webhook
+    kube: StrictApiServer, operator: OperatorProcess, driver: ScriptedDriver, webhook: Webhook
 ) -> None:
     """The application declares its vertices and window: no driver call is needed."""
     await running_app(kube, operator, driver)
@@ -184,7 +184,7 @@ async def test_a_vertex_or_window_the_application_does_not_allow_is_denied_from_
 
 
 async def test_what_cannot_be_checked_is_admitted_with_a_warning_saying_so(
-    kube: SparkglassEmulator, operator: OperatorProcess, driver: ScriptedDriver, webhook: Webhook
+    kube: StrictApiServer, operator: OperatorProcess, driver: ScriptedDriver, webhook: Webhook
 ) -> None:
     """No application yet, a driver without the check, a driver that does not answer in
     time: admitted (the driver checks the round when it opens), with a warning saying what
@@ -207,7 +207,7 @@ async def test_what_cannot_be_checked_is_admitted_with_a_warning_saying_so(
 
 
 async def test_an_application_with_sampling_off_is_admitted_with_a_warning(
-    kube: SparkglassEmulator, operator: OperatorProcess, driver: ScriptedDriver, webhook: Webhook
+    kube: StrictApiServer, operator: OperatorProcess, driver: ScriptedDriver, webhook: Webhook
 ) -> None:
     await running_app(kube, operator, driver, sampling=False)
     (warning,) = allowed(await webhook.review(sample_body("off", "parse", filter="x = 1")))

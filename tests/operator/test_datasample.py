@@ -29,7 +29,7 @@ from .conftest import (
     EXAMPLES_DIR,
     NAMESPACE,
     OperatorProcess,
-    SparkglassEmulator,
+    StrictApiServer,
     eventually,
 )
 
@@ -306,20 +306,20 @@ def example(kind_file: str) -> dict[str, Any]:
     return yaml.safe_load((EXAMPLES_DIR / kind_file).read_text())
 
 
-async def post(kube: SparkglassEmulator, plural: str, body: dict[str, Any]) -> None:
+async def post(kube: StrictApiServer, plural: str, body: dict[str, Any]) -> None:
     group = "/apis/sparkglass.io/v1alpha1"
     resp = await kube.post(f"{group}/namespaces/{NAMESPACE}/{plural}", json=body)
     assert resp.status in (200, 201), await resp.text()
 
 
-async def patch_status(kube: SparkglassEmulator, path: str, status: dict[str, Any]) -> None:
+async def patch_status(kube: StrictApiServer, path: str, status: dict[str, Any]) -> None:
     resp = await kube.patch(
         path, json={"status": status}, headers={"Content-Type": "application/merge-patch+json"}
     )
     assert resp.status == 200, await resp.text()
 
 
-async def fail_pod(kube: SparkglassEmulator, app: str) -> None:
+async def fail_pod(kube: StrictApiServer, app: str) -> None:
     """Play the kubelet: the driver container of ``app`` died (SIGKILL), its Pod failed."""
     await patch_status(
         kube,
@@ -338,7 +338,7 @@ async def fail_pod(kube: SparkglassEmulator, app: str) -> None:
 
 
 async def running_app(
-    kube: SparkglassEmulator,
+    kube: StrictApiServer,
     operator: OperatorProcess,
     driver: ScriptedDriver,
     name: str = "flights",
@@ -374,7 +374,7 @@ async def running_app(
     }
 
 
-def state(kube: SparkglassEmulator, name: str) -> str | None:
+def state(kube: StrictApiServer, name: str) -> str | None:
     obj = kube.stored(APPS, NAMESPACE, name) or {}
     return ((obj.get("status") or {}).get("applicationState") or {}).get("state")
 
@@ -387,15 +387,15 @@ def sample_body(name: str, vertex: str, app: str = "flights", **spec: Any) -> di
     return body
 
 
-def status(kube: SparkglassEmulator, name: str) -> dict[str, Any]:
+def status(kube: StrictApiServer, name: str) -> dict[str, Any]:
     return (kube.stored(SAMPLES, NAMESPACE, name) or {}).get("status") or {}
 
 
-def phase(kube: SparkglassEmulator, name: str) -> str | None:
+def phase(kube: StrictApiServer, name: str) -> str | None:
     return status(kube, name).get("phase")
 
 
-def events_for(kube: SparkglassEmulator, name: str) -> list[dict[str, Any]]:
+def events_for(kube: StrictApiServer, name: str) -> list[dict[str, Any]]:
     found = []
     for n in kube.names("v1/events", NAMESPACE):
         event = kube.stored("v1/events", NAMESPACE, n) or {}
@@ -407,7 +407,7 @@ def events_for(kube: SparkglassEmulator, name: str) -> list[dict[str, Any]]:
 FINAL = {"Complete", "Partial", "NoData", "Failed", "Disabled", "Abandoned"}
 
 
-async def wait_final(kube: SparkglassEmulator, name: str, operator: OperatorProcess) -> str:
+async def wait_final(kube: StrictApiServer, name: str, operator: OperatorProcess) -> str:
     return await eventually(
         lambda: phase(kube, name) if phase(kube, name) in FINAL else None,
         what=f"{name} to finish",
@@ -416,7 +416,7 @@ async def wait_final(kube: SparkglassEmulator, name: str, operator: OperatorProc
 
 
 async def assert_final(
-    kube: SparkglassEmulator, name: str, operator: OperatorProcess, expected: str
+    kube: StrictApiServer, name: str, operator: OperatorProcess, expected: str
 ) -> None:
     """Wait for ``name``'s final phase and fail, showing its status message and the
     operator's last log lines, unless it is ``expected`` (a loaded machine's surprises
@@ -431,7 +431,7 @@ async def assert_final(
 
 
 async def test_round_completes_with_bounded_status_labels_events_and_store(
-    kube: SparkglassEmulator, operator: OperatorProcess, driver: ScriptedDriver, store_url: str
+    kube: StrictApiServer, operator: OperatorProcess, driver: ScriptedDriver, store_url: str
 ) -> None:
     await running_app(kube, operator, driver)
     driver.records, driver.record_bytes = 40, 200  # 80 records of ~250 B: more than 4 KiB
@@ -484,7 +484,7 @@ async def test_round_completes_with_bounded_status_labels_events_and_store(
 
 
 async def test_each_phase_is_reached_by_its_cause(
-    kube: SparkglassEmulator, operator: OperatorProcess, driver: ScriptedDriver
+    kube: StrictApiServer, operator: OperatorProcess, driver: ScriptedDriver
 ) -> None:
     await running_app(kube, operator, driver)
     await running_app(kube, operator, driver, "quiet", sampling=False)
@@ -560,7 +560,7 @@ async def test_each_phase_is_reached_by_its_cause(
 
 
 async def test_driver_death_mid_round_abandons_it_whatever_the_operator_sees_first(
-    kube: SparkglassEmulator, operator: OperatorProcess, driver: ScriptedDriver
+    kube: StrictApiServer, operator: OperatorProcess, driver: ScriptedDriver
 ) -> None:
     """The rule of operator/README.md ("When the driver dies mid-round"): a round lives only
     in the driver run that opened it. One DataSample per order in which the operator can
@@ -615,7 +615,7 @@ async def test_driver_death_mid_round_abandons_it_whatever_the_operator_sees_fir
 
 
 async def test_finished_datasample_is_deleted_after_its_ttl(
-    kube: SparkglassEmulator, operator: OperatorProcess, driver: ScriptedDriver
+    kube: StrictApiServer, operator: OperatorProcess, driver: ScriptedDriver
 ) -> None:
     await running_app(kube, operator, driver)
     # 6 s: a window wide enough for this test to see the final phase before the deletion on
@@ -637,7 +637,7 @@ async def test_finished_datasample_is_deleted_after_its_ttl(
 
 
 async def test_operator_restart_mid_round_neither_loses_nor_duplicates(
-    kube: SparkglassEmulator,
+    kube: StrictApiServer,
     operator: OperatorProcess,
     driver: ScriptedDriver,
     store_url: str,
@@ -678,7 +678,7 @@ async def test_operator_restart_mid_round_neither_loses_nor_duplicates(
         assert result is not None and result.total_record_count == 6
 
 
-def datasample_requests(kube: SparkglassEmulator, names: set[str]) -> int:
+def datasample_requests(kube: StrictApiServer, names: set[str]) -> int:
     """Requests the emulator served on the objects ``names`` (DataSamples), any method."""
     prefix = f"/apis/sparkglass.io/v1alpha1/namespaces/{NAMESPACE}/datasamples/"
     return sum(
@@ -689,7 +689,7 @@ def datasample_requests(kube: SparkglassEmulator, names: set[str]) -> int:
 
 
 async def test_finished_datasamples_cost_no_api_request_and_new_ones_are_picked_up_fast(
-    kube: SparkglassEmulator, operator: OperatorProcess, driver: ScriptedDriver
+    kube: StrictApiServer, operator: OperatorProcess, driver: ScriptedDriver
 ) -> None:
     """Event-driven: once final, a DataSample gets no GET or PATCH until its TTL (the watch
     stream is one request for all of them); a new one is picked up on its watch event."""
@@ -712,7 +712,7 @@ async def test_finished_datasamples_cost_no_api_request_and_new_ones_are_picked_
 
 
 async def test_a_starting_application_is_waited_for_without_spending_retries(
-    kube: SparkglassEmulator, operator: OperatorProcess, driver: ScriptedDriver
+    kube: StrictApiServer, operator: OperatorProcess, driver: ScriptedDriver
 ) -> None:
     body = example("flights-sparkapplication.yaml")
     body["spec"]["sampling"]["controlPort"] = driver.port
@@ -759,7 +759,7 @@ async def test_a_starting_application_is_waited_for_without_spending_retries(
 
 
 async def test_operator_killed_between_opening_a_round_and_writing_its_id_opens_one_round(
-    kube: SparkglassEmulator,
+    kube: StrictApiServer,
     operator: OperatorProcess,
     driver: ScriptedDriver,
     store_url: str,
@@ -789,7 +789,7 @@ async def test_operator_killed_between_opening_a_round_and_writing_its_id_opens_
 
 
 async def test_a_narrowed_round_is_opened_with_its_request_and_the_idempotency_key(
-    kube: SparkglassEmulator,
+    kube: StrictApiServer,
     operator: OperatorProcess,
     driver: ScriptedDriver,
 ) -> None:
@@ -826,7 +826,7 @@ async def test_a_narrowed_round_is_opened_with_its_request_and_the_idempotency_k
 
 
 async def test_a_round_the_driver_refuses_ends_failed_naming_the_field(
-    kube: SparkglassEmulator,
+    kube: StrictApiServer,
     operator: OperatorProcess,
     driver: ScriptedDriver,
 ) -> None:
@@ -847,7 +847,7 @@ async def test_a_round_the_driver_refuses_ends_failed_naming_the_field(
 
 
 async def test_a_running_drivers_metrics_are_published_in_the_application_status(
-    kube: SparkglassEmulator, operator: OperatorProcess, driver: ScriptedDriver
+    kube: StrictApiServer, operator: OperatorProcess, driver: ScriptedDriver
 ) -> None:
     """Kubernetes mode's page graph reads status.progress (the service has no driver token):
     the operator copies GET /api/v1/progress there, over the pinned TLS, and refreshes it."""

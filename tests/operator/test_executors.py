@@ -13,10 +13,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import yaml
 
 from sparkglass.operator import executors as ex
 
-from .conftest import NAMESPACE, OperatorProcess, SparkglassEmulator, eventually
+from .conftest import NAMESPACE, OperatorProcess, StrictApiServer, eventually
 from .test_sparkapplication import (
     app_status,
     create,
@@ -125,7 +126,7 @@ def test_application_id_from_the_driver_label_else_the_executors() -> None:
 
 # --------------------------------------------------------------------------- the process
 async def spark_creates_executor(
-    kube: SparkglassEmulator,
+    kube: StrictApiServer,
     driver: dict[str, Any],
     name: str,
     *,
@@ -155,19 +156,28 @@ async def spark_creates_executor(
                 }
             ],
         },
-        "spec": {"containers": [{"name": ex.EXECUTOR_CONTAINER, "image": "spark"}]},
-        # The API server sets this on create; the emulator keeps what it is given.
-        "status": {"phase": "Pending"},
+        # Spark builds the executor on the operator's template (its security contexts pass
+        # the namespace's Pod Security), setting the image itself.
+        "spec": executor_template_spec(kube, driver),
     }
     await create(kube, f"/api/v1/namespaces/{NAMESPACE}/pods", body)
 
 
-def executor_state(kube: SparkglassEmulator) -> dict[str, str]:
+def executor_template_spec(kube: StrictApiServer, driver: dict[str, Any]) -> dict[str, Any]:
+    app = driver["metadata"]["labels"]["sparkglass.io/application"]
+    config = kube.stored("v1/configmaps", NAMESPACE, f"{app}-sparkglass")
+    assert config is not None, "the operator writes the template before the driver starts"
+    spec = yaml.safe_load(config["data"]["executor-pod-template.yaml"])["spec"]
+    spec["containers"][0]["image"] = "spark"
+    return spec
+
+
+def executor_state(kube: StrictApiServer) -> dict[str, str]:
     return dict(app_status(kube, "flights").get("executorState") or {})
 
 
 async def test_executor_pods_and_the_spark_application_id_reach_the_status(
-    kube: SparkglassEmulator, operator: OperatorProcess
+    kube: StrictApiServer, operator: OperatorProcess
 ) -> None:
     await create_app(kube, example_app())
     driver = await eventually(

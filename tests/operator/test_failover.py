@@ -1,7 +1,7 @@
 """Failover: two operator processes against the emulator, the leader killed mid-round.
 
 The emulator stands in for the API server's side of leader election: it enforces the
-``resourceVersion`` precondition of a PATCH (``conftest.SparkglassEmulator``), which is all
+``resourceVersion`` precondition of a PATCH (``conftest.StrictApiServer``), which is all
 the Lease protocol needs from it; Lease expiry is the candidates' own clock, not the server's.
 ``test_leader_election.py`` covers the protocol's decisions without a server.
 """
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import NAMESPACE, OperatorProcess, SparkglassEmulator, eventually
+from .conftest import NAMESPACE, OperatorProcess, StrictApiServer, eventually
 from .test_datasample import (  # noqa: F401  (fixtures: driver, store_url)
     SERVICE_URL,
     ScriptedDriver,
@@ -42,7 +42,7 @@ def leading(proc: OperatorProcess) -> bool:
 
 
 async def test_the_other_replica_takes_over_a_round_when_the_leader_is_killed(
-    kube: SparkglassEmulator,
+    kube: StrictApiServer,
     kubeconfig: Path,
     crds_applied: None,
     tmp_path: Path,

@@ -9,7 +9,7 @@ application's ``status.applicationState.state``. The driver is ``test_datasample
 ``ScriptedDriver`` over real HTTPS on 127.0.0.1, serving the certificate of the Secret the
 operator created for the application.
 
-What kmock (with ``conftest.SparkglassEmulator``'s additions) does not do, and where that
+What kmock (with ``conftest.StrictApiServer``'s additions) does not do, and where that
 logic is covered instead:
 
 * no pruning of unknown fields, no CRD defaulting, no CEL: a DataSample reaches the operator
@@ -42,7 +42,7 @@ from .conftest import (
     NAMESPACE,
     Kubectl,
     OperatorProcess,
-    SparkglassEmulator,
+    StrictApiServer,
     eventually,
 )
 from .test_datasample import (
@@ -102,7 +102,7 @@ KUBEFLOW_CRD: dict[str, Any] = {
 
 
 @pytest.fixture()
-async def crds_applied(kubectl: Kubectl, kube: SparkglassEmulator) -> None:
+async def crds_applied(kubectl: Kubectl, kube: StrictApiServer) -> None:
     """sparkglass's CRDs and the Kubeflow one, before the operator starts (it checks once,
     at start, whether it may list Kubeflow applications)."""
     await kubectl.apply(CRD_DIR / "sparkapplication.yaml", CRD_DIR / "datasample.yaml")
@@ -131,7 +131,7 @@ def kubeflow_app(name: str = APP, *, sampling: bool = True, **conf: str) -> dict
 
 
 async def create_kubeflow_app(
-    kube: SparkglassEmulator, body: dict[str, Any], namespace: str = NAMESPACE
+    kube: StrictApiServer, body: dict[str, Any], namespace: str = NAMESPACE
 ) -> dict[str, Any]:
     """Create the application; the stored object (with its uid)."""
     body = copy.deepcopy(body)
@@ -145,7 +145,7 @@ async def create_kubeflow_app(
 
 
 async def set_state(
-    kube: SparkglassEmulator,
+    kube: StrictApiServer,
     app: str,
     state: str,
     namespace: str = NAMESPACE,
@@ -201,15 +201,22 @@ def driver_pod(
             },
             "ownerReferences": refs,
         },
+        # The spark-operator copies the application's security contexts into the Pod.
         "spec": {
+            "securityContext": app["spec"]["driver"].get("podSecurityContext", {}),
             "containers": [
-                {"name": "spark-kubernetes-driver", "image": "spark:4.0.1", "ports": ports}
+                {
+                    "name": "spark-kubernetes-driver",
+                    "image": "spark:4.0.1",
+                    "ports": ports,
+                    "securityContext": app["spec"]["driver"].get("securityContext", {}),
+                }
             ]
         },
     }
 
 
-async def start_pod(kube: SparkglassEmulator, pod: dict[str, Any], ip: str = "127.0.0.1") -> None:
+async def start_pod(kube: StrictApiServer, pod: dict[str, Any], ip: str = "127.0.0.1") -> None:
     """Create ``pod`` and play the kubelet: it runs at ``ip``."""
     namespace, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
     resp = await kube.post(f"/api/v1/namespaces/{namespace}/pods", json=pod)
@@ -222,7 +229,7 @@ async def start_pod(kube: SparkglassEmulator, pod: dict[str, Any], ip: str = "12
 
 
 async def control_secret(
-    kube: SparkglassEmulator,
+    kube: StrictApiServer,
     app: str,
     operator: OperatorProcess,
     namespace: str = NAMESPACE,
@@ -237,7 +244,7 @@ async def control_secret(
 
 
 async def serve_as_driver(
-    kube: SparkglassEmulator,
+    kube: StrictApiServer,
     driver: ScriptedDriver,
     app: str,
     operator: OperatorProcess,
@@ -256,7 +263,7 @@ async def serve_as_driver(
 
 
 async def running_kubeflow_app(
-    kube: SparkglassEmulator,
+    kube: StrictApiServer,
     operator: OperatorProcess,
     driver: ScriptedDriver,
     name: str = APP,
@@ -280,7 +287,7 @@ def kubeflow_sample(name: str, app: str = APP, **spec: Any) -> dict[str, Any]:
 
 
 async def post_sample(
-    kube: SparkglassEmulator, body: dict[str, Any], namespace: str = NAMESPACE
+    kube: StrictApiServer, body: dict[str, Any], namespace: str = NAMESPACE
 ) -> None:
     body = copy.deepcopy(body)
     body["metadata"]["namespace"] = namespace
@@ -290,13 +297,13 @@ async def post_sample(
     assert resp.status in (200, 201), await resp.text()
 
 
-def ready(kube: SparkglassEmulator, name: str) -> dict[str, Any]:
+def ready(kube: StrictApiServer, name: str) -> dict[str, Any]:
     return {c["type"]: c for c in status(kube, name).get("conditions") or []}.get("Ready") or {}
 
 
 # --------------------------------------------------------------------------- tests
 async def test_a_datasample_against_a_kubeflow_application_completes(
-    kube: SparkglassEmulator, operator: OperatorProcess, driver: ScriptedDriver, store_url: str
+    kube: StrictApiServer, operator: OperatorProcess, driver: ScriptedDriver, store_url: str
 ) -> None:
     # The operator found at start that it may list these applications, so it watches them.
     await eventually(
@@ -395,7 +402,7 @@ async def test_a_datasample_against_a_kubeflow_application_completes(
 
 
 async def test_sampling_off_gives_no_secret_and_a_disabled_datasample(
-    kube: SparkglassEmulator, operator: OperatorProcess, driver: ScriptedDriver
+    kube: StrictApiServer, operator: OperatorProcess, driver: ScriptedDriver
 ) -> None:
     await create_kubeflow_app(kube, kubeflow_app("quiet", sampling=False))
     await post_sample(kube, kubeflow_sample("quiet-parse", app="quiet"))
@@ -410,7 +417,7 @@ async def test_sampling_off_gives_no_secret_and_a_disabled_datasample(
 
 
 async def test_a_round_is_abandoned_when_the_kubeflow_driver_pod_fails(
-    kube: SparkglassEmulator, operator: OperatorProcess, driver: ScriptedDriver
+    kube: StrictApiServer, operator: OperatorProcess, driver: ScriptedDriver
 ) -> None:
     await running_kubeflow_app(kube, operator, driver)
     driver.behaviour["parse"] = "hold"
@@ -426,7 +433,7 @@ async def test_a_round_is_abandoned_when_the_kubeflow_driver_pod_fails(
 
 
 async def test_a_driver_pod_without_the_control_port_fails_naming_the_field(
-    kube: SparkglassEmulator, operator: OperatorProcess, driver: ScriptedDriver
+    kube: StrictApiServer, operator: OperatorProcess, driver: ScriptedDriver
 ) -> None:
     app = await create_kubeflow_app(kube, kubeflow_app())
     await start_pod(kube, driver_pod(app, None))
@@ -440,7 +447,7 @@ async def test_a_driver_pod_without_the_control_port_fails_naming_the_field(
 
 
 async def test_an_application_that_ended_abandons_the_datasample(
-    kube: SparkglassEmulator, operator: OperatorProcess, driver: ScriptedDriver
+    kube: StrictApiServer, operator: OperatorProcess, driver: ScriptedDriver
 ) -> None:
     await create_kubeflow_app(kube, kubeflow_app())
     await set_state(kube, APP, "COMPLETED")

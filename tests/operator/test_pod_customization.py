@@ -22,8 +22,7 @@ from sparkglass.operator import children
 from sparkglass.operator.pod_customization import EXECUTOR_TEMPLATE_KEY
 from sparkglass.operator.spark_conf import DriverEnvironment, spark_properties
 from sparkglass.operator.specs import SparkApplicationSpec
-
-from .pod_security import restricted_violations
+from tests.support.pod_security import restricted_violations
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"

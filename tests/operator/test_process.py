@@ -16,7 +16,7 @@ from .conftest import (
     NAMESPACE,
     Kubectl,
     OperatorProcess,
-    SparkglassEmulator,
+    StrictApiServer,
     eventually,
 )
 
@@ -49,7 +49,7 @@ FAST_LEASE = [
 ]  # fmt: skip
 
 
-def lease(kube: SparkglassEmulator) -> dict:
+def lease(kube: StrictApiServer) -> dict:
     return (kube.stored(LEASES, NAMESPACE, "sparkglass-operator") or {}).get("spec") or {}
 
 
@@ -58,7 +58,7 @@ def leading(proc: OperatorProcess) -> bool:
 
 
 async def test_two_replicas_elect_one_leader_with_health_metrics_and_json_logs(
-    kube: SparkglassEmulator, kubectl: Kubectl, kubeconfig: Path, tmp_path: Path
+    kube: StrictApiServer, kubectl: Kubectl, kubeconfig: Path, tmp_path: Path
 ) -> None:
     await kubectl.apply(CRD_DIR / "sparkapplication.yaml", CRD_DIR / "datasample.yaml")
     ports = {name: free_port() for name in ("health-a", "metrics-a", "health-b", "metrics-b")}
@@ -165,9 +165,11 @@ async def test_two_replicas_elect_one_leader_with_health_metrics_and_json_logs(
 
 
 async def test_cluster_wide_operator_handles_any_namespace(
-    kube: SparkglassEmulator, kubectl: Kubectl, kubeconfig: Path, tmp_path: Path
+    kube: StrictApiServer, kubectl: Kubectl, kubeconfig: Path, tmp_path: Path
 ) -> None:
     await kubectl.apply(CRD_DIR / "sparkapplication.yaml", CRD_DIR / "datasample.yaml")
+    for namespace in ("team-a", "team-b"):  # namespaces without Pod Security enforcement
+        kube.namespaces[namespace] = {}
     operator = OperatorProcess(kubeconfig, tmp_path / "op.log", ["-A"], standalone=True)
     operator.start()
     try:

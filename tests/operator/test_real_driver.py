@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import yaml
 
-from .conftest import EXAMPLES_DIR, NAMESPACE, OperatorProcess, SparkglassEmulator, eventually
+from .conftest import EXAMPLES_DIR, NAMESPACE, OperatorProcess, StrictApiServer, eventually
 from .test_admission import Webhook, allowed, denied
 from .test_admission import operator_args as operator_args  # the fixtures, by name
 from .test_admission import webhook as webhook
@@ -43,7 +43,7 @@ def free_port() -> int:
 
 
 async def test_datasample_against_the_real_demo_driver_ends_complete_with_flights(
-    kube: SparkglassEmulator,
+    kube: StrictApiServer,
     operator: OperatorProcess,
     webhook: Webhook,
     spark: Any,

@@ -33,7 +33,7 @@ from sparkglass.operator.admission import (
 )
 from tests.operator import conftest as operator_tests
 from tests.operator import test_admission as admission_tests
-from tests.operator.conftest import NAMESPACE, OperatorProcess, SparkglassEmulator
+from tests.operator.conftest import NAMESPACE, OperatorProcess, StrictApiServer
 from tests.operator.test_admission import Webhook, allowed, denied
 from tests.operator.test_datasample import (
     APPS,
@@ -51,11 +51,6 @@ from .test_operator_trust import listener as listener  # the fixture, by name
 pytestmark = pytest.mark.timeout(180)
 
 # The operator tests' fixtures, bound here by name so that pytest finds them in this module.
-kubectl_binary = operator_tests.kubectl_binary
-kube = operator_tests.kube
-kubeconfig = operator_tests.kubeconfig
-kubectl = operator_tests.kubectl
-crds_applied = operator_tests.crds_applied
 operator = operator_tests.operator
 webhook_tls = admission_tests.webhook_tls
 operator_args = admission_tests.operator_args
@@ -88,7 +83,7 @@ async def test_a_body_past_the_bound_is_refused_unread(webhook: Webhook) -> None
 
 
 async def test_a_status_pointing_elsewhere_gets_no_request_and_no_token(
-    kube: SparkglassEmulator,
+    kube: StrictApiServer,
     operator: OperatorProcess,
     driver: ScriptedDriver,
     webhook: Webhook,
@@ -118,7 +113,7 @@ async def test_a_status_pointing_elsewhere_gets_no_request_and_no_token(
 
 
 async def test_a_review_for_a_namespace_not_watched_asks_nobody(
-    kube: SparkglassEmulator, operator: OperatorProcess, driver: ScriptedDriver, webhook: Webhook
+    kube: StrictApiServer, operator: OperatorProcess, driver: ScriptedDriver, webhook: Webhook
 ) -> None:
     """A forged review naming another namespace gets no verdict on it: the operator does not
     read applications there, nor ask their drivers (no probing of others' schemas)."""
@@ -136,7 +131,7 @@ async def test_a_review_for_a_namespace_not_watched_asks_nobody(
 
 
 async def test_a_refusal_relays_no_list_of_columns_vertices_or_expectations(
-    kube: SparkglassEmulator, operator: OperatorProcess, driver: ScriptedDriver, webhook: Webhook
+    kube: StrictApiServer, operator: OperatorProcess, driver: ScriptedDriver, webhook: Webhook
 ) -> None:
     """A caller on the Pod network forging reviews learns whether a name it guessed exists,
     not the vertex's columns, the application's vertices or its expectations."""
@@ -149,7 +144,7 @@ async def test_a_refusal_relays_no_list_of_columns_vertices_or_expectations(
 
 
 async def test_a_flood_of_reviews_does_not_become_a_flood_of_driver_calls(
-    kube: SparkglassEmulator, operator: OperatorProcess, driver: ScriptedDriver, webhook: Webhook
+    kube: StrictApiServer, operator: OperatorProcess, driver: ScriptedDriver, webhook: Webhook
 ) -> None:
     await running_app(kube, operator, driver)
     driver.behaviour["parse"] = "slow"  # every check waits until check_gate is set

@@ -36,32 +36,28 @@ import pytest
 
 from sparkglass.operator.certificates import issue_control_certificate
 from tests.operator import conftest as operator_tests
-from tests.operator.conftest import NAMESPACE, OperatorProcess, SparkglassEmulator, eventually
+from tests.operator.conftest import NAMESPACE, OperatorProcess, StrictApiServer, eventually
 from tests.operator.test_datasample import APPS, example, post
+from tests.support.pod_security import restricted
 
 pytestmark = pytest.mark.timeout(120)
 
-kubectl_binary = operator_tests.kubectl_binary
-kube = operator_tests.kube
-kubeconfig = operator_tests.kubeconfig
-kubectl = operator_tests.kubectl
-crds_applied = operator_tests.crds_applied
 operator = operator_tests.operator
 operator_args = operator_tests.operator_args
 
 SQUATTER_TOKEN = "token-the-squatter-knows"
 
 
-async def create(kube: SparkglassEmulator, plural: str, body: dict[str, Any]) -> None:
+async def create(kube: StrictApiServer, plural: str, body: dict[str, Any]) -> None:
     resp = await kube.post(f"/api/v1/namespaces/{NAMESPACE}/{plural}", json=body)
     assert resp.status in (200, 201), await resp.text()
 
 
-def app_status(kube: SparkglassEmulator, name: str = "flights") -> dict[str, Any]:
+def app_status(kube: StrictApiServer, name: str = "flights") -> dict[str, Any]:
     return dict((kube.stored(APPS, NAMESPACE, name) or {}).get("status") or {})
 
 
-async def apply_flights(kube: SparkglassEmulator, operator: OperatorProcess) -> None:
+async def apply_flights(kube: StrictApiServer, operator: OperatorProcess) -> None:
     """Apply the example application and wait until the operator has acted on it (its
     status says something), whatever it decided."""
     await post(kube, "sparkapplications", example("flights-sparkapplication.yaml"))
@@ -82,7 +78,7 @@ def labels(role: str) -> dict[str, str]:
 
 
 async def test_a_secret_squatted_before_the_application_does_not_reach_a_driver(
-    kube: SparkglassEmulator, operator: OperatorProcess
+    kube: StrictApiServer, operator: OperatorProcess
 ) -> None:
     cert = issue_control_certificate("flights-driver", NAMESPACE)
     data = {"token": SQUATTER_TOKEN, **cert.secret_data()}
@@ -117,7 +113,7 @@ async def test_a_secret_squatted_before_the_application_does_not_reach_a_driver(
 
 
 async def test_a_pod_not_created_for_the_application_is_not_deleted(
-    kube: SparkglassEmulator, operator: OperatorProcess
+    kube: StrictApiServer, operator: OperatorProcess
 ) -> None:
     await create(
         kube,
@@ -126,7 +122,7 @@ async def test_a_pod_not_created_for_the_application_is_not_deleted(
             "apiVersion": "v1",
             "kind": "Pod",
             "metadata": {"name": "flights-driver", "namespace": NAMESPACE},
-            "spec": {"containers": [{"name": "billing", "image": "billing:1"}]},
+            "spec": restricted({"containers": [{"name": "billing", "image": "billing:1"}]}),
         },
     )
     await apply_flights(kube, operator)
@@ -140,7 +136,7 @@ async def test_a_pod_not_created_for_the_application_is_not_deleted(
 
 
 async def test_a_config_map_not_created_for_the_application_is_not_overwritten(
-    kube: SparkglassEmulator, operator: OperatorProcess
+    kube: StrictApiServer, operator: OperatorProcess
 ) -> None:
     await create(
         kube,
@@ -160,7 +156,7 @@ async def test_a_config_map_not_created_for_the_application_is_not_overwritten(
     assert not_owned_reported(kube, "flights-sparkglass")
 
 
-def not_owned_reported(kube: SparkglassEmulator, child: str) -> bool:
+def not_owned_reported(kube: StrictApiServer, child: str) -> bool:
     """The application's Ready condition names the conflict and the object."""
     ready = next(
         (c for c in app_status(kube).get("conditions") or [] if c.get("type") == "Ready"), {}

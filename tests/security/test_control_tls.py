@@ -31,7 +31,7 @@ from sparkglass.operator.spark_conf import DriverEnvironment
 from sparkglass.operator.specs import SparkApplicationSpec
 from tests.operator import conftest as operator_tests
 from tests.operator import test_datasample as datasample_tests
-from tests.operator.conftest import NAMESPACE, OperatorProcess, SparkglassEmulator, eventually
+from tests.operator.conftest import NAMESPACE, OperatorProcess, StrictApiServer, eventually
 from tests.operator.test_datasample import (
     APPS,
     SAMPLES,
@@ -53,11 +53,6 @@ from tests.security.test_operator_trust import Listener
 pytestmark = pytest.mark.timeout(240)
 
 # The operator tests' fixtures, bound here by name so that pytest finds them in this module.
-kubectl_binary = operator_tests.kubectl_binary
-kube = operator_tests.kube
-kubeconfig = operator_tests.kubeconfig
-kubectl = operator_tests.kubectl
-crds_applied = operator_tests.crds_applied
 operator = operator_tests.operator
 driver = datasample_tests.driver
 listener = operator_trust_tests.listener  # a plain-HTTP listener recording every request
@@ -82,7 +77,7 @@ def key_lines(secret: dict[str, Any]) -> list[str]:
 # --------------------------------------------------------------------------- a
 @pytest.mark.parametrize("impostor", ["self-signed-same-name", "other-ca-same-name"])
 async def test_a_listener_with_another_certificate_gets_no_token(
-    kube: SparkglassEmulator, operator: OperatorProcess, driver: ScriptedDriver, impostor: str
+    kube: StrictApiServer, operator: OperatorProcess, driver: ScriptedDriver, impostor: str
 ) -> None:
     await running_app(kube, operator, driver)
     if impostor == "self-signed-same-name":
@@ -115,7 +110,7 @@ async def test_a_listener_with_another_certificate_gets_no_token(
 
 # --------------------------------------------------------------------------- b
 async def test_b_key_material_never_reaches_logs_status_or_events(
-    kube: SparkglassEmulator, operator: OperatorProcess, driver: ScriptedDriver
+    kube: StrictApiServer, operator: OperatorProcess, driver: ScriptedDriver
 ) -> None:
     await running_app(kube, operator, driver)
     await post(kube, "datasamples", sample_body("fine", "parse"))
@@ -153,18 +148,18 @@ async def test_b_key_material_never_reaches_logs_status_or_events(
 
 # --------------------------------------------------------------------------- c
 async def seed_legacy_application(
-    kube: SparkglassEmulator, port: int
+    kube: StrictApiServer, port: int
 ) -> tuple[dict[str, Any], str]:
     """What an operator older than control TLS left running: the application, its Secret
     with a token only, and a driver Pod without the certificate volume, Running at
     127.0.0.1:``port``. Returns (the application, the token)."""
-    uid = "0b1d-legacy-uid"
     body = example("flights-sparkapplication.yaml")
-    body["metadata"] = {"name": "flights", "namespace": NAMESPACE, "uid": uid}
+    body["metadata"] = {"name": "flights", "namespace": NAMESPACE}
     body["spec"]["sampling"]["controlPort"] = port
     await post(kube, "sparkapplications", body)
     app = kube.stored(APPS, NAMESPACE, "flights")
-    assert app is not None and app["metadata"]["uid"] == uid
+    assert app is not None
+    uid = app["metadata"]["uid"]  # the API server's own
     token = "legacy-token-0123456789abcdef0123456789abcdef"
     old = children.secret(
         "flights", NAMESPACE, uid, token, issue_control_certificate("flights-driver", NAMESPACE)
@@ -182,7 +177,7 @@ async def seed_legacy_application(
         attempt=1,
         env=DriverEnvironment(),
     )
-    pod["spec"].pop("securityContext")
+    # Its Pod security context stays: the namespace's Pod Security admitted it then too.
     pod["spec"]["volumes"] = [v for v in pod["spec"]["volumes"] if "secret" not in v]
     (container,) = pod["spec"]["containers"]
     container["volumeMounts"] = container["volumeMounts"][:1]
@@ -201,7 +196,7 @@ def listener_port(listener: Listener) -> int:
 
 
 async def test_c_a_driver_started_without_tls_gets_no_token_until_restarted(
-    kube: SparkglassEmulator,
+    kube: StrictApiServer,
     kubeconfig: Path,
     crds_applied: None,
     tmp_path: Path,
@@ -245,7 +240,7 @@ async def test_c_a_driver_started_without_tls_gets_no_token_until_restarted(
 
 
 async def test_c_cleartext_only_when_the_operator_allows_it(
-    kube: SparkglassEmulator,
+    kube: StrictApiServer,
     kubeconfig: Path,
     crds_applied: None,
     tmp_path: Path,

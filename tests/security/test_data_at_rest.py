@@ -31,7 +31,7 @@ from tests.operator.conftest import (
     NAMESPACE,
     Kubectl,
     OperatorProcess,
-    SparkglassEmulator,
+    StrictApiServer,
     eventually,
 )
 from tests.operator.test_datasample import (
@@ -46,11 +46,6 @@ from tests.operator.test_datasample import (
 
 # The operator tests' fixtures, found by pytest in this module's globals (a conftest here
 # would clash with the other security test files).
-kube = operator_fixtures.kube
-kubeconfig = operator_fixtures.kubeconfig
-kubectl_binary = operator_fixtures.kubectl_binary
-kubectl = operator_fixtures.kubectl
-crds_applied = operator_fixtures.crds_applied
 operator = operator_fixtures.operator
 driver = datasample_tests.driver
 
@@ -94,7 +89,7 @@ def operator_args(store_url: str) -> list[str]:
 
 
 async def test_records_stay_out_of_status_and_samples_expire_by_default(
-    kube: SparkglassEmulator,
+    kube: StrictApiServer,
     operator: OperatorProcess,
     driver: ScriptedDriver,
     kubectl: Kubectl,

@@ -24,16 +24,11 @@ import pytest
 
 from tests.operator import conftest as operator_tests
 from tests.operator import test_datasample as datasample_tests
-from tests.operator.conftest import NAMESPACE, OperatorProcess, SparkglassEmulator, eventually
+from tests.operator.conftest import NAMESPACE, OperatorProcess, StrictApiServer, eventually
 from tests.operator.test_datasample import APPS, ScriptedDriver, running_app
 
 pytestmark = pytest.mark.timeout(120)
 
-kubectl_binary = operator_tests.kubectl_binary
-kube = operator_tests.kube
-kubeconfig = operator_tests.kubeconfig
-kubectl = operator_tests.kubectl
-crds_applied = operator_tests.crds_applied
 operator = operator_tests.operator
 operator_args = datasample_tests.operator_args  # --progress-seconds 1
 store_url = datasample_tests.store_url
@@ -61,7 +56,7 @@ def hostile_progress(monkeypatch: pytest.MonkeyPatch) -> None:
 
 async def test_status_progress_holds_only_the_pipelines_vertices(
     hostile_progress: None,
-    kube: SparkglassEmulator,
+    kube: StrictApiServer,
     operator: OperatorProcess,
     driver: ScriptedDriver,
 ) -> None:

@@ -18,16 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.operator import conftest as operator_tests
-from tests.operator.conftest import NAMESPACE, OperatorProcess, SparkglassEmulator, eventually
+from tests.operator.conftest import NAMESPACE, OperatorProcess, StrictApiServer, eventually
 
 pytestmark = pytest.mark.timeout(120)
 
-kubectl_binary = operator_tests.kubectl_binary
-kube = operator_tests.kube
-kubeconfig = operator_tests.kubeconfig
-kubectl = operator_tests.kubectl
-crds_applied = operator_tests.crds_applied
 
 LEASE_PATH = f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases"
 FAST_LEASE = [
@@ -38,7 +32,7 @@ FAST_LEASE = [
 
 
 async def test_a_never_renewed_lease_with_a_huge_duration_does_not_stall_the_operator(
-    kube: SparkglassEmulator, kubeconfig: Path, crds_applied: None, tmp_path: Path
+    kube: StrictApiServer, kubeconfig: Path, crds_applied: None, tmp_path: Path
 ) -> None:
     squatted = {
         "apiVersion": "coordination.k8s.io/v1",

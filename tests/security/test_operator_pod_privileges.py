@@ -25,7 +25,7 @@ import pytest
 
 from sparkglass.operator.pod_privileges import ALLOWED_SERVICE_ACCOUNTS_ENV
 from tests.operator import conftest as operator_tests
-from tests.operator.conftest import NAMESPACE, OperatorProcess, SparkglassEmulator, eventually
+from tests.operator.conftest import NAMESPACE, OperatorProcess, StrictApiServer, eventually
 from tests.operator.test_datasample import events_for
 from tests.operator.test_sparkapplication import (
     APPS,
@@ -38,11 +38,6 @@ from tests.operator.test_sparkapplication import (
 
 pytestmark = pytest.mark.timeout(300)
 
-kubectl_binary = operator_tests.kubectl_binary
-kube = operator_tests.kube
-kubeconfig = operator_tests.kubeconfig
-kubectl = operator_tests.kubectl
-crds_applied = operator_tests.crds_applied
 operator = operator_tests.operator
 operator_args = operator_tests.operator_args
 
@@ -123,8 +118,21 @@ ATTACKS: dict[str, tuple[dict[str, Any], str]] = {
 }
 
 
+async def create_or_store(kube: StrictApiServer, body: dict[str, Any]) -> bool:
+    """Create the application; one the CRD's rules refuse (422) is stored as an object
+    written before those rules existed, which a CRD upgrade keeps. True when refused."""
+    answer = await kube.post(
+        f"/apis/sparkglass.io/v1alpha1/namespaces/{NAMESPACE}/sparkapplications", json=body
+    )
+    if answer.status == 422:
+        await kube.store_unchecked("sparkglass.io/v1alpha1/sparkapplications", body)
+        return True
+    assert answer.status in (200, 201), await answer.text()
+    return False
+
+
 async def create_secret(
-    kube: SparkglassEmulator, name: str, labels: dict[str, str] | None = None
+    kube: StrictApiServer, name: str, labels: dict[str, str] | None = None
 ) -> None:
     resp = await kube.post(
         f"/api/v1/namespaces/{NAMESPACE}/secrets",
@@ -138,7 +146,7 @@ async def create_secret(
     assert resp.status in (200, 201), await resp.text()
 
 
-def children_of(kube: SparkglassEmulator, app: str) -> dict[str, Any]:
+def children_of(kube: StrictApiServer, app: str) -> dict[str, Any]:
     found = {
         "pod": kube.stored("v1/pods", NAMESPACE, f"{app}-driver"),
         "configmap": kube.stored("v1/configmaps", NAMESPACE, f"{app}-sparkglass"),
@@ -149,7 +157,7 @@ def children_of(kube: SparkglassEmulator, app: str) -> dict[str, Any]:
 
 
 async def test_pods_get_neither_a_foreign_service_account_nor_a_control_token_secret(
-    kube: SparkglassEmulator, operator: OperatorProcess
+    kube: StrictApiServer, operator: OperatorProcess
 ) -> None:
     # The victim: an application whose Secret holds its control token and TLS key.
     await create_app(kube, application("victim"))
@@ -162,7 +170,7 @@ async def test_pods_get_neither_a_foreign_service_account_nor_a_control_token_se
     await create_secret(kube, "copied-token", {"sparkglass.io/role": "control-token"})
     await create_secret(kube, "s3-credentials")
     for body, _ in ATTACKS.values():
-        await create_app(kube, body)
+        await create_or_store(kube, body)
     # Within the rules: the chart's driver account and an ordinary Secret.
     fine = application(
         "fine",
@@ -216,7 +224,7 @@ async def test_pods_get_neither_a_foreign_service_account_nor_a_control_token_se
 
 
 async def test_a_running_driver_changed_to_a_foreign_account_is_stopped_and_restarted_when_fixed(
-    kube: SparkglassEmulator, operator: OperatorProcess
+    kube: StrictApiServer, operator: OperatorProcess
 ) -> None:
     await create_app(kube, application("drifting"))
     first = await eventually(
@@ -250,19 +258,23 @@ async def test_a_running_driver_changed_to_a_foreign_account_is_stopped_and_rest
 
 
 async def test_spark_pod_feature_steps_cannot_rewrite_the_pods(
-    kube: SparkglassEmulator, operator: OperatorProcess
+    kube: StrictApiServer, operator: OperatorProcess
 ) -> None:
     """Spark on Kubernetes loads the classes named by ``spark.kubernetes.{driver,executor}.
     pod.featureSteps`` (from the application's jar) to rewrite the Pods it builds: a step
     could set any ServiceAccount or mount the victim's Secret after every check above. The
-    keys are the operator's: refused (``InvalidSpec`` naming the key) with no child made.
-    kmock applies no CEL, so this is the operator's own check."""
+    keys are the operator's: the CRD's rule refuses them at admission, and an application
+    stored before that rule existed is refused by the operator itself (``InvalidSpec`` naming
+    the key) with no child made."""
     steps = {
         "driver-steps": "spark.kubernetes.driver.pod.featureSteps",
         "executor-steps": "spark.kubernetes.executor.pod.featureSteps",
     }
     for name, key in steps.items():
-        await create_app(kube, application(name, sparkConf={key: "com.evil.MountSecret"}))
+        refused = await create_or_store(
+            kube, application(name, sparkConf={key: "com.evil.MountSecret"})
+        )
+        assert refused, f"the CRD admitted {key}"
     for name, key in steps.items():
         await eventually(
             lambda n=name: state(kube, n) == "FAILED", what=f"{name} refused", operator=operator

@@ -28,7 +28,7 @@ import pytest
 
 from tests.operator import conftest as operator_tests
 from tests.operator import test_datasample as datasample_tests
-from tests.operator.conftest import NAMESPACE, OperatorProcess, SparkglassEmulator, eventually
+from tests.operator.conftest import NAMESPACE, OperatorProcess, StrictApiServer, eventually
 from tests.operator.test_datasample import (
     SAMPLES,
     SERVICE_URL,
@@ -44,11 +44,6 @@ from tests.operator.test_datasample import (
 
 pytestmark = pytest.mark.timeout(300)
 
-kubectl_binary = operator_tests.kubectl_binary
-kube = operator_tests.kube
-kubeconfig = operator_tests.kubeconfig
-kubectl = operator_tests.kubectl
-crds_applied = operator_tests.crds_applied
 operator = operator_tests.operator
 driver = datasample_tests.driver
 
@@ -69,7 +64,7 @@ def status_path(name: str) -> str:
 
 @contextlib.asynccontextmanager
 async def rewriting(
-    kube: SparkglassEmulator, name: str, fields: Callable[[], dict[str, Any]]
+    kube: StrictApiServer, name: str, fields: Callable[[], dict[str, Any]]
 ) -> AsyncIterator[list[int]]:
     """Keep writing ``fields()`` into the DataSample's status (every operator write, and each
     of these, is a watch event: a single write could be overwritten before it is read).
@@ -99,7 +94,7 @@ async def rewriting(
 
 
 async def test_a_completion_time_in_the_future_does_not_keep_the_records(
-    kube: SparkglassEmulator, operator: OperatorProcess, driver: ScriptedDriver
+    kube: StrictApiServer, operator: OperatorProcess, driver: ScriptedDriver
 ) -> None:
     await running_app(kube, operator, driver)
     # 10 s: both must still be there, Complete, when the rewriting starts, however loaded the
@@ -129,7 +124,7 @@ async def test_a_completion_time_in_the_future_does_not_keep_the_records(
 
 
 async def test_resetting_retries_does_not_retry_for_ever(
-    kube: SparkglassEmulator, operator: OperatorProcess, driver: ScriptedDriver
+    kube: StrictApiServer, operator: OperatorProcess, driver: ScriptedDriver
 ) -> None:
     await running_app(kube, operator, driver)
     driver.behaviour["parse"] = "busy"  # every open answers 429: a transient failure
@@ -154,7 +149,7 @@ async def test_resetting_retries_does_not_retry_for_ever(
 
 
 async def test_a_planted_round_id_is_never_read_nor_stored(
-    kube: SparkglassEmulator,
+    kube: StrictApiServer,
     operator: OperatorProcess,
     driver: ScriptedDriver,
     store_url: str,

@@ -23,7 +23,7 @@ from sqlalchemy import text
 from sparkglass.service.store import open_store
 from tests.operator import conftest as operator_tests
 from tests.operator import test_datasample as datasample_tests
-from tests.operator.conftest import OperatorProcess, SparkglassEmulator
+from tests.operator.conftest import OperatorProcess, StrictApiServer
 from tests.operator.test_datasample import (
     SERVICE_URL,
     ScriptedDriver,
@@ -36,11 +36,6 @@ from tests.operator.test_datasample import (
 
 pytestmark = pytest.mark.timeout(180)
 
-kubectl_binary = operator_tests.kubectl_binary
-kube = operator_tests.kube
-kubeconfig = operator_tests.kubeconfig
-kubectl = operator_tests.kubectl
-crds_applied = operator_tests.crds_applied
 operator = operator_tests.operator
 driver = datasample_tests.driver
 store_url = datasample_tests.store_url
@@ -52,7 +47,7 @@ def operator_args(store_url: str) -> list[str]:
 
 
 async def test_the_operator_keeps_a_drivers_result_within_the_caps(
-    kube: SparkglassEmulator,
+    kube: StrictApiServer,
     operator: OperatorProcess,
     driver: ScriptedDriver,
     store_url: str,

@@ -46,7 +46,7 @@ from sparkglass.service.store import (
 from sparkglass.service.store.repository import RoundOwnershipError
 from tests.operator import conftest as operator_tests
 from tests.operator import test_datasample as datasample_tests
-from tests.operator.conftest import NAMESPACE, OperatorProcess, SparkglassEmulator, eventually
+from tests.operator.conftest import NAMESPACE, OperatorProcess, StrictApiServer, eventually
 from tests.operator.test_datasample import (
     APPS,
     ScriptedDriver,
@@ -63,11 +63,6 @@ pytestmark = pytest.mark.timeout(180)
 
 # The operator tests' fixtures (API server emulator, kubectl, the operator process, the
 # scripted driver), bound here by name so that pytest finds them in this module.
-kubectl_binary = operator_tests.kubectl_binary
-kube = operator_tests.kube
-kubeconfig = operator_tests.kubeconfig
-kubectl = operator_tests.kubectl
-crds_applied = operator_tests.crds_applied
 operator = operator_tests.operator
 driver = datasample_tests.driver
 
@@ -136,7 +131,7 @@ def listener() -> Iterator[Listener]:
     server.server_close()
 
 
-async def create_secret(kube: SparkglassEmulator, name: str, token: str) -> None:
+async def create_secret(kube: StrictApiServer, name: str, token: str) -> None:
     resp = await kube.post(
         f"/api/v1/namespaces/{NAMESPACE}/secrets",
         json={
@@ -149,14 +144,14 @@ async def create_secret(kube: SparkglassEmulator, name: str, token: str) -> None
     assert resp.status in (200, 201), await resp.text()
 
 
-def driver_info(kube: SparkglassEmulator, app: str) -> dict[str, Any]:
+def driver_info(kube: StrictApiServer, app: str) -> dict[str, Any]:
     obj = kube.stored(APPS, NAMESPACE, app) or {}
     return dict((obj.get("status") or {}).get("driverInfo") or {})
 
 
 @contextlib.asynccontextmanager
 async def spoofing_status(
-    kube: SparkglassEmulator, app: str, listener: Listener, secret: str
+    kube: StrictApiServer, app: str, listener: Listener, secret: str
 ) -> AsyncIterator[None]:
     """Keep re-writing the application's status the way the attacker would (the operator's
     resync writes its own facts back, so one patch alone could be undone before it is read)."""
@@ -190,7 +185,7 @@ one_store = pytest.mark.parametrize("store_url", ["sqlite"], indirect=True)
 
 @one_store
 async def test_a_patched_status_never_sends_a_token_to_the_attackers_listener(
-    kube: SparkglassEmulator,
+    kube: StrictApiServer,
     operator: OperatorProcess,
     driver: ScriptedDriver,
     listener: Listener,
@@ -219,7 +214,7 @@ async def test_a_patched_status_never_sends_a_token_to_the_attackers_listener(
 
 @one_store
 async def test_a_secret_not_created_for_the_application_is_never_sent(
-    kube: SparkglassEmulator,
+    kube: StrictApiServer,
     operator: OperatorProcess,
     driver: ScriptedDriver,
 ) -> None:
@@ -243,7 +238,7 @@ async def test_a_secret_not_created_for_the_application_is_never_sent(
 
 @one_store
 async def test_control_secret_name_is_withdrawn_when_the_driver_ends(
-    kube: SparkglassEmulator, operator: OperatorProcess, driver: ScriptedDriver
+    kube: StrictApiServer, operator: OperatorProcess, driver: ScriptedDriver
 ) -> None:
     await running_app(kube, operator, driver)
     assert driver_info(kube, "flights")["controlSecretName"] == "flights-control-token"
@@ -296,7 +291,7 @@ def _records(store_url: str, round_id: str) -> list[str]:
 
 
 async def test_a_datasample_with_another_applications_round_id_cannot_overwrite_it(
-    kube: SparkglassEmulator,
+    kube: StrictApiServer,
     operator: OperatorProcess,
     driver: ScriptedDriver,
     store_url: str,
@@ -316,7 +311,7 @@ async def test_a_datasample_with_another_applications_round_id_cannot_overwrite_
         create_round(session, "victimopen000001", app.id, "parse", triggered_by="alice")
         create_round(session, "serviceround0001", app.id, "parse", triggered_by="alice")
         # The service records the uid the API server gave its DataSample (bound before the
-        # operator can save; the emulator keeps a uid given in the body).
+        # operator can save; the test API server is told which uid it will give).
         bind_datasample(session, "serviceround0001", LEGIT_UID)
     await running_app(kube, operator, driver)
     await running_app(kube, operator, driver, "evil")
@@ -339,7 +334,7 @@ async def test_a_datasample_with_another_applications_round_id_cannot_overwrite_
     legit = datasample_name("flights", "parse", "serviceround0001")
     body = sample_body(legit, "parse")
     body["metadata"]["annotations"] = {"sparkglass.io/round-id": "serviceround0001"}
-    body["metadata"]["uid"] = LEGIT_UID
+    kube.uids[legit] = LEGIT_UID
     await post(kube, "datasamples", body)
 
     for name in ("evil-parse", forged, "sneaky", legit):

@@ -57,10 +57,12 @@ SPARKAPP: dict[str, Any] = {
     "metadata": {"name": "flights", "namespace": "team-a"},
     "spec": {
         "type": "Python",
-        "mode": "cluster",
+        "mode": "client",
+        "image": "registry.example.com/flights:1",
+        "mainApplicationFile": "local:///opt/flights_job.py",
         "pipeline": {
             "vertices": [
-                {"name": "flights", "inputs": []},
+                {"name": "flights", "kind": "source"},
                 {"name": "parse", "inputs": ["flights"]},
                 {"name": "off", "inputs": ["parse"]},
                 {"name": "gone", "inputs": ["parse"]},
@@ -481,7 +483,8 @@ async def test_sparkapplication_status_cannot_add_vertices_or_metrics(
         ],
         "progress": {
             "state": "FAILED",
-            "failed": "see http://attacker.example/" + "x" * 10_000,
+            # The CRD bounds it (1,000 characters): the longest the API server stores.
+            "failed": "see http://attacker.example/" + "x" * 960,
             "microBatches": 7,
             "vertices": {
                 "parse": {"rowsLastMicroBatch": 5, "rowsPerSecond": 1.0, "rowsTotal": 5},
@@ -489,7 +492,16 @@ async def test_sparkapplication_status_cannot_add_vertices_or_metrics(
             },
         },
     }
+    status = planted.pop("status")
     await create_sparkapp(kmock, planted)
+    async with httpx.AsyncClient(base_url=str(kmock.url)) as kube:
+        path = f"{API}/sparkapplications/flights/status"
+        longer = copy.deepcopy(status)
+        longer["progress"]["failed"] += "x" * 10_000
+        r = await kube.patch(path, json={"status": longer}, headers=MERGE)
+        assert r.status_code == 422 and "status.progress.failed" in r.text, r.text
+        r = await kube.patch(path, json={"status": status}, headers=MERGE)
+        assert r.status_code < 300, r.text
     app = create_app(Settings(**service_settings(kmock, f"sqlite:///{tmp_path / 's.db'}")))
 
     def read() -> tuple[httpx.Response, httpx.Response, httpx.Response]:

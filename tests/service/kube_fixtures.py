@@ -7,6 +7,9 @@ from typing import Any
 
 import kmock
 
+from tests.support.kube_apiserver import StrictApiServer
+from tests.support.kube_fixtures import CRD_DIR
+
 #: token -> (username, groups)
 USERS: dict[str, tuple[str, list[str]]] = {
     "alice-token": ("alice", ["team-a"]),  # may trigger in team-a (via her group)
@@ -58,34 +61,17 @@ def subject_access_review(request: kmock.Request) -> dict[str, Any]:
     }
 
 
-class ReviewingEmulator(kmock.KubernetesEmulator):
-    """Fills one kmock gap: TokenReview/SubjectAccessReview are not stored objects in a real
-    API server (they have no name), but the emulator tracks every create and answers the
-    second nameless create with 409. Reviews skip the object tracking here."""
-
-    async def _handle(self, request: kmock.Request) -> Any:
-        resource = request.resource
-        if resource is not None and resource.plural in ("tokenreviews", "subjectaccessreviews"):
-            return await kmock.KubernetesScaffold._handle(self, request)
-        return await super()._handle(request)
+#: The tests' API server (tests/support/kube_apiserver.py): reviews are answered, never
+#: stored; the sparkglass resources are enforced by their CRDs' schemas and rules.
+ReviewingEmulator = StrictApiServer
 
 
 def install(k: kmock.KubernetesEmulator) -> None:
-    """Script the reviews and declare the sparkglass resources on ``k``."""
+    """Script the reviews and establish the sparkglass CRDs on ``k``."""
     k.resources.load_bundled()
-    k.resources["sparkglass.io/v1alpha1/datasamples"] = kmock.ResourceInfo(
-        namespaced=True,
-        kind="DataSample",
-        singular="datasample",
-        verbs={"create", "get", "list", "watch", "patch", "delete"},
-        subresources={"status"},
-    )
-    k.resources["sparkglass.io/v1alpha1/sparkapplications"] = kmock.ResourceInfo(
-        namespaced=True,
-        kind="SparkApplication",
-        singular="sparkapplication",
-        verbs={"create", "get", "list", "watch", "patch", "delete"},
-        subresources={"status"},
-    )
+    assert isinstance(k, StrictApiServer), "use pytest.mark.kmock(cls=ReviewingEmulator)"
+    k.declare_crds(sorted(CRD_DIR.glob("*.yaml")))
+    for namespace in ("team-a", "team-b", "local"):
+        k.namespaces.setdefault(namespace, {})
     k["post authentication.k8s.io/v1/tokenreviews"] << token_review
     k["post authorization.k8s.io/v1/subjectaccessreviews"] << subject_access_review

@@ -30,7 +30,8 @@ def bearer(token: str) -> dict[str, str]:
 
 
 def reviews(k: kmock.KubernetesEmulator, kind: str) -> list[Any]:
-    return [r for r in k._requests if r.method == "POST" and str(r.url.path).endswith(kind)]
+    assert isinstance(k, ReviewingEmulator)
+    return [r for r in k.reviews if str(r.url.path).endswith(kind)]
 
 
 @pytest.fixture
@@ -130,12 +131,14 @@ SPARKAPP = {
     "metadata": {"name": "flights", "namespace": "team-a"},
     "spec": {
         "type": "Python",
-        "mode": "cluster",
+        "mode": "client",
+        "image": "registry.example.com/flights:1",
+        "mainApplicationFile": "local:///opt/flights_job.py",
         "pipeline": {
             "vertices": [
-                {"name": "flights", "inputs": []},
+                {"name": "flights", "kind": "source"},
                 {"name": "parse", "inputs": ["flights"]},
-                {"name": "airlines", "inputs": []},
+                {"name": "airlines", "kind": "source"},
                 {
                     "name": "carriers",
                     "inputs": ["airlines"],
@@ -300,7 +303,12 @@ async def test_rounds_run_as_datasample_resources(
         operator.cancel()
     ds = seen[0]
     assert ds["kind"] == "DataSample" and ds["metadata"]["namespace"] == "team-a"
-    assert ds["spec"]["applicationRef"] == {"name": "flights"}
+    # The API server filled in the schema's defaults.
+    assert ds["spec"]["applicationRef"] == {
+        "name": "flights",
+        "apiVersion": "sparkglass.io/v1alpha1",
+        "kind": "SparkApplication",
+    }
     assert ds["spec"]["vertex"] == "parse" and ds["spec"]["maxRecords"] == 5000
     assert ds["metadata"]["annotations"]["sparkglass.io/requested-by"] == "alice"
     _validate_against_crd(ds)
@@ -345,11 +353,17 @@ async def test_live_metrics_come_from_the_status_the_operator_publishes(
     quiet = copy.deepcopy(SPARKAPP)
     quiet["metadata"]["name"] = "quiet"
     async with httpx.AsyncClient(base_url=str(kmock.url)) as kube:
+        apps = "/apis/sparkglass.io/v1alpha1/namespaces/team-a/sparkapplications"
         for body in (with_progress, quiet):
-            r = await kube.post(
-                "/apis/sparkglass.io/v1alpha1/namespaces/team-a/sparkapplications", json=body
-            )
+            r = await kube.post(apps, json=body)
             assert r.status_code < 300, r.text
+        # A create drops the status (the resource has /status): the operator patches it in.
+        r = await kube.patch(
+            f"{apps}/flights/status",
+            json={"status": with_progress["status"]},
+            headers={"Content-Type": "application/merge-patch+json"},
+        )
+        assert r.status_code < 300, r.text
     app = create_app(Settings(**k8s_settings, execution_mode="kubernetes"))
     with TestClient(app) as client:
         r = await call(client, "GET", f"{TEAM_A}/progress", headers=bearer("bob-token"))
