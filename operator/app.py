@@ -30,6 +30,7 @@ from prometheus_client import start_http_server
 from . import admission, datasample, executors, kubeflow, sparkapplication
 from .cluster import Cluster
 from .context import OperatorContext
+from .diff_base import SpecDigestStorage
 from .leader_election import LeaderElector
 from .results import ResultStore
 from .settings import OperatorConfig
@@ -65,7 +66,7 @@ def build_settings(config: OperatorConfig) -> kopf.OperatorSettings:
     settings = kopf.OperatorSettings()
     settings.persistence.finalizer = FINALIZER
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="sparkglass.io")
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+    settings.persistence.diffbase_storage = SpecDigestStorage(
         prefix="sparkglass.io", key="last-handled-configuration"
     )
     # One actor is the Lease's business (leader_election.py), not kopf's peering.

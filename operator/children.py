@@ -102,6 +102,15 @@ def _metadata(app: str, namespace: str, uid: str, name: str, role: str) -> dict[
     }
 
 
+#: What the API server lets a ConfigMap's values hold together (core/v1 ``MaxSecretSize``).
+MAX_CONFIG_MAP_BYTES = 1024 * 1024
+
+
+class ConfigTooLarge(ValueError):
+    """The spec makes a ConfigMap larger than the API server stores; the message says which
+    part and what to shorten."""
+
+
 def config_map(
     app: str,
     namespace: str,
@@ -114,23 +123,32 @@ def config_map(
     """ConfigMap ``<app>-sparkglass``: pipeline, plan, sampling settings, spark-defaults.conf
     and the executor Pod template (``pod_customization.executor_pod_template``)."""
     pipeline = spec.pipeline_description(app).to_json_dict()
+    data = {
+        "pipeline.json": json.dumps(pipeline, indent=2, sort_keys=True),
+        "plan.json": json.dumps(resolved, indent=2, sort_keys=True),
+        "sampling.json": json.dumps(
+            spec.sampling.model_dump(mode="json", by_alias=True), indent=2, sort_keys=True
+        ),
+        "spark-defaults.conf": render_properties(
+            spark_properties(spec, app=app, namespace=namespace, env=env)
+        ),
+        custom.EXECUTOR_TEMPLATE_KEY: yaml.safe_dump(
+            custom.executor_pod_template(spec), sort_keys=False
+        ),
+    }
+    size = sum(len(v.encode()) for v in data.values())
+    if size > MAX_CONFIG_MAP_BYTES:
+        largest = max(data, key=lambda k: len(data[k].encode()))
+        raise ConfigTooLarge(
+            f"spec: the application's ConfigMap {names.config_map_name(app)} would hold {size} "
+            f"bytes ({largest}: {len(data[largest].encode())}), and a ConfigMap holds at most "
+            f"{MAX_CONFIG_MAP_BYTES}: shorten spec.sparkConf and spec.hadoopConf"
+        )
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": _metadata(app, namespace, uid, names.config_map_name(app), "config"),
-        "data": {
-            "pipeline.json": json.dumps(pipeline, indent=2, sort_keys=True),
-            "plan.json": json.dumps(resolved, indent=2, sort_keys=True),
-            "sampling.json": json.dumps(
-                spec.sampling.model_dump(mode="json", by_alias=True), indent=2, sort_keys=True
-            ),
-            "spark-defaults.conf": render_properties(
-                spark_properties(spec, app=app, namespace=namespace, env=env)
-            ),
-            custom.EXECUTOR_TEMPLATE_KEY: yaml.safe_dump(
-                custom.executor_pod_template(spec), sort_keys=False
-            ),
-        },
+        "data": data,
     }
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from sparkglass.runtime.contract.datasample_status import DEFAULT_STATUS_BYTES
+
 from .leader_election import ElectionConfig
 from .pod_privileges import DEFAULT_ALLOWED_SERVICE_ACCOUNTS, parse_service_accounts
 from .spark_conf import DriverEnvironment
@@ -60,7 +62,7 @@ class OperatorConfig:
     #: How often a running driver's metrics are copied into ``status.progress`` (0: never).
     progress_seconds: float = 10.0
     poll_seconds: float = 1.0
-    max_status_bytes: int = 64 * 1024
+    max_status_bytes: int = DEFAULT_STATUS_BYTES
     control_timeout_seconds: float = 10.0
     service_url: str | None = None
     store_url: str | None = None

@@ -213,6 +213,10 @@ async def _reconcile(ctx: OperatorContext, namespace: str, name: str) -> None:
         # Checked on every pass: once the object is gone, the next pass goes on as usual.
         await _invalid(ctx, app, "ChildNotOwned", str(exc), has_children=False)
         return
+    except children.ConfigTooLarge as exc:
+        # The API server would refuse the ConfigMap on every pass: say so, retry nothing.
+        await _invalid(ctx, app, "InvalidSpec", str(exc))
+        return
     state = AppState(_state(status))
     same_spec = children.runs_spec(status.get("specHash"), app.get("spec") or {})
     now = time.time()

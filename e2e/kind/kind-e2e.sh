@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The release check: sparkglass on a real Kubernetes cluster (kind), from the project's image.
 #
-#   e2e/kind/kind-e2e.sh all        # up + load + install + the pytest suite (+ down)
+#   e2e/kind/kind-e2e.sh all        # up + crds + load + install + the pytest suite (+ down)
 #   e2e/kind/kind-e2e.sh up         # a kind cluster, its kubeconfig in $SPARKGLASS_KIND_WORK
+#   e2e/kind/kind-e2e.sh crds       # the generated CRDs applied (the API server's checks,
+#                                   # CEL cost included, which no test here can make)
 #   e2e/kind/kind-e2e.sh load       # the image into the cluster's nodes
 #   e2e/kind/kind-e2e.sh install    # the namespace for jobs and the Helm chart, waited for
 #   e2e/kind/kind-e2e.sh down       # delete the cluster
@@ -80,6 +82,19 @@ cmd_up() {
   k wait --for=condition=Ready nodes --all --timeout=180s
 }
 
+cmd_crds() {
+  need
+  # First a server-side dry run: the API server validates each CRD (structural schema, the
+  # estimated cost of every CEL rule) and stores nothing. Then the real apply, server-side so
+  # that no last-applied-configuration annotation copies the CRD (kubectl's client-side
+  # apply would, and a CRD past 256 KiB would be refused for it).
+  log "applying the generated CRDs (dry run, then for real)"
+  k apply --server-side --dry-run=server -f "$REPO/crds/"
+  k apply --server-side -f "$REPO/crds/"
+  k wait --for=condition=Established crd/sparkapplications.sparkglass.io \
+    crd/datasamples.sparkglass.io --timeout=60s
+}
+
 cmd_load() {
   need
   if [ -n "$ARCHIVE" ]; then
@@ -129,6 +144,7 @@ cmd_down() {
 
 cmd_all() {
   cmd_up
+  cmd_crds
   cmd_load
   cmd_install
   local rc=0
@@ -144,10 +160,11 @@ cmd_all() {
 
 case "${1:-}" in
   up) cmd_up ;;
+  crds) cmd_crds ;;
   load) cmd_load ;;
   install) cmd_install ;;
   down) cmd_down ;;
   all) cmd_all ;;
   kubeconfig) echo "$KUBECONFIG_FILE" ;;
-  *) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

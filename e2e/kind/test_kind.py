@@ -1,9 +1,10 @@
 """The release check on a real Kubernetes cluster: kind, the project's image, the Helm chart.
 
 Given a Docker engine and ``kind`` (plus ``kubectl`` and ``helm``), the session fixture runs
-``kind-e2e.sh up``, ``load`` and ``install`` (a kind cluster, the image loaded into its node,
-the chart installed and its Deployments available), unless ``kind-e2e.sh all`` already did
-and passed ``SPARKGLASS_KIND_KUBECONFIG``. Then, in file order:
+``kind-e2e.sh up``, ``crds``, ``load`` and ``install`` (a kind cluster, the generated CRDs
+applied, which settles what only a real API server can say of their CEL rules' cost, the
+image loaded into its node, the chart installed and its Deployments available), unless
+``kind-e2e.sh all`` already did and passed ``SPARKGLASS_KIND_KUBECONFIG``. Then, in file order:
 
 1. the service answers ``/healthz`` through the API server's Service proxy;
 2. the flights SparkApplication of ``examples/`` (image and sizes adapted to one kind node)
@@ -163,7 +164,7 @@ def kind_cluster() -> Iterator[KindCluster]:
     if given:
         yield KindCluster(Path(given), kubectl)
         return
-    for step in ("up", "load", "install"):
+    for step in ("up", "crds", "load", "install"):
         _script(step)
     kubeconfig = subprocess.run(
         ["bash", str(SCRIPT), "kubeconfig"], capture_output=True, text=True, check=True

@@ -26,6 +26,13 @@ from sparkglass.runtime.contract.sample_result import DataSampleResult, ErrorCod
 
 log = logging.getLogger(__name__)
 
+#: Bytes of records a DataSample status holds by default, and at most (the operator's
+#: --max-status-bytes). etcd stores an object of at most 1.5 MiB and every watcher receives
+#: every version: at the largest setting a whole DataSample (records, counters, 10,000 failed
+#: subtasks, conditions, the largest spec) stays under a third of it.
+DEFAULT_STATUS_BYTES: Final = 64 * 1024
+MAX_STATUS_BYTES: Final = 256 * 1024
+
 #: The phase of a DataSample whose application went away before the round ended.
 ABANDONED: Final = "Abandoned"
 

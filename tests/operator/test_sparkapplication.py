@@ -23,7 +23,7 @@ from .conftest import (
     NAMESPACE,
     Kubectl,
     OperatorProcess,
-    SparkglassEmulator,
+    StrictApiServer,
     eventually,
 )
 
@@ -36,25 +36,27 @@ def example_app() -> dict[str, Any]:
     return yaml.safe_load((EXAMPLES_DIR / "flights-sparkapplication.yaml").read_text())
 
 
-async def create(kube: SparkglassEmulator, plural_path: str, body: dict[str, Any]) -> None:
+async def create(kube: StrictApiServer, plural_path: str, body: dict[str, Any]) -> None:
     resp = await kube.post(plural_path, json=body)
     assert resp.status in (200, 201), await resp.text()
 
 
-async def create_app(kube: SparkglassEmulator, body: dict[str, Any]) -> None:
-    await create(
-        kube, f"/apis/sparkglass.io/v1alpha1/namespaces/{NAMESPACE}/sparkapplications", body
-    )
+APPS = "sparkglass.io/v1alpha1/sparkapplications"
+APPS_PATH = f"/apis/sparkglass.io/v1alpha1/namespaces/{NAMESPACE}/sparkapplications"
 
 
-async def patch(kube: SparkglassEmulator, path: str, body: dict[str, Any]) -> None:
+async def create_app(kube: StrictApiServer, body: dict[str, Any]) -> None:
+    await create(kube, APPS_PATH, body)
+
+
+async def patch(kube: StrictApiServer, path: str, body: dict[str, Any]) -> None:
     resp = await kube.patch(
         path, json=body, headers={"Content-Type": "application/merge-patch+json"}
     )
     assert resp.status == 200, await resp.text()
 
 
-async def set_pod_phase(kube: SparkglassEmulator, pod: str, phase: str, **status: Any) -> None:
+async def set_pod_phase(kube: StrictApiServer, pod: str, phase: str, **status: Any) -> None:
     """Play the kubelet: move the driver Pod to ``phase``."""
     await patch(
         kube,
@@ -63,16 +65,16 @@ async def set_pod_phase(kube: SparkglassEmulator, pod: str, phase: str, **status
     )
 
 
-def app_status(kube: SparkglassEmulator, name: str) -> dict[str, Any]:
+def app_status(kube: StrictApiServer, name: str) -> dict[str, Any]:
     obj = kube.stored(APPS, NAMESPACE, name)
     return (obj or {}).get("status") or {}
 
 
-def state(kube: SparkglassEmulator, name: str) -> str | None:
+def state(kube: StrictApiServer, name: str) -> str | None:
     return (app_status(kube, name).get("applicationState") or {}).get("state")
 
 
-def ready(kube: SparkglassEmulator, name: str) -> dict[str, Any]:
+def ready(kube: StrictApiServer, name: str) -> dict[str, Any]:
     for c in app_status(kube, name).get("conditions") or []:
         if c["type"] == "Ready":
             return c
@@ -80,7 +82,7 @@ def ready(kube: SparkglassEmulator, name: str) -> dict[str, Any]:
 
 
 async def test_creates_exactly_the_children_and_follows_the_driver_pod(
-    kube: SparkglassEmulator, kubectl: Kubectl, operator: OperatorProcess
+    kube: StrictApiServer, kubectl: Kubectl, operator: OperatorProcess
 ) -> None:
     await kubectl.apply(EXAMPLES_DIR / "flights-sparkapplication.yaml")
     app = kube.stored(APPS, NAMESPACE, "flights")
@@ -235,7 +237,7 @@ async def test_creates_exactly_the_children_and_follows_the_driver_pod(
 
 
 async def test_failure_reruns_with_backoff_then_fails(
-    kube: SparkglassEmulator, operator: OperatorProcess
+    kube: StrictApiServer, operator: OperatorProcess
 ) -> None:
     body = example_app()
     body["metadata"]["name"] = "retrying"
@@ -279,7 +281,7 @@ async def test_failure_reruns_with_backoff_then_fails(
 
 
 async def test_spec_change_restarts_the_driver(
-    kube: SparkglassEmulator, operator: OperatorProcess
+    kube: StrictApiServer, operator: OperatorProcess
 ) -> None:
     body = example_app()
     body["metadata"]["name"] = "changing"
@@ -311,7 +313,7 @@ async def test_spec_change_restarts_the_driver(
 
 
 async def test_fields_the_driver_does_not_use_apply_in_place(
-    kube: SparkglassEmulator, operator: OperatorProcess
+    kube: StrictApiServer, operator: OperatorProcess
 ) -> None:
     """Editing timeToLiveSeconds, restartPolicy or startTimeoutSeconds of a running
     streaming application must not kill its driver (operator/README.md, "Spec changes")."""
@@ -329,7 +331,12 @@ async def test_fields_the_driver_does_not_use_apply_in_place(
             "spec": {
                 "timeToLiveSeconds": 7200,
                 "startTimeoutSeconds": 120,
-                "restartPolicy": {"type": "Always", "onFailureRetryInterval": 30},
+                # onFailureRetries applies only to OnFailure (the CRD's rule): dropped here.
+                "restartPolicy": {
+                    "type": "Always",
+                    "onFailureRetryInterval": 30,
+                    "onFailureRetries": None,
+                },
             }
         },
     )
@@ -345,24 +352,24 @@ async def test_fields_the_driver_does_not_use_apply_in_place(
     assert app_status(kube, "steady")["executionAttempts"] == 1
 
 
-async def test_a_name_that_cannot_name_the_children_is_reported_not_retried(
-    kube: SparkglassEmulator, operator: OperatorProcess
+async def test_a_name_that_cannot_name_the_children_is_refused_at_admission(
+    kube: StrictApiServer, operator: OperatorProcess
 ) -> None:
-    """The CRD's CEL rule refuses it at admission; the emulator has no admission, as an API
-    server without CEL would not: the operator reports it instead of failing forever on the
-    Service's 422 (the rule itself: tests/operator/test_cel.py)."""
+    """The CRD's CEL rule on metadata.name refuses it, naming the limit, so no application
+    exists whose children could not be named (the rule itself: tests/operator/test_cel.py;
+    the operator's own check of names it is handed: tests/operator/test_units.py)."""
     body = example_app()
     long_name = "a" * 57
     body["metadata"]["name"] = long_name
-    await create_app(kube, body)
-    await eventually(lambda: state(kube, long_name) == "FAILED", what="FAILED", operator=operator)
-    assert ready(kube, long_name)["reason"] == "InvalidName"
-    assert "56 characters" in app_status(kube, long_name)["applicationState"]["errorMessage"]
+    refused = await kube.post(APPS_PATH, json=body)
+    assert refused.status == 422
+    assert "at most 56 characters" in (await refused.json())["message"]
+    assert kube.stored(APPS, NAMESPACE, long_name) is None
     assert all(not n.startswith(long_name) for n in kube.names("v1/services", NAMESPACE))
 
 
 async def test_invalid_pipeline_is_reported_not_retried(
-    kube: SparkglassEmulator, operator: OperatorProcess
+    kube: StrictApiServer, operator: OperatorProcess
 ) -> None:
     body = example_app()
     body["metadata"]["name"] = "broken"
@@ -393,7 +400,7 @@ async def test_invalid_pipeline_is_reported_not_retried(
 
 
 async def test_completed_application_expires_after_its_ttl(
-    kube: SparkglassEmulator, operator: OperatorProcess
+    kube: StrictApiServer, operator: OperatorProcess
 ) -> None:
     body = example_app()
     body["metadata"]["name"] = "shortlived"
@@ -412,7 +419,7 @@ async def test_completed_application_expires_after_its_ttl(
 
 
 async def test_a_vanished_driver_pod_is_a_failed_run(
-    kube: SparkglassEmulator, operator: OperatorProcess
+    kube: StrictApiServer, operator: OperatorProcess
 ) -> None:
     body = example_app()
     body["metadata"]["name"] = "evicted"
@@ -431,7 +438,7 @@ async def test_a_vanished_driver_pod_is_a_failed_run(
     assert kube.stored("v1/pods", NAMESPACE, "evicted-driver") is None
 
 
-def warning_about(kube: SparkglassEmulator, name: str, *texts: str) -> bool:
+def warning_about(kube: StrictApiServer, name: str, *texts: str) -> bool:
     """Whether a Warning Event about ``name`` contains every one of ``texts``."""
     for n in kube.names("v1/events", NAMESPACE):
         event = kube.stored("v1/events", NAMESPACE, n) or {}
@@ -443,7 +450,7 @@ def warning_about(kube: SparkglassEmulator, name: str, *texts: str) -> bool:
 
 
 async def test_a_driver_that_cannot_start_fails_fast_with_the_reason(
-    kube: SparkglassEmulator, operator: OperatorProcess
+    kube: StrictApiServer, operator: OperatorProcess
 ) -> None:
     """ImagePullBackOff ends the start at once (SUBMISSION_FAILED, the kubelet's reason in
     status and a Warning Event, the Pending Pod deleted) instead of SUBMITTED forever."""
@@ -480,7 +487,7 @@ async def test_a_driver_that_cannot_start_fails_fast_with_the_reason(
 
 
 async def test_an_unschedulable_driver_waits_then_times_out_under_its_restart_policy(
-    kube: SparkglassEmulator, operator: OperatorProcess
+    kube: StrictApiServer, operator: OperatorProcess
 ) -> None:
     """Unschedulable is shown while the driver waits (an autoscaler may add a node); past
     startTimeoutSeconds the start fails and OnFailure re-tries it with a new Pod."""
@@ -537,7 +544,7 @@ async def test_an_unschedulable_driver_waits_then_times_out_under_its_restart_po
 
 
 async def test_suspend_deletes_the_driver_and_resuming_starts_a_new_one(
-    kube: SparkglassEmulator, operator: OperatorProcess
+    kube: StrictApiServer, operator: OperatorProcess
 ) -> None:
     body = example_app()
     body["metadata"]["name"] = "pausing"
@@ -578,7 +585,7 @@ async def test_suspend_deletes_the_driver_and_resuming_starts_a_new_one(
 
 
 async def test_an_application_created_suspended_gets_no_driver(
-    kube: SparkglassEmulator, operator: OperatorProcess
+    kube: StrictApiServer, operator: OperatorProcess
 ) -> None:
     body = example_app()
     body["metadata"]["name"] = "dormant"
@@ -590,28 +597,42 @@ async def test_an_application_created_suspended_gets_no_driver(
 
 
 @pytest.mark.parametrize(
-    ("change", "named"),
+    ("change", "named", "cel_refuses"),
     [
-        ({"sparkConf": {"spark.driver.host": "evil.example"}}, "spark.driver.host"),
-        ({"sparkConf": {"spark.sparkglass.control.token": "t"}}, "spark.sparkglass.control.token"),
+        ({"sparkConf": {"spark.driver.host": "evil.example"}}, "spark.driver.host", True),
+        (
+            {"sparkConf": {"spark.sparkglass.control.token": "t"}},
+            "spark.sparkglass.control.token",
+            True,
+        ),
         (
             {
                 "volumes": [{"name": "mine", "emptyDir": {}}],
                 "driver": {"volumeMounts": [{"name": "mine", "mountPath": "/etc/sparkglass"}]},
             },
             "volumeMounts[0].mountPath",
+            False,
         ),
     ],
 )
 async def test_operator_owned_settings_are_refused_without_cel(
-    kube: SparkglassEmulator, operator: OperatorProcess, change: dict[str, Any], named: str
+    kube: StrictApiServer,
+    operator: OperatorProcess,
+    change: dict[str, Any],
+    named: str,
+    cel_refuses: bool,
 ) -> None:
-    """The loopback API server applies no CEL rules, as an old API server would not: the
-    operator refuses the spec itself (InvalidSpec naming the field) and starts no driver."""
+    """The CRD's CEL rules refuse some of these at admission; an application stored before
+    such a rule existed (a CRD upgrade keeps it) is refused by the operator itself
+    (InvalidSpec naming the field), as is what no rule can see, and no driver starts."""
     body = example_app()
     body["metadata"]["name"] = "owned"
     body["spec"].update(change)
-    await create_app(kube, body)
+    answer = await kube.post(APPS_PATH, json=body)
+    assert (answer.status == 422) is cel_refuses, await answer.text()
+    if cel_refuses:
+        body["metadata"]["namespace"] = NAMESPACE
+        await kube.store_unchecked(APPS, body)
     await eventually(lambda: state(kube, "owned") == "FAILED", operator=operator)
     condition = ready(kube, "owned")
     assert condition["reason"] == "InvalidSpec" and named in condition["message"], condition
@@ -619,7 +640,7 @@ async def test_operator_owned_settings_are_refused_without_cel(
 
 
 async def test_pod_settings_reach_the_driver_pod_the_executor_template_and_the_service(
-    kube: SparkglassEmulator, kubectl: Kubectl, operator: OperatorProcess
+    kube: StrictApiServer, kubectl: Kubectl, operator: OperatorProcess
 ) -> None:
     await kubectl.apply(EXAMPLES_DIR / "pod-settings-sparkapplication.yaml")
     await eventually(lambda: state(kube, "flights-s3") == "SUBMITTED", operator=operator)
@@ -664,3 +685,60 @@ async def test_pod_settings_reach_the_driver_pod_the_executor_template_and_the_s
         what="the Service annotated",
         operator=operator,
     )
+
+
+async def test_a_spec_past_the_annotation_limit_reconciles(
+    kube: StrictApiServer, operator: OperatorProcess
+) -> None:
+    """kopf kept the whole spec in an annotation to detect changes, and the API server
+    refuses any write of an object whose annotations pass 256 KiB: a 300 KB sparkConf (within
+    the CRD's bounds) was never reconciled. A digest of the spec serves the same purpose."""
+    body = example_app()
+    body["metadata"]["name"] = "big"
+    body["spec"]["sparkConf"].update({f"spark.example.key{i}": "v" * 3000 for i in range(100)})
+    await create_app(kube, body)
+    await eventually(lambda: state(kube, "big") == "SUBMITTED", operator=operator)
+
+    def diff_base() -> str | None:
+        stored = kube.stored(APPS, NAMESPACE, "big") or {}
+        annotations = stored.get("metadata", {}).get("annotations") or {}
+        return annotations.get("sparkglass.io/last-handled-configuration")
+
+    # kopf records the handled spec once its handler succeeded: a write it could not make
+    # when that record was the whole spec.
+    recorded = await eventually(diff_base, what="kopf's record of the spec", operator=operator)
+    assert len(recorded) < 200, recorded
+    # A change of the spec is still seen (the digest changed): the driver is replaced.
+    await patch(
+        kube, f"{APPS_PATH}/big", {"spec": {"sparkConf": {"spark.example.key0": "changed"}}}
+    )
+    await eventually(
+        lambda: app_status(kube, "big").get("observedGeneration") == 2,
+        what="the change observed",
+        operator=operator,
+    )
+    # No write of the operator's (kopf's own bookkeeping included) was refused for its size.
+    assert not [r for r in kube.refused if "metadata.annotations" in r[3]], kube.refused
+
+
+async def test_the_largest_spec_the_api_server_stores_is_reported_not_retried(
+    kube: StrictApiServer, operator: OperatorProcess
+) -> None:
+    """The CRD admits up to 512 sparkConf entries of 4096 characters; etcd stores an object of
+    up to 1.5 MiB. Near that size the application's ConfigMap would pass the API server's
+    1 MiB: the operator says so (InvalidSpec naming the fields to shorten) instead of failing
+    on the ConfigMap's 422 forever."""
+    body = example_app()
+    body["metadata"]["name"] = "largest"
+    body["spec"]["sparkConf"].update(
+        {f"spark.example.{i:03d}".ljust(200, "k"): "v" * 4096 for i in range(300)}
+    )
+    await create_app(kube, body)
+    stored = kube.stored(APPS, NAMESPACE, "largest")
+    assert stored is not None and kube.size_of(stored) > 1024 * 1024
+    await eventually(lambda: state(kube, "largest") == "FAILED", operator=operator)
+    condition = ready(kube, "largest")
+    assert condition["reason"] == "InvalidSpec", condition
+    assert "spec.sparkConf" in condition["message"] and "1048576" in condition["message"]
+    assert kube.stored("v1/configmaps", NAMESPACE, "largest-sparkglass") is None
+    assert kube.stored("v1/pods", NAMESPACE, "largest-driver") is None

@@ -7,6 +7,11 @@ from pathlib import Path
 
 import typer
 
+from sparkglass.runtime.contract.datasample_status import (
+    DEFAULT_STATUS_BYTES,
+    MAX_STATUS_BYTES,
+)
+
 operator_app = typer.Typer(
     name="operator",
     help=(
@@ -147,10 +152,10 @@ def run(
         1.0, "--poll-seconds", min=0.1, max=60, help="DataSample step interval."
     ),
     max_status_bytes: int = typer.Option(
-        65536,
+        DEFAULT_STATUS_BYTES,
         "--max-status-bytes",
         min=1024,
-        max=1048576,
+        max=MAX_STATUS_BYTES,
         help="Most bytes of records a DataSample status holds (the rest is in the service).",
     ),
     records_in_status: bool = typer.Option(
