@@ -7,7 +7,6 @@ rejects the mistake it is there for.
 
 from __future__ import annotations
 
-import copy
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +22,7 @@ from sparkglass.operator.specs import (
     SparkApplicationSpec,
     operator_owned,
 )
+from tests.support import structural
 
 celpy = pytest.importorskip("celpy")
 
@@ -39,18 +39,9 @@ def schema(kind: str) -> dict[str, Any]:
 
 
 def defaulted(node: dict[str, Any], value: Any) -> Any:
-    """``value`` with the schema's defaults filled in (structural defaulting)."""
-    if isinstance(value, dict) and "properties" in node:
-        out = dict(value)
-        for name, child in node["properties"].items():
-            if name not in out and "default" in child:
-                out[name] = copy.deepcopy(child["default"])
-            if name in out:
-                out[name] = defaulted(child, out[name])
-        return out
-    if isinstance(value, list) and isinstance(node.get("items"), dict):
-        return [defaulted(node["items"], v) for v in value]
-    return value
+    """``value`` with the schema's defaults filled in, as the API server does before it runs
+    the rules (the test API server's own defaulting)."""
+    return structural.default(node, value)
 
 
 def rules(node: dict[str, Any], value: Any, path: str = "") -> Iterator[tuple[str, str, Any]]:
