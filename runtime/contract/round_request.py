@@ -31,6 +31,10 @@ from sparkglass.runtime.contract.errors import InvalidParameterError
 from sparkglass.runtime.contract.expectations import NAME_PATTERN
 
 MAX_FILTER_LENGTH = 4096
+#: Deepest nesting of a filter: parentheses, plus a chain of NOT or sign operators. Spark's
+#: parser and analyzer recurse once per level (a 2,040-deep filter held a cold driver for
+#: 21 s before it failed); readable predicates nest a few levels.
+MAX_FILTER_DEPTH = 32
 MAX_COLUMNS = 200
 MAX_COLUMN_NAME_LENGTH = 256
 #: Column names the runtime uses inside a tap; no request may name them.
@@ -88,6 +92,31 @@ PLAIN = RoundRequest()
 _COLUMN = re.compile(r"^[^,`\x00-\x1f]+$")
 
 
+_QUOTED = re.compile(r"'(?:[^'\\]|\\.|'')*'|\"(?:[^\"\\]|\\.)*\"|`(?:[^`]|``)*`", re.DOTALL)
+_UNARY_CHAIN = re.compile(r"(?:(?<![\w.])NOT\b\s*|[-+~!]\s*)+", re.IGNORECASE)
+
+
+def filter_depth(text: str) -> int:
+    """How deep ``text`` nests, counted without parsing it (see :data:`MAX_FILTER_DEPTH`): the
+    deepest parenthesis plus the longest run of NOT and sign operators, outside quoted text."""
+    plain = _QUOTED.sub("''", text)
+    deepest = depth = 0
+    for char in plain:
+        if char == "(":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char == ")":
+            depth = max(depth - 1, 0)
+    chain = max(
+        (
+            len(re.findall(r"NOT|[-+~!]", m.group(), re.IGNORECASE))
+            for m in _UNARY_CHAIN.finditer(plain)
+        ),
+        default=0,
+    )
+    return deepest + chain
+
+
 def round_request(
     kind: str | None = None,
     filter: str | None = None,
@@ -116,6 +145,13 @@ def round_request(
         if len(filter) > MAX_FILTER_LENGTH:
             raise InvalidParameterError(
                 f"filter is {len(filter)} characters: allowed 1–{MAX_FILTER_LENGTH}",
+                field="filter",
+            )
+        depth = filter_depth(filter)
+        if depth > MAX_FILTER_DEPTH:
+            raise InvalidParameterError(
+                f"filter nests {depth} levels (parentheses, NOT and signs): allowed at most "
+                f"{MAX_FILTER_DEPTH}",
                 field="filter",
             )
         if INTERNAL_PREFIX in filter.lower():

@@ -82,8 +82,8 @@ from sparkglass.runtime.contract.errors import InvalidParameterError
 from sparkglass.runtime.contract.round_request import RoundRequest, round_request
 from sparkglass.runtime.contract.sample_result import DataSampleResult, ErrorCode, SampleStatus
 from sparkglass.runtime.contract.sampling_settings import SamplingSettingsError, parse_duration_ms
+from sparkglass.runtime.sampling.compile_gate import CompileBusyError
 from sparkglass.runtime.sampling.rounds import (
-    RoundCheckBusyError,
     RoundCoordinator,
     UnknownRoundError,
     UnknownVertexError,
@@ -662,7 +662,7 @@ class _Handler(BaseHTTPRequestHandler):
             status, body = HTTPStatus.NOT_FOUND, {"error": str(exc), "vertices": exc.known}
         except UnknownRoundError as exc:
             status, body = HTTPStatus.NOT_FOUND, {"error": str(exc)}
-        except RoundCheckBusyError as exc:
+        except CompileBusyError as exc:
             status, body = HTTPStatus.SERVICE_UNAVAILABLE, {"error": str(exc)}
         except Exception as exc:  # answer 500 and keep serving
             log.exception("control endpoint: %s %s failed", method, self.path)

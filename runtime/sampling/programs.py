@@ -14,9 +14,11 @@ The request is checked here, on the driver, before any executor sees it: an unkn
 or a predicate that does not parse or resolve raises :class:`RoundProgramError` (``field``
 ``filter`` or ``columns``) with Spark's message; so does a filter naming a redacted column (it
 would reveal the value one row at a time), a nondeterministic filter, and one using anything
-but the cheap built-ins of :data:`FILTER_RULE` (an allowlist: the filter runs on the
-application's task threads, so ``rlike``, ``repeat``, user-defined functions, reflection and
-subqueries are refused, and so are LIKE patterns that backtrack).
+but the cheap built-ins of the allowlist (``io.sparkglass.sampling.FilterAllowlist``: the
+filter runs on the application's task threads, so ``rlike``, ``repeat``, user-defined
+functions, reflection and subqueries are refused, a ``round`` scale is bounded, a LIKE
+pattern is a string literal and may not backtrack). The allowlist is checked on the parsed
+filter before Spark's analyzer evaluates any part of it.
 """
 
 from __future__ import annotations
@@ -43,44 +45,10 @@ from sparkglass.runtime.contract.round_request import INTERNAL_PREFIX, RoundKind
 
 #: The Java class that compiles and runs programs.
 PROGRAM_CLASS = "io.sparkglass.sampling.RowProgram"
-#: The Catalyst expressions a request's filter may be made of (simple class names, as the
-#: filter runs after ``ReplaceExpressions``, so what is checked is what the executor runs).
-#: An allowlist, because the filter runs on the application's task threads for every row a
-#: gate admits: each of these costs time linear in its inputs and allocates at most their
-#: size, so no filter can hang or exhaust a query (``rlike`` with a backtracking pattern,
-#: ``repeat`` of a column, user functions, reflection and subqueries are all refused).
-#: ``With``/``CommonExpression*`` are how ``BETWEEN`` and ``nullif`` evaluate a shared
-#: operand once.
-_FILTER_EXPRESSIONS = frozenset(
-    {
-        # columns, constants, nested fields
-        "AttributeReference", "Literal", "GetStructField", "GetArrayItem", "GetMapValue",
-        # boolean logic and comparisons
-        "And", "Or", "Not", "EqualTo", "EqualNullSafe", "LessThan", "LessThanOrEqual",
-        "GreaterThan", "GreaterThanOrEqual", "In", "InSet", "IsNull", "IsNotNull",
-        "With", "CommonExpressionDef", "CommonExpressionRef",
-        # conditionals and conversions
-        "CaseWhen", "If", "Cast", "Coalesce",
-        # arithmetic
-        "Add", "Subtract", "Multiply", "Divide", "IntegralDivide", "Remainder", "Pmod",
-        "UnaryMinus", "UnaryPositive", "Abs", "Round", "BRound",
-        # strings (LIKE/ILIKE: see _like_problem)
-        "Like", "Lower", "Upper", "StringTrim", "StringTrimLeft", "StringTrimRight", "Length",
-        "Substring", "StartsWith", "EndsWith", "Contains",
-        # date and time fields
-        "Year", "Quarter", "Month", "DayOfMonth", "DayOfWeek", "WeekDay", "DayOfYear",
-        "WeekOfYear", "Hour", "Minute", "Second",
-    }
-)  # fmt: skip
-#: What a filter may use, as the error says it.
-FILTER_RULE = (
-    "a filter runs in the application's tasks, so it may use only cheap deterministic "
-    "built-ins: "
-    "comparisons, AND/OR/NOT, arithmetic, abs/round, [I]LIKE, IN, IS [NOT] NULL, BETWEEN, "
-    "CASE/IF, CAST, COALESCE, lower/upper/trim/ltrim/rtrim/length/substring/startswith/"
-    "endswith/contains and date/time fields (year ... second)"
-)
-_ALLOWED_PACKAGE = "org.apache.spark.sql.catalyst.expressions."
+#: The Java class that holds the allowlist of what a filter may use (checked on the parsed
+#: expression before Spark's analyzer sees it, and on the analysed one): its refusals say what
+#: is allowed.
+ALLOWLIST_CLASS = "io.sparkglass.sampling.FilterAllowlist$Refused"
 #: Label given to corrupt records in ``errors`` rounds.
 CORRUPT_RECORD_ERROR = "corrupt record: the source could not parse this input"
 
@@ -241,7 +209,13 @@ def compile_program(
         if user_filter is not None:
             _check_no_alias(spark, user_filter)
         raw = getattr(jvm, PROGRAM_CLASS).compile(
-            spark._jsparkSession, view.schema_json, filter_sql, array, label_sql, renders
+            spark._jsparkSession,
+            view.schema_json,
+            filter_sql,
+            array,
+            label_sql,
+            renders,
+            user_filter is not None,
         )
     except RoundProgramError:
         raise
@@ -257,13 +231,6 @@ def compile_program(
                 raise RoundProgramError(
                     f"filter: column {column!r} is redacted ({action.value}) for this "
                     "application; a filter may not name a redacted column",
-                    field="filter",
-                )
-        for name, function in zip(answer["expressions"], answer["functions"], strict=True):
-            simple = name.rsplit(".", 1)[-1].split("$")[0]
-            if not name.startswith(_ALLOWED_PACKAGE) or simple not in _FILTER_EXPRESSIONS:
-                raise RoundProgramError(
-                    f"filter: {function} ({simple}) is not allowed in a filter: {FILTER_RULE}",
                     field="filter",
                 )
         if not answer["deterministic"]:  # none of the allowed is not: kept as a backstop
@@ -295,7 +262,7 @@ def _check_no_alias(spark: SparkSession, user_filter: str) -> None:
         )
 
 
-def _like_problem(pattern: str | None, escape: str) -> str | None:
+def _like_problem(pattern: str, escape: str) -> str | None:
     """Why a LIKE pattern may not run on the executors, or ``None`` when it may.
 
     Spark runs LIKE as a Java regular expression (``%`` → ``.*``) that backtracks: with
@@ -304,8 +271,6 @@ def _like_problem(pattern: str | None, escape: str) -> str | None:
     into string tests: a constant pattern whose only ``%`` are one leading and one trailing
     (``abc%``, ``%abc``, ``%abc%``), or a single ``%`` inside (``abc%def``); ``_`` anywhere.
     """
-    if pattern is None:
-        return "the pattern of LIKE/ILIKE must be a constant string"
     wildcards: list[int] = []
     i = 0
     while i < len(pattern):

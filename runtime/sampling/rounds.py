@@ -52,6 +52,8 @@ from sparkglass.runtime.contract.sampling_settings import (
     format_duration_ms,
 )
 
+from .compile_gate import CompileGate
+
 log = logging.getLogger(__name__)
 
 #: Finished round results kept for ``GET /api/v1/rounds/{roundId}``.
@@ -62,21 +64,6 @@ KEPT_RESULTS = 200
 KEPT_IDEMPOTENCY_KEYS = 1000
 #: Longest idempotency key, characters (a Kubernetes uid is 36).
 MAX_IDEMPOTENCY_KEY_LENGTH = 128
-
-
-#: Round checks (``check_round``) compiled at once: one. A check runs Spark's analyzer on the
-#: driver of a running job (up to ~2 s for a 4096-character filter): a caller past this gets
-#: :class:`RoundCheckBusyError` at once instead of a queue.
-CONCURRENT_ROUND_CHECKS = 1
-#: Refused requests remembered per coordinator, so that the same bad request is not compiled
-#: again (a refusal never becomes valid while the vertex's schema stays). Each entry holds a
-#: request (a filter of at most 4096 characters, at most 200 columns) and its message: well
-#: under 64 KiB, so the cache holds at most a few MiB.
-KEPT_ROUND_CHECK_REFUSALS = 64
-
-
-class RoundCheckBusyError(SparkglassError):
-    """Another round check is being compiled on this driver; ask again later."""
 
 
 class RoundTransport(Protocol):
@@ -285,11 +272,9 @@ class RoundCoordinator:
         #: idempotency key -> (vertex, round id) of the round it opened or joined.
         self._by_key: OrderedDict[str, tuple[str, str]] = OrderedDict()
         self._cache: dict[str, _Cached] = {}
-        self._checks = threading.BoundedSemaphore(CONCURRENT_ROUND_CHECKS)
-        #: (vertex, request) -> the refusal a check or an open answered it (newest last).
-        self._refused: OrderedDict[tuple[str, RoundRequest], InvalidParameterError] = (
-            OrderedDict()
-        )
+        #: Compiles of round programs, for checks and opens alike (bounded, with a deadline;
+        #: refusals remembered per (vertex, request)).
+        self._compiles = CompileGate()
         self._monitor: threading.Thread | None = None
         self._closed = False
         #: Returns the PipelineDescription served at ``/api/v1/pipeline`` (set by the tap).
@@ -391,10 +376,9 @@ class RoundCoordinator:
         a few ms). False when the round would answer ``DISABLED`` (sampling off, or no tap
         at the vertex). Raises :class:`UnknownVertexError`, :class:`SamplingSettingsError`
         (``samplingWindow``) and :class:`InvalidParameterError` (``field``
-        ``kind``/``filter``/``columns``/``expectation``); :class:`RoundCheckBusyError` while
-        another check compiles (at most :data:`CONCURRENT_ROUND_CHECKS`). A refusal is
-        remembered (the last :data:`KEPT_ROUND_CHECK_REFUSALS`) and answered again without
-        compiling."""
+        ``kind``/``filter``/``columns``/``expectation``); :class:`CompileBusyError` while
+        another request compiles (:mod:`.compile_gate`: a bounded number at once, each with a
+        deadline). A refusal is remembered and answered again without compiling."""
         request = request or PLAIN
         settings = self._settings()
         _window_ms(settings, sampling_window_ms)
@@ -402,24 +386,11 @@ class RoundCoordinator:
             self._require_vertex(vertex)
             if self._disabled(vertex, settings) is not None:
                 return False
-            known = self._refused.get((vertex, request))
-            if known is not None:
-                raise known
             tap = self._tap_for(vertex, request)
         if tap.compile is None or tap.materialized is not None:
             return True
-        if not self._checks.acquire(blocking=False):
-            raise RoundCheckBusyError("another round check is being compiled on this driver")
-        try:
-            tap.compile(request)
-        except InvalidParameterError as exc:
-            with self._lock:
-                self._refused[(vertex, request)] = exc
-                while len(self._refused) > KEPT_ROUND_CHECK_REFUSALS:
-                    self._refused.popitem(last=False)
-            raise
-        finally:
-            self._checks.release()
+        compile = tap.compile
+        self._compiles.run((vertex, request), lambda: compile(request), wait=False)
         return True
 
     def _remember_key(self, key: str | None, vertex: str, round_id: str) -> None:
@@ -494,8 +465,10 @@ class RoundCoordinator:
             tap = self._tap_for(vertex, request)
         compiled = None
         if tap.compile is not None and tap.materialized is None:
-            # Outside the lock: compiling asks Spark's analyzer (a few ms; cached per request).
-            compiled = tap.compile(request)
+            # Outside the lock: compiling asks Spark's analyzer (a few ms; cached per request),
+            # through the gate the checks use (bounded, with a deadline).
+            compile = tap.compile
+            compiled = self._compiles.run((vertex, request), lambda: compile(request), wait=True)
         with self._lock:
             if idempotency_key is not None and (
                 known := self._round_of_key(idempotency_key, vertex)

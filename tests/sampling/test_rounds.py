@@ -544,7 +544,7 @@ def test_a_round_check_remembers_refusals_and_compiles_one_at_a_time(transport):
     import threading
 
     from sparkglass.runtime.contract.round_request import RoundRequest
-    from sparkglass.runtime.sampling.rounds import RoundCheckBusyError
+    from sparkglass.runtime.sampling.compile_gate import CompileBusyError
 
     compiled: list[RoundRequest] = []
     entered, release = threading.Event(), threading.Event()
@@ -571,7 +571,7 @@ def test_a_round_check_remembers_refusals_and_compiles_one_at_a_time(transport):
     )
     slow.start()
     assert entered.wait(10)
-    with pytest.raises(RoundCheckBusyError):
+    with pytest.raises(CompileBusyError):
         c.check_round("parse", request=RoundRequest(filter="other = 1"))
     release.set()
     slow.join(10)

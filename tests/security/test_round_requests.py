@@ -140,7 +140,7 @@ def test_a_round_check_opens_nothing_and_names_the_window_and_the_vertex(
     answer = driver.get("/api/v1/vertices/parse/round-check", params=params)
     assert answer.status_code == 200, answer.text
     assert answer.json() == {"accepted": True}
-    assert set(coordinator.running_rounds()) == before
+    assert set(coordinator.running_rounds()) <= before  # nothing opened
     too_long = driver.get(
         "/api/v1/vertices/parse/round-check", params=params | {"samplingWindow": "1h"}
     )
@@ -151,7 +151,8 @@ def test_a_round_check_opens_nothing_and_names_the_window_and_the_vertex(
     assert "parse" in unknown.json()["vertices"]
     # POST is the open's verb; the check is a read and takes no POST (nothing opens by mistake).
     assert driver.post("/api/v1/vertices/parse/round-check", params=params).status_code == 405
-    assert set(coordinator.running_rounds()) == before
+    # Nothing opened (a round an earlier test opened may have ended meanwhile).
+    assert set(coordinator.running_rounds()) <= before
 
 
 #: What every refusal of an expensive filter says: the rule, besides the function.
@@ -175,10 +176,26 @@ _RULE = "cheap deterministic built-ins"
         ("sha2(carrier, 512) = ''", ("sha2", _RULE)),
         ("exists(array(carrier), x -> x = 'UA')", ("exists", _RULE)),
         # LIKE runs as a backtracking regular expression: several '%' apart are refused, and
-        # so is a pattern that is not a constant.
+        # so is a pattern that is not a string literal (it is never evaluated to find out).
         ("carrier LIKE '%a%a%a%a%a%a%b'", ("LIKE", "'%a%a%a%a%a%a%b'")),
         ("carrier ILIKE '%U%A%'", ("LIKE",)),
-        ("carrier LIKE dest", ("constant",)),
+        ("carrier LIKE dest", ("string literal",)),
+        # Nothing of a refused filter is evaluated, on the driver as on the executors: a
+        # round scale is bounded (on a double each row ran BigDecimal.setScale, whose time grows
+        # with the scale: minutes per row at 3e7), a LIKE pattern is a literal read as it is
+        # (a constant pattern used to be evaluated while the filter compiled: 150 MB built on
+        # the driver, or a scale of 4e6 run there, before anything was refused).
+        ("round(dep_delay, 3000000) > 0", ("round", "integer literal within -38 to 38")),
+        ("bround(dep_delay, -39) > 0", ("bround", "-38 to 38")),
+        # The analyzer evaluated a scale while it resolved the call (DIVIDE_BY_ZERO then).
+        ("round(dep_delay, 1/0) > 0", ("integer literal",)),
+        ("round(dep_delay, length(repeat('y', 150000000))) > 0", ("integer literal",)),
+        ("carrier LIKE cast(length(repeat('y', 150000000)) as string)", ("string literal",)),
+        ("carrier LIKE cast(round(1.5D, 4000000) as string)", ("string literal",)),
+        ("carrier LIKE cast(1/0 AS STRING)", ("string literal",)),
+        # Spark's parser recurses per level: a deep filter is refused before it is parsed.
+        ("(" * 2040 + "carrier = 'UA'" + ")" * 2040, ("nests 2040 levels", "at most 32")),
+        ("NOT " * 40 + "carrier = 'UA'", ("nests 40 levels",)),
     ],
 )
 def test_an_expensive_filter_is_refused_on_the_driver_naming_the_function_and_the_rule(
@@ -202,6 +219,8 @@ def test_an_expensive_filter_is_refused_on_the_driver_naming_the_function_and_th
         "AND contains(dest, 'R') AND abs(dep_delay) > 1 AND round(dep_delay, 1) > 1",
         "year(to_date(dest)) = 2024 AND month(to_date(dest)) > 0 AND hour(TIMESTAMP"
         "'2024-01-01 03:00:00') = 3 AND dayofweek(DATE'2024-01-02') > 0",
+        "round(dep_delay, 38) > 0 AND bround(dep_delay, -38) < 1 AND round(dep_delay) >= 0",
+        "(((((carrier = 'UA')))))",
     ],
 )
 def test_cheap_filters_are_accepted(spark: Any, filter_sql: str) -> None:

@@ -110,8 +110,8 @@ public final class RowProgram implements Serializable {
    * @param columns the columns to render, in order, or null for all
    * @param labelSql a string expression labelling each row, or null
    * @return JSON {@code {"program": base64, "dataType": "struct<...>", "references": [...],
-   *     "deterministic": bool, "expressions": [class names...], "functions": [their SQL
-   *     names...], "likePatterns": [[pattern or null, escape]...]}}
+   *     "deterministic": bool, "likePatterns": [[pattern, escape]...]}} (the patterns of a
+   *     checked filter's LIKEs, for the caller's own refusal of patterns that backtrack)
    * @throws Exception Spark's ParseException or AnalysisException for a bad filter or column
    */
   public static String compile(SparkSession spark, String schemaJson, String filterSql,
@@ -120,14 +120,34 @@ public final class RowProgram implements Serializable {
   }
 
   /**
-   * As {@link #compile(SparkSession, String, String, String[], String, String)}, with
-   * {@code renders}: for each of {@code columns}, the Spark SQL expression that renders it
-   * (named as the column), or null for the column as it is. A tap whose row is the vertex's
-   * raw row (the session extension's) renders masked and hashed columns this way, so the
-   * redaction still runs on the executor before the row leaves it.
+   * As {@link #compile(SparkSession, String, String, String[], String, String, boolean)}, the
+   * filter not checked against the allowlist (the runtime's own filters and labels).
    */
   public static String compile(SparkSession spark, String schemaJson, String filterSql,
       String[] columns, String labelSql, String[] renders) throws Exception {
+    return compile(spark, schemaJson, filterSql, columns, labelSql, renders, false);
+  }
+
+  /**
+   * Compiles a round's program, with {@code renders}: for each of {@code columns}, the Spark
+   * SQL expression that renders it (named as the column), or null for the column as it is. A
+   * tap whose row is the vertex's raw row (the session extension's) renders masked and hashed
+   * columns this way, so the redaction still runs on the executor before the row leaves it.
+   *
+   * <p>With {@code checkFilter} (a request's own filter) the filter is held to
+   * {@link FilterAllowlist} on its parsed form before Spark's analyzer sees it, and on its
+   * analysed form before anything is bound: nothing of a refused filter is ever evaluated.
+   *
+   * @throws FilterAllowlist.Refused a filter the allowlist refuses (the message says why)
+   */
+  public static String compile(SparkSession spark, String schemaJson, String filterSql,
+      String[] columns, String labelSql, String[] renders, boolean checkFilter)
+      throws Exception {
+    List<List<String>> likePatterns = new ArrayList<>();
+    if (checkFilter && filterSql != null) {
+      FilterAllowlist.checkParsed(
+          spark.sessionState().sqlParser().parseExpression(filterSql), likePatterns);
+    }
     StructType schema = (StructType) DataType.fromJson(schemaJson);
     org.apache.spark.sql.Dataset<Row> empty =
         spark.createDataFrame(new ArrayList<Row>(), schema);
@@ -174,9 +194,6 @@ public final class RowProgram implements Serializable {
     Expression label = null;
     int next = 2;
     List<String> references = new ArrayList<>();
-    List<String> classes = new ArrayList<>();
-    List<String> names = new ArrayList<>();
-    List<List<String>> likePatterns = new ArrayList<>();
     boolean deterministic = true;
     if (filterSql != null) {
       Expression raw = ((Alias) list.apply(next++)).child();
@@ -184,8 +201,9 @@ public final class RowProgram implements Serializable {
       while (refs.hasNext()) {
         references.add(refs.next().name());
       }
-      collectClasses(raw, classes);
-      collectNames(raw, names, likePatterns);
+      if (checkFilter) {
+        FilterAllowlist.checkAnalysed(raw);
+      }
       deterministic = raw.deterministic();
       filter = bind(raw, input);
     }
@@ -202,8 +220,6 @@ public final class RowProgram implements Serializable {
     answer.put("dataType", chosenStruct.dataType().simpleString());
     answer.put("references", references);
     answer.put("deterministic", deterministic);
-    answer.put("expressions", classes);
-    answer.put("functions", names);
     answer.put("likePatterns", likePatterns);
     return JSON.writeValueAsString(answer);
   }
@@ -225,35 +241,6 @@ public final class RowProgram implements Serializable {
     java.lang.reflect.Method m =
         BindReferences.class.getMethod("bindReference", Expression.class, cls, boolean.class);
     return (Expression) m.invoke(null, inner, input, false);
-  }
-
-  private static void collectClasses(Expression e, List<String> out) {
-    out.add(e.getClass().getName());
-    scala.collection.Iterator<Expression> it = e.children().iterator();
-    while (it.hasNext()) {
-      collectClasses(it.next(), out);
-    }
-  }
-
-  /**
-   * The SQL names of a filter's expressions (in {@link #collectClasses} order), and for each
-   * LIKE the pattern and escape character ({@code [null, escape]} when the pattern is not a
-   * constant): the driver refuses patterns whose regular expression could backtrack for long.
-   */
-  private static void collectNames(Expression e, List<String> names, List<List<String>> likes) {
-    names.add(e.prettyName());
-    if (e instanceof org.apache.spark.sql.catalyst.expressions.Like) {
-      Expression pattern = e.children().apply(1);
-      Object value = pattern.foldable() ? pattern.eval(null) : null;
-      List<String> like = new ArrayList<>();
-      like.add(value == null ? null : value.toString());
-      like.add(String.valueOf(((org.apache.spark.sql.catalyst.expressions.Like) e).escapeChar()));
-      likes.add(like);
-    }
-    scala.collection.Iterator<Expression> it = e.children().iterator();
-    while (it.hasNext()) {
-      collectNames(it.next(), names, likes);
-    }
   }
 
   private static String quote(String name) {
