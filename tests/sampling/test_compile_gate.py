@@ -22,7 +22,7 @@ def test_a_compile_past_its_deadline_is_refused_and_remembered() -> None:
         release.wait(30)
         return "late"
 
-    with pytest.raises(InvalidParameterError, match="longer than 0.2 s") as late:
+    with pytest.raises(InvalidParameterError, match=r"longer than 0\.2 s") as late:
         gate.run("k", stuck, wait=True)
     assert late.value.field == "filter"
     # Asked again (an operator's retry, the webhook, another open): refused from memory,
