@@ -87,6 +87,14 @@ test-under-load: install-test java-check browser
 	  echo "make test under load: exit $$rc after $$(( $$(date +%s) - start )) s"; \
 	  exit $$rc
 
+# The filter compiler fuzzed for longer than `make test` does (SPARKGLASS_FUZZ_EXAMPLES cases,
+# new random ones each run): prints the case count and the worst compile and per-row times.
+FUZZ_EXAMPLES ?= 2000
+.PHONY: fuzz-filters
+fuzz-filters: install-test java-check
+	SPARKGLASS_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) SPARKGLASS_FUZZ_RANDOM=1 $(BIN)/pytest -s -p no:randomly \
+	  tests/security/test_filter_fuzz.py --timeout 7200
+
 e2e: install-test java-check browser
 	$(BIN)/pytest e2e $(PYTEST_ARGS)
 

@@ -333,6 +333,17 @@ class DataSampleStatus(ResourceModel):
         | None
     ) = None
     """Subtasks (partition indexes) that did not answer."""
+    filter_stopped_subtasks: (
+        Annotated[
+            list[Annotated[Int32, Schema(description="A subtask (partition) index.")]],
+            Field(max_length=10000),
+        ]
+        | None
+    ) = None
+    """Subtasks where spec.filter used up its CPU budget (the application's
+    spark.sparkglass.sampling.tostring-budget-ms for each second of the round) and was stopped
+    there for the rest of the round, so that it could not hold the job's tasks: fewer rows were
+    looked at there than the window let through. Absent when none."""
     records_in_status: Annotated[Int32, Field(ge=0)] | None = None
     """Records kept in status.samples (bounded by the operator's byte cap)."""
     samples_truncated: bool | None = None

@@ -60,6 +60,7 @@ _COUNTERS: Final = (
     "droppedByRateLimit",
     "errorCode",
     "failedSubtasks",
+    "filterStoppedSubtasks",
     "noDataReason",
     "lastMicroBatchTimestamp",
     "materializedAt",
@@ -126,6 +127,8 @@ def encode(result: DataSampleResult, max_bytes: int) -> dict[str, Any]:
         "droppedByRateLimit": result.dropped_by_rate_limit,
         "errorCode": result.error_code.value if result.error_code else None,
         "failedSubtasks": list(result.failed_subtasks),
+        # None deletes a list an earlier step left (merge patch): empty says nothing.
+        "filterStoppedSubtasks": list(result.filter_stopped_subtasks) or None,
         "noDataReason": result.no_data_reason.value if result.no_data_reason else None,
         "lastMicroBatchTimestamp": result.last_micro_batch_timestamp,
         "materializedAt": result.materialized_at,

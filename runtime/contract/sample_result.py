@@ -134,6 +134,14 @@ class DataSampleResult(_Model):
     dropped_by_rate_limit: int = 0
     error_code: ErrorCode | None = None
     failed_subtasks: list[int] = Field(default_factory=list)
+    filter_stopped_subtasks: list[int] = Field(
+        default_factory=list,
+        exclude_if=lambda v: not v,
+        description="Subtasks where the round's filter used up its CPU budget (the tap's "
+        "tostring-budget-ms for each second of the round) and was stopped for the rest of "
+        "the round: fewer rows were looked at there than the window let through. Absent "
+        "when none.",
+    )
     samples: list[SubtaskSamples] = Field(default_factory=list)
     no_data_reason: NoDataReason | None = Field(
         default=None, description="Why a NO_DATA round saw no row."
@@ -215,9 +223,11 @@ def post_filter(
         return result.model_copy(deep=True)
     samples = result.samples
     failed = result.failed_subtasks
+    stopped = result.filter_stopped_subtasks
     if subtask_index is not None:
         samples = [s for s in samples if s.subtask_index == subtask_index]
         failed = [f for f in failed if f == subtask_index]
+        stopped = [f for f in stopped if f == subtask_index]
     truncated = result.total_truncated
     if max_records is not None:
         samples, cut = fair_truncate(samples, max_records)
@@ -226,6 +236,7 @@ def post_filter(
         update={
             "samples": [s.model_copy(deep=True) for s in samples],
             "failed_subtasks": list(failed),
+            "filter_stopped_subtasks": list(stopped),
             "total_record_count": sum(len(s.records) for s in samples),
             "total_truncated": truncated,
         }

@@ -843,6 +843,7 @@ def assemble_result(
     """
     by_partition: dict[int, list[SampledRecord]] = {}
     captured: dict[int, int] = {}
+    stopped: set[int] = set()
     dropped_rate = dropped_contention = 0
     for partitions in reports.values():
         for part in partitions or []:
@@ -869,6 +870,8 @@ def assemble_result(
                 )
             dropped_rate += int(part.get("droppedByRateLimit", 0))
             dropped_contention += int(part.get("droppedByContention", 0))
+            if part.get("filterStopped"):
+                stopped.add(index)
     samples = [
         SubtaskSamples(subtask_index=i, records=sorted(recs, key=lambda r: r.sample_timestamp))
         for i, recs in sorted(by_partition.items())
@@ -886,6 +889,7 @@ def assemble_result(
         total_truncated=truncated,
         dropped_by_contention=dropped_contention,
         dropped_by_rate_limit=dropped_rate,
+        filter_stopped_subtasks=sorted(stopped),
         samples=samples,
     )
 

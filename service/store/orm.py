@@ -119,6 +119,8 @@ class Round(Base):
     dropped_by_contention: Mapped[int] = mapped_column(BigInteger, default=0)
     dropped_by_rate_limit: Mapped[int] = mapped_column(BigInteger, default=0)
     failed_subtasks: Mapped[list[int]] = mapped_column(JSON, default=list)
+    #: Subtasks where the round's filter used up its CPU budget and was stopped.
+    filter_stopped_subtasks: Mapped[list[int] | None] = mapped_column(JSON, nullable=True)
     #: Why a NO_DATA round saw no row (``NoDataReason``), and when the vertex's last
     #: micro-batch ended (ms since the epoch), for streaming vertices.
     no_data_reason: Mapped[str | None] = mapped_column(String(32), nullable=True)

@@ -373,6 +373,7 @@ def save_round(
     row.dropped_by_contention = result.dropped_by_contention
     row.dropped_by_rate_limit = result.dropped_by_rate_limit
     row.failed_subtasks = list(result.failed_subtasks)
+    row.filter_stopped_subtasks = list(result.filter_stopped_subtasks) or None
     row.no_data_reason = result.no_data_reason.value if result.no_data_reason else None
     row.last_micro_batch_timestamp = result.last_micro_batch_timestamp
     row.materialized_at = result.materialized_at
@@ -480,6 +481,7 @@ def round_head(row: Round) -> DataSampleResult:
         dropped_by_rate_limit=row.dropped_by_rate_limit,
         error_code=row.error_code,  # type: ignore[arg-type]  # validated to ErrorCode
         failed_subtasks=list(row.failed_subtasks or []),
+        filter_stopped_subtasks=list(row.filter_stopped_subtasks or []),
         no_data_reason=row.no_data_reason,  # type: ignore[arg-type]  # validated to the enum
         last_micro_batch_timestamp=row.last_micro_batch_timestamp,
         materialized_at=row.materialized_at,

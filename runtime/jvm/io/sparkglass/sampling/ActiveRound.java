@@ -19,6 +19,13 @@ final class ActiveRound {
   final int maxRate;
   final int maxRecordLength;
   final long budgetNanos;
+  /**
+   * Nanoseconds of filter evaluation one partition may spend in this round: what the
+   * per-second budget allows over the round's capture time. Past it the filter is stopped in
+   * that partition for the rest of the round (and the round says so), so no filter the
+   * allowlist admits can hold the application's tasks longer.
+   */
+  final long filterBudgetNanos;
   /** The round's compiled {@link RowProgram}, or null (render every column, no filter). */
   final byte[] program;
   volatile boolean closed;
@@ -39,6 +46,9 @@ final class ActiveRound {
     this.maxRate = maxRate;
     this.maxRecordLength = maxRecordLength;
     this.budgetNanos = budgetMs * 1_000_000L;
+    long remaining = deadlineNanos - System.nanoTime();
+    long seconds = Math.max(1L, (remaining + 999_999_999L) / 1_000_000_000L);
+    this.filterBudgetNanos = budgetNanos * seconds;
   }
 
   private PartitionSampler sampler(TaskContext tc) {

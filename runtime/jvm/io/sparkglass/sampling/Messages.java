@@ -35,6 +35,8 @@ final class Messages {
   static final String RECORDS = "records";
   static final String DROPPED_RATE = "droppedByRateLimit";
   static final String DROPPED_CONTENTION = "droppedByContention";
+  /** True when the round's filter used up its CPU budget in this partition and was stopped. */
+  static final String FILTER_STOPPED = "filterStopped";
   static final String TIMESTAMP = "sampleTimestamp";
   static final String DATA = "data";
   static final String TRUNCATED = "truncated";

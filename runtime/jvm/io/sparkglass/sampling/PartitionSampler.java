@@ -18,7 +18,9 @@ import java.util.Map;
  * (to_json rendering) summed per second may not exceed {@code tostring-budget-ms}. Buffer: at
  * most {@link #MAX_RECORDS} rows (fill-and-stop). Rows refused by the bucket count as
  * {@code droppedByRateLimit}; rows the bucket allowed but the budget or a full buffer refused
- * count as {@code droppedByContention}.
+ * count as {@code droppedByContention}. Filter: the time a round's filter takes in this
+ * partition adds up; past the round's filter budget the filter is stopped here for the rest of
+ * the round (the gate admits nothing more) and the report says so ({@code filterStopped}).
  *
  * <p>Threads: the partition's task thread writes the bucket and counters (counters with release
  * stores so the poller's drain sees them); the buffer is guarded by {@code this}. When two
@@ -66,6 +68,10 @@ final class PartitionSampler {
   private final RowProgram program;
   /** With a filter the gate only peeks at the bucket: matching rows spend the tokens. */
   private final boolean filtered;
+  /** Time the filter took in this round (task thread only). */
+  private long filterNanos;
+  /** Set once {@link #filterNanos} passed the round's filter budget: nothing more runs. */
+  private volatile boolean filterStopped;
 
   PartitionSampler(int partition, ActiveRound round) {
     this.partition = partition;
@@ -88,6 +94,9 @@ final class PartitionSampler {
   }
 
   boolean admit(long now) {
+    if (filterStopped) {
+      return false;
+    }
     if (tokens < 1.0) {
       long elapsed = now - lastRefill;
       if (elapsed > 0) {
@@ -162,7 +171,13 @@ final class PartitionSampler {
         synchronized (program) {
           org.apache.spark.sql.catalyst.InternalRow internal = program.internal(row);
           if (filtered) {
-            if (!program.matches(internal)) {
+            long started = System.nanoTime();
+            boolean matched = program.matches(internal);
+            filterNanos += System.nanoTime() - started;
+            if (filterNanos > round.filterBudgetNanos) {
+              filterStopped = true;
+            }
+            if (!matched) {
               reserved--;
               chargeBudget();
               return;
@@ -237,6 +252,7 @@ final class PartitionSampler {
     m.put(Messages.RECORDS, out);
     m.put(Messages.DROPPED_RATE, (long) DROPPED_RATE.getAcquire(this));
     m.put(Messages.DROPPED_CONTENTION, (long) DROPPED_CONTENTION.getAcquire(this));
+    m.put(Messages.FILTER_STOPPED, filterStopped);
     return m;
   }
 }

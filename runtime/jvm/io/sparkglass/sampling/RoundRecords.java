@@ -49,6 +49,7 @@ final class RoundRecords {
     long captured;
     long droppedRate;
     long droppedContention;
+    boolean filterStopped;
     List<Object> records = new ArrayList<>();
   }
 
@@ -80,6 +81,7 @@ final class RoundRecords {
         touched.add(part);
         part.droppedRate += count(p.get(Messages.DROPPED_RATE));
         part.droppedContention += count(p.get(Messages.DROPPED_CONTENTION));
+        part.filterStopped |= Boolean.TRUE.equals(p.get(Messages.FILTER_STOPPED));
         if (!(p.get(Messages.RECORDS) instanceof List)) {
           continue;
         }
@@ -138,6 +140,7 @@ final class RoundRecords {
       p.put(CAPTURED, part.captured);
       p.put(Messages.DROPPED_RATE, part.droppedRate);
       p.put(Messages.DROPPED_CONTENTION, part.droppedContention);
+      p.put(Messages.FILTER_STOPPED, part.filterStopped);
       out.add(p);
     }
     return out;
