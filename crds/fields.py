@@ -34,8 +34,9 @@ DNS1123_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 #: A DNS-1123 subdomain (object names).
 DNS1123_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 
-#: The object's ``metadata``: the API server's own schema applies, a CRD may not restate it.
-Metadata = Annotated[dict[str, Any], Schema(type="object", description="Standard object metadata.")]
+#: The object's ``metadata``: the API server's own schema applies, and a CRD may say nothing
+#: of it but its type (apiextensions' structural-schema check refuses even a description).
+Metadata = Annotated[dict[str, Any], Schema(type="object")]
 
 #: Longest duration string a CRD accepts (``1h0m0s500ms`` is 11).
 DURATION_MAX_LENGTH = 16

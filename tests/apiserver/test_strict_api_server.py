@@ -19,6 +19,7 @@ import yaml
 
 from tests.support.kube_apiserver import StrictApiServer
 from tests.support.kube_fixtures import CRD_DIR, NAMESPACE, Kubectl
+from tests.support.structural import crd_errors
 
 SAMPLES = f"/apis/sparkglass.io/v1alpha1/namespaces/{NAMESPACE}/datasamples"
 PODS = f"/api/v1/namespaces/{NAMESPACE}/pods"
@@ -273,3 +274,29 @@ async def test_kubectl_apply_of_a_too_costly_crd_is_refused(
     ]["maxItems"] = 100
     path.write_text(yaml.safe_dump(bounded))
     await kubectl.apply(path)
+
+
+async def test_a_crd_update_is_checked_as_its_create_is(api: httpx.AsyncClient) -> None:
+    crds = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+    crd = _crd_with_rule("self.all(x, x > 0)", max_items=10)
+    (await api.post(crds, json=crd)).raise_for_status()
+    version = copy.deepcopy(crd["spec"]["versions"][0])
+    props = version["schema"]["openAPIV3Schema"]["properties"]
+    props["spec"]["properties"]["untyped"] = {"description": "no type"}
+    answer = await api.patch(
+        f"{crds}/widgets.example.com", json={"spec": {"versions": [version]}}, headers=MERGE
+    )
+    assert answer.status_code == 422, answer.text
+    assert "untyped" in answer.text and "type" in answer.text
+
+
+def test_a_crd_that_describes_its_root_metadata_is_refused() -> None:
+    """Until the CRDs were generated, they declared the root metadata with a description:
+    apiextensions refuses anything there but its type and name/generateName rules, so no real
+    API server would have installed them (this stand-in let them through then)."""
+    crd = _crd_with_rule("self.all(x, x > 0)", max_items=10)
+    schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    schema["properties"]["metadata"] = {"type": "object", "description": "Object metadata."}
+    assert any("properties[metadata]: Forbidden" in e for e in crd_errors(crd))
+    schema["properties"]["metadata"] = {"type": "object"}
+    assert crd_errors(crd) == []

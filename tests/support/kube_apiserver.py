@@ -372,12 +372,7 @@ class StrictApiServer(kmock.KubernetesEmulator):
         if request.namespace and not meta.get("namespace"):
             meta["namespace"] = request.namespace
         if request.resource.plural == "customresourcedefinitions":
-            errors = [structural.FieldError(*e.split(": ", 1)) for e in structural.crd_errors(data)]
-            if errors:
-                invalid = structural.Invalid(
-                    "CustomResourceDefinition.apiextensions.k8s.io", meta.get("name", ""), errors
-                )
-                raise _invalid(invalid, request.resource)
+            self._check_crd(request, data)
         info = self._info(request.resource)
         final = dict(data)
         if request.resource.group == "" and request.resource.plural == "pods":
@@ -426,6 +421,8 @@ class StrictApiServer(kmock.KubernetesEmulator):
                 new["status"] = old["status"]
         if info is not None:
             new = self._validated(info, new, old, request.resource)
+        if request.resource.plural == "customresourcedefinitions":
+            self._check_crd(request, new)
         meta = new.setdefault("metadata", {})
         meta["resourceVersion"] = self.next_rv()
         generation = int((old.get("metadata") or {}).get("generation") or 1)
@@ -437,6 +434,14 @@ class StrictApiServer(kmock.KubernetesEmulator):
         meta["generation"] = generation
         self._check_object(request, new)
         object.__setattr__(request, "data", merge_patch(old, new))
+
+    def _check_crd(self, request: Any, crd: dict[str, Any]) -> None:
+        """A CRD is checked on every write, create and update alike (422 as the server)."""
+        errors = [structural.FieldError(*e.split(": ", 1)) for e in structural.crd_errors(crd)]
+        if errors:
+            name = (crd.get("metadata") or {}).get("name", "")
+            kind = "CustomResourceDefinition.apiextensions.k8s.io"
+            raise _invalid(structural.Invalid(kind, name, errors), request.resource)
 
     def _has_status(self, request: Any) -> bool:
         known = self.resources.get(request.resource) if request.resource in self.resources else None

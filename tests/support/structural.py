@@ -622,10 +622,13 @@ def crd_errors(crd: dict[str, Any]) -> list[str]:
                     f"{at}: Forbidden: only {sorted(_ROOT_KEYS)} fields are allowed at the "
                     f"root of the schema if the status subresource is enabled ({sorted(extra)})"
                 )
+        # validateStructuralMetadataInvariants: at the root, metadata may say its type and
+        # restrict name and generateName, nothing else (not even a description).
         meta = (schema.get("properties") or {}).get("metadata")
         if meta is not None and (
-            set(meta.get("properties") or {}) - {"name", "generateName"}
-            or set(meta) - {"type", "description", "properties"}
+            set(meta) - {"type", "properties"}
+            or set(meta.get("properties") or {}) - {"name", "generateName"}
+            or meta.get("type") not in (None, "object")
         ):
             errors.append(
                 f"{at}.properties[metadata]: Forbidden: must not specify anything other than "
