@@ -48,6 +48,8 @@ KUBEFLOW_MAX_NAME_LENGTH = 44
 MAX_START_TIMEOUT_SECONDS = 3600.0
 #: Hard cap of records in one response (and so in one DataSample).
 MAX_RECORDS = 5000
+#: Longest ``status.message``: writers cut theirs to it.
+MAX_MESSAGE_LENGTH = 4096
 
 
 class ApplicationApiVersion(StrEnum):
@@ -278,7 +280,7 @@ class DataSampleStatus(ResourceModel):
     (every subtask answered), Partial (some subtasks failed; see failedSubtasks), NoData (no
     record passed in the window), Failed (see errorCode and message), Disabled (sampling is off
     for the application), Abandoned (the application is not running)."""
-    message: Annotated[str, Field(max_length=4096)] | None = None
+    message: Annotated[str, Field(max_length=MAX_MESSAGE_LENGTH)] | None = None
     """Human-readable detail of the phase (why it failed, what is awaited)."""
     round_id: Annotated[str, Field(max_length=128)] | None = None
     """Identifier of the round on the driver (set once the round opened). Output only: the

@@ -826,6 +826,8 @@ MAX_DRIVER_START_TIMEOUT_SECONDS = 86400
 MAX_CONF_KEY_LENGTH = 256
 MAX_CONF_VALUE_LENGTH = 4096
 MAX_CONF_ENTRIES = 512
+#: Longest ``status.applicationState.errorMessage``: writers cut theirs to it.
+MAX_MESSAGE_LENGTH = 4096
 
 
 def _short_keys(value: dict[str, str]) -> dict[str, str]:
@@ -998,7 +1000,7 @@ class ApplicationState(ResourceModel):
     """SUBMITTED (driver Pod created), RUNNING, SUCCEEDING / COMPLETED, FAILING / FAILED,
     SUBMISSION_FAILED, PENDING_RERUN (waiting to re-run), INVALIDATING (spec changed, driver
     being replaced), SUSPENDED (spec.suspend: no driver Pod), UNKNOWN."""
-    error_message: Annotated[str, Field(max_length=4096)] | None = None
+    error_message: Annotated[str, Field(max_length=MAX_MESSAGE_LENGTH)] | None = None
     """Why the application failed, when it did."""
 
 

@@ -80,6 +80,7 @@ import kopf
 import structlog
 from pydantic import ValidationError
 
+from sparkglass.crds.datasample import MAX_MESSAGE_LENGTH
 from sparkglass.runtime.contract.datasample_status import encode, phase_of
 from sparkglass.runtime.contract.errors import InvalidParameterError, SamplingSettingsError
 from sparkglass.runtime.contract.result_caps import ResultCaps, ResultRejected
@@ -1095,6 +1096,10 @@ class _Step:
     ) -> None:
         """Patch the status (with Ready and observedGeneration) and mirror the labels."""
         generation = self.body["metadata"].get("generation")
+        if isinstance(fields.get("message"), str) and len(fields["message"]) > MAX_MESSAGE_LENGTH:
+            # Messages quote the application and the driver: one past the CRD's bound would
+            # make every status write of this DataSample a 422.
+            fields = {**fields, "message": fields["message"][: MAX_MESSAGE_LENGTH - 1] + "…"}
         ready, reason, message = condition or (None, phase, fields.get("message") or phase)
         fields = {
             **fields,

@@ -36,6 +36,8 @@ import kopf
 import structlog
 from pydantic import ValidationError
 
+from sparkglass.crds.sparkapplication import MAX_MESSAGE_LENGTH
+
 from . import children, executors, names
 from .certificates import ControlCertificate, issue_control_certificate, reissue_reason
 from .cluster import APPS, CONFIG_MAPS, PODS, SECRETS, SERVICES, ApiError, Conflict
@@ -739,6 +741,11 @@ async def _write(
 
 async def _patch_if_changed(ctx: OperatorContext, app: dict[str, Any], new: dict[str, Any]) -> None:
     status = app.get("status") or {}
+    state = new.get("applicationState")
+    if isinstance(state, dict) and isinstance(state.get("errorMessage"), str):
+        # Messages quote what the user wrote (a mount path of up to 4096 characters...): one
+        # past the CRD's bound would make every status write of the application a 422.
+        new["applicationState"] = {**state, "errorMessage": _cut(state["errorMessage"])}
     changed = {k: v for k, v in new.items() if _pruned(status.get(k)) != _pruned(v)}
     # A Ready condition that differs only in its timestamp is no change.
     if set(changed) == {"conditions"} and _same_conditions(
@@ -749,6 +756,13 @@ async def _patch_if_changed(ctx: OperatorContext, app: dict[str, Any], new: dict
         await ctx.cluster.patch_status(
             APPS, app["metadata"]["namespace"], app["metadata"]["name"], changed
         )
+
+
+def _cut(message: str) -> str:
+    """``message`` within the CRD's bound of ``errorMessage``."""
+    if len(message) <= MAX_MESSAGE_LENGTH:
+        return message
+    return message[: MAX_MESSAGE_LENGTH - 1] + "…"
 
 
 def _pruned(value: Any) -> Any:

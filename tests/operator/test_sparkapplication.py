@@ -742,3 +742,22 @@ async def test_the_largest_spec_the_api_server_stores_is_reported_not_retried(
     assert "spec.sparkConf" in condition["message"] and "1048576" in condition["message"]
     assert kube.stored("v1/configmaps", NAMESPACE, "largest-sparkglass") is None
     assert kube.stored("v1/pods", NAMESPACE, "largest-driver") is None
+
+
+async def test_an_invalid_spec_whose_message_is_long_still_reaches_the_status(
+    kube: StrictApiServer, operator: OperatorProcess
+) -> None:
+    """The refusal quotes the field (a mount path may be 4096 characters, and is named twice):
+    the message passed the status's bound of 4096, every status write got a 422, and the
+    application never showed why it did not run."""
+    body = example_app()
+    body["metadata"]["name"] = "longpath"
+    path = "/etc/sparkglass/" + "d" * 4000
+    body["spec"]["volumes"] = [{"name": "mine", "emptyDir": {}}]
+    body["spec"]["driver"] = {"volumeMounts": [{"name": "mine", "mountPath": path}]}
+    await create_app(kube, body)
+    await eventually(lambda: state(kube, "longpath") == "FAILED", operator=operator)
+    message = app_status(kube, "longpath")["applicationState"]["errorMessage"]
+    assert len(message) <= 4096 and "mountPath" in message
+    assert ready(kube, "longpath")["reason"] == "InvalidSpec"
+    assert not [r for r in kube.refused if "Too long" in r[3]], kube.refused
