@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import itertools
 from enum import StrEnum
+from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
@@ -80,6 +81,20 @@ class NoDataReason(StrEnum):
     QUERY_NOT_ACTIVE = "QUERY_NOT_ACTIVE"
 
 
+#: The largest counter and timestamp a result may carry (a Kubernetes int64).
+MAX_INT64 = 2**63 - 1
+#: The largest subtask (Spark partition) index: Spark's partition ids are Java ints.
+MAX_SUBTASK_INDEX = 2**31 - 1
+#: Subtasks a result lists as failed or filter-stopped: the first this many, by index (the
+#: DataSample status holds no more, and a round over more partitions still says which).
+MAX_LISTED_SUBTASKS = 10_000
+
+# A driver's answer is the application's code speaking: every number is bounded as its
+# DataSample status field is, so no answer can make the status unwritable.
+_Count = Annotated[int, Field(ge=0, le=MAX_INT64)]
+_Subtask = Annotated[int, Field(ge=0, le=MAX_SUBTASK_INDEX)]
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True)
 
@@ -91,7 +106,7 @@ class _Model(BaseModel):
 class SampledRecord(_Model):
     """One record captured at a vertex output."""
 
-    sample_timestamp: int = Field(description="When the row was captured, ms since the epoch.")
+    sample_timestamp: _Count = Field(description="When the row was captured, ms since the epoch.")
     data: str = Field(
         description="The row as Spark's to_json(struct(*)), cut to max-record-length."
     )
@@ -115,7 +130,7 @@ class SampledRecord(_Model):
 class SubtaskSamples(_Model):
     """The records of one subtask (Spark partition index)."""
 
-    subtask_index: int = Field(ge=0)
+    subtask_index: _Subtask
     records: list[SampledRecord] = Field(default_factory=list)
 
 
@@ -123,19 +138,20 @@ class DataSampleResult(_Model):
     """The body of ``GET .../data-sample`` and of a round's result."""
 
     status: SampleStatus
-    end_timestamp: int | None = Field(default=None, description="Round end, ms since the epoch.")
+    end_timestamp: _Count | None = Field(default=None, description="Round end, ms since the epoch.")
     round_id: str | None = None
     stale: bool = False
-    total_record_count: int = 0
+    total_record_count: _Count = 0
     total_truncated: bool = Field(
         default=False, description="True when the 5000-record cap or maxRecords cut records."
     )
-    dropped_by_contention: int = 0
-    dropped_by_rate_limit: int = 0
+    dropped_by_contention: _Count = 0
+    dropped_by_rate_limit: _Count = 0
     error_code: ErrorCode | None = None
-    failed_subtasks: list[int] = Field(default_factory=list)
-    filter_stopped_subtasks: list[int] = Field(
+    failed_subtasks: list[_Subtask] = Field(default_factory=list, max_length=MAX_LISTED_SUBTASKS)
+    filter_stopped_subtasks: list[_Subtask] = Field(
         default_factory=list,
+        max_length=MAX_LISTED_SUBTASKS,
         exclude_if=lambda v: not v,
         description="Subtasks where the round's filter used up its CPU budget (the tap's "
         "tostring-budget-ms for each second of the round) and was stopped for the rest of "
@@ -146,12 +162,12 @@ class DataSampleResult(_Model):
     no_data_reason: NoDataReason | None = Field(
         default=None, description="Why a NO_DATA round saw no row."
     )
-    last_micro_batch_timestamp: int | None = Field(
+    last_micro_batch_timestamp: _Count | None = Field(
         default=None,
         description="When the last micro-batch of the vertex's queries ended, ms since the "
         "epoch (streaming vertices).",
     )
-    materialized_at: int | None = Field(
+    materialized_at: _Count | None = Field(
         default=None,
         description="Set when the records are the vertex's materialized output (an "
         "end-of-input vertex), each row at most once: when it was written, ms since the epoch.",

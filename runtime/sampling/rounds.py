@@ -34,6 +34,7 @@ from sparkglass.runtime.contract.errors import InvalidParameterError, Sparkglass
 from sparkglass.runtime.contract.round_request import PLAIN, RoundKind, RoundRequest
 from sparkglass.runtime.contract.sample_result import (
     MAX_CONCURRENT_ROUNDS,
+    MAX_LISTED_SUBTASKS,
     MAX_RECORDS_PER_RESPONSE,
     MAX_RECORDS_PER_SUBTASK,
     DataSampleResult,
@@ -754,7 +755,7 @@ class RoundCoordinator:
         failed = sorted({p for e in failed_executors for p in progress.get(e, [])})
         if rnd.terminated:
             error = ErrorCode.TASK_TERMINATED
-        result.failed_subtasks = failed
+        result.failed_subtasks = failed[:MAX_LISTED_SUBTASKS]
         if result.status is SampleStatus.NO_DATA and error is None and not result.materialized_at:
             self._no_data_reason(rnd, result)
         if error is not None:
@@ -889,7 +890,7 @@ def assemble_result(
         total_truncated=truncated,
         dropped_by_contention=dropped_contention,
         dropped_by_rate_limit=dropped_rate,
-        filter_stopped_subtasks=sorted(stopped),
+        filter_stopped_subtasks=sorted(stopped)[:MAX_LISTED_SUBTASKS],
         samples=samples,
     )
 

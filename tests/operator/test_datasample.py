@@ -49,7 +49,8 @@ class ScriptedDriver:
     ``reject-filter`` (400 naming ``filter``, as the real driver answers a filter over an
     unknown column), ``hold
     (the round stays PENDING until ``release()``), ``dead`` (503 on every read of its rounds:
-    a driver that stopped answering). Unknown vertices (not in ``vertices``) get 404, and so
+    a driver that stopped answering), ``negative`` (a final result with a negative counter:
+    an answer past the status's bounds). Unknown vertices (not in ``vertices``) get 404, and so
     do rounds it does not know (``forget()``: a restarted driver). Records: ``records`` per
     subtask, 2 subtasks, each ~``record_bytes`` long.
     """
@@ -239,6 +240,8 @@ class ScriptedDriver:
         }
         if mode == "partial":
             result.update(errorCode="EXECUTOR_UNREACHABLE", failedSubtasks=[1])
+        if mode == "negative":
+            result["droppedByRateLimit"] = -1
         return aiohttp.web.json_response(result)
 
 
