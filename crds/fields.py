@@ -7,6 +7,7 @@ definition. Durations use the one grammar of :mod:`sparkglass.runtime.contract.d
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -33,6 +34,59 @@ Int64 = Annotated[int, Schema(format="int64")]
 DNS1123_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 #: A DNS-1123 subdomain (object names).
 DNS1123_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+
+#: A label value (apimachinery ``IsValidLabelValue``): empty, or alphanumerics with '-', '_'
+#: and '.' inside, at most 63 characters.
+LABEL_VALUE_PATTERN = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
+#: A label or annotation key (``IsQualifiedName``): an optional DNS-1123 subdomain prefix and
+#: '/', then a name of alphanumerics with '-', '_' and '.' inside, at most 63 characters.
+QUALIFIED_NAME_PATTERN = (
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+)
+_QUALIFIED_NAME = re.compile(QUALIFIED_NAME_PATTERN)
+
+
+def _qualified_keys(value: dict[str, str]) -> dict[str, str]:
+    for key in value:
+        if len(key) > 317 or not _QUALIFIED_NAME.match(key):
+            raise ValueError(
+                f"{key[:80]!r} is not a label or annotation key: an optional DNS subdomain and "
+                "'/', then 1-63 alphanumerics, '-', '_' or '.', starting and ending with an "
+                "alphanumeric"
+            )
+    return value
+
+
+# Keys of a map cannot be bounded by its schema; a rule does it (a map key costs the API
+# server's estimate nothing, so a regex over each key is cheap).
+_KEY_RULE = Rule(
+    f"self.all(k, size(k) <= 317 && k.matches('{QUALIFIED_NAME_PATTERN}'))",
+    "keys must be qualified names: an optional DNS subdomain prefix and '/', then 1-63 "
+    "alphanumerics, '-', '_' or '.', starting and ending with an alphanumeric",
+)
+#: Labels added to an object the operator makes (values checked as the API server does).
+Labels = Annotated[
+    dict[
+        str,
+        Annotated[
+            str,
+            Field(max_length=63),
+            Schema(pattern=LABEL_VALUE_PATTERN, description="A label value."),
+        ],
+    ],
+    Field(max_length=64),
+    AfterValidator(_qualified_keys),
+    _KEY_RULE,
+]
+#: Annotations added to an object the operator makes (keys checked as the API server does;
+#: their total size is the API server's to bound, 256 KiB).
+Annotations = Annotated[
+    dict[str, Annotated[str, Schema(description="An annotation value.")]],
+    Field(max_length=64),
+    AfterValidator(_qualified_keys),
+    _KEY_RULE,
+]
 
 #: The object's ``metadata``: the API server's own schema applies, and a CRD may say nothing
 #: of it but its type (apiextensions' structural-schema check refuses even a description).

@@ -53,12 +53,14 @@ from . import core
 from .datasample import GROUP, VERSION
 from .fields import (
     DNS1123_LABEL_PATTERN,
+    Annotations,
     AsWritten,
     Conditions,
     Duration,
     DurationRange,
     Int32,
     Int64,
+    Labels,
     Metadata,
     no_schema_default,
 )
@@ -72,6 +74,16 @@ DNS1035_LABEL_PATTERN = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
 CONTROL_TOKEN_SUFFIX = "-control-token"
 #: Most steps of a pipeline.
 MAX_VERTICES = 64
+#: The driver's ports the operator serves on its Service (name → port): no other port of the
+#: driver may take one.
+DRIVER_PORTS = {"spark-ui": 4040, "driver": 7078, "block-manager": 7079}
+
+
+def _free_port(port: int) -> int:
+    taken = {p: name for name, p in DRIVER_PORTS.items()}
+    if port in taken:
+        raise ValueError(f"{port} is the driver's {taken[port]} port; choose another")
+    return port
 CPU_PATTERN = r"^[0-9]+(\.[0-9]+)?m?$"
 MEMORY_PATTERN = r"^[1-9][0-9]*([kKmMgGtT][bB]?)$"
 
@@ -251,11 +263,6 @@ _CpuLimit = Annotated[str, Field(max_length=32), Schema(pattern=CPU_PATTERN)]
 _Memory = Annotated[str, Field(max_length=32), Schema(pattern=MEMORY_PATTERN)]
 _Image = Annotated[str, Field(max_length=1024)]
 _Name = Annotated[str, Field(max_length=253)]
-_LabelValue = Annotated[str, Field(max_length=63), Schema(description="A label value.")]
-_Labels = Annotated[dict[str, _LabelValue], Field(max_length=64)]
-_Annotations = Annotated[
-    dict[str, Annotated[str, Schema(description="An annotation value.")]], Field(max_length=64)
-]
 _NodeSelector = Annotated[
     dict[str, Annotated[str, Schema(description="A node label value.")]], Field(max_length=32)
 ]
@@ -342,8 +349,8 @@ class PodSettings(ResourceModel):
     memory: _Memory | None = None
     memory_overhead: _Memory | None = None
     image: _Image | None = None
-    labels: _Labels = Field(default_factory=dict)
-    annotations: _Annotations = Field(default_factory=dict)
+    labels: Labels = Field(default_factory=dict)
+    annotations: Annotations = Field(default_factory=dict)
     env: _Env = Field(default_factory=list)
     env_from: _EnvFrom = Field(default_factory=list)
     volume_mounts: _VolumeMounts = Field(default_factory=list)
@@ -373,9 +380,9 @@ class DriverSettings(PodSettings):
     at least 384m."""
     image: _Image | None = None
     """Image of the driver container, overriding spec.image."""
-    labels: _Labels = Field(default_factory=dict)
+    labels: Labels = Field(default_factory=dict)
     """Labels added to the driver Pod."""
-    annotations: _Annotations = Field(default_factory=dict)
+    annotations: Annotations = Field(default_factory=dict)
     """Annotations added to the driver Pod."""
     env: _Env = Field(default_factory=list)
     """Environment variables of the driver container."""
@@ -420,9 +427,9 @@ class ExecutorSettings(PodSettings):
     """Non-heap memory per executor (spark.executor.memoryOverhead)."""
     image: _Image | None = None
     """Image of the executor containers, overriding spec.image."""
-    labels: _Labels = Field(default_factory=dict)
+    labels: Labels = Field(default_factory=dict)
     """Labels added to executor Pods."""
-    annotations: _Annotations = Field(default_factory=dict)
+    annotations: Annotations = Field(default_factory=dict)
     """Annotations added to executor Pods."""
     env: _Env = Field(default_factory=list)
     """Environment variables of the executors (spark.executorEnv.*)."""
@@ -455,9 +462,9 @@ class SparkUIOptions(ResourceModel):
     (port spark-ui, 4040); these add to that Service. spark-operator's servicePort,
     serviceType and ingress settings are not supported."""
 
-    service_annotations: _Annotations = Field(default_factory=dict)
+    service_annotations: Annotations = Field(default_factory=dict)
     """Annotations added to the driver Service."""
-    service_labels: _Labels = Field(default_factory=dict)
+    service_labels: Labels = Field(default_factory=dict)
     """Labels added to the driver Service (the operator's own labels win)."""
 
 
@@ -798,9 +805,19 @@ class SamplingSpec(ResourceModel):
         _DRIVER_DEFAULTS.timeout_ms
     )
     """How long a round may take before it ends with TIMEOUT (e.g. 30s)."""
-    control_port: Annotated[Int32, Field(ge=1024, le=65535)] = 4045
+    control_port: Annotated[
+        Int32,
+        Field(ge=1024, le=65535),
+        AfterValidator(_free_port),
+        Rule(
+            f"!(self in {sorted(DRIVER_PORTS.values())})",
+            "controlPort may not be one of the driver's other ports: "
+            + ", ".join(f"{p} ({n})" for n, p in DRIVER_PORTS.items()),
+        ),
+    ] = 4045
     """TCP port of the driver's control endpoint (the HTTP server that opens sampling rounds;
-    its bearer token is in the Secret <name>-control-token)."""
+    its bearer token is in the Secret <name>-control-token); not 4040, 7078 or 7079, the
+    driver's other ports."""
     redact: Annotated[
         list[Annotated[RedactionRule, _CheckedAs(_Redaction)]], Field(max_length=MAX_RULES)
     ] = Field(default_factory=list)

@@ -219,6 +219,15 @@ async def _reconcile(ctx: OperatorContext, namespace: str, name: str) -> None:
         # The API server would refuse the ConfigMap on every pass: say so, retry nothing.
         await _invalid(ctx, app, "InvalidSpec", str(exc))
         return
+    except ApiError as exc:
+        if exc.status not in (400, 422):
+            raise
+        # The spec made a child the API server refuses (a label or annotation it rejects,
+        # annotations past 256 KiB): it would refuse it on every pass, until the spec changes.
+        await _invalid(
+            ctx, app, "InvalidSpec", f"spec: the API server refused an object made from it: {exc}"
+        )
+        return
     state = AppState(_state(status))
     same_spec = children.runs_spec(status.get("specHash"), app.get("spec") or {})
     now = time.time()

@@ -300,3 +300,34 @@ def test_a_crd_that_describes_its_root_metadata_is_refused() -> None:
     assert any("properties[metadata]: Forbidden" in e for e in crd_errors(crd))
     schema["properties"]["metadata"] = {"type": "object"}
     assert crd_errors(crd) == []
+
+
+def test_preserve_unknown_fields_keeps_unknown_keys_but_prunes_declared_children() -> None:
+    """pruning/algorithm.go's skipPrune: what the schema declares below such a node is still
+    pruned (the stand-in kept everything there, more lenient than a real server)."""
+    from tests.support.structural import prune
+
+    schema = {
+        "type": "object",
+        "x-kubernetes-preserve-unknown-fields": True,
+        "properties": {"declared": {"type": "object", "properties": {"a": {"type": "string"}}}},
+    }
+    value = {"unknown": {"x": 1}, "declared": {"a": "kept", "b": "pruned"}}
+    assert prune(schema, value, root=False) == {"unknown": {"x": 1}, "declared": {"a": "kept"}}
+
+
+@pytest.mark.parametrize(
+    ("text", "valid"),
+    [
+        ("2026-11-28T09:00:00Z", True),
+        ("2026-11-28T09:00:00.123+01:00", True),
+        ("2026-11-28 09:00:00Z", False),  # a space for the T
+        ("2026-11-28T09:00:00+0100", False),  # an offset without its colon
+        ("2026-13-45T99:99:99Z", False),  # no such date
+    ],
+)
+def test_date_time_is_checked_as_rfc_3339(text: str, valid: bool) -> None:
+    from tests.support.structural import validate
+
+    errors = validate({"type": "string", "format": "date-time"}, text, "status.startTime")
+    assert (errors == []) is valid, errors

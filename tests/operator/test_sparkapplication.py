@@ -761,3 +761,31 @@ async def test_an_invalid_spec_whose_message_is_long_still_reaches_the_status(
     assert len(message) <= 4096 and "mountPath" in message
     assert ready(kube, "longpath")["reason"] == "InvalidSpec"
     assert not [r for r in kube.refused if "Too long" in r[3]], kube.refused
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"sparkUIOptions": {"serviceLabels": {"team": "-data-"}}},  # not a label value
+        {"sparkUIOptions": {"serviceAnnotations": {"bad key": "x"}}},  # not a qualified name
+        {"sampling": {"controlPort": 4040}},  # the driver's UI port: a duplicate Service port
+    ],
+)
+async def test_a_spec_whose_children_the_api_server_refuses_is_reported_not_retried(
+    kube: StrictApiServer, operator: OperatorProcess, change: dict[str, Any]
+) -> None:
+    """The CRD refuses these at admission; one stored before its rules existed made the
+    operator create a Service the API server refuses, on every pass, and the application got
+    no status at all. Now it is an invalid spec, reported once, with the API server's words."""
+    body = example_app()
+    body["metadata"]["name"] = "refused"
+    for key, value in change.items():
+        body["spec"][key] = {**(body["spec"].get(key) or {}), **value}
+    answer = await kube.post(APPS_PATH, json=body)
+    assert answer.status == 422, await answer.text()
+    body["metadata"]["namespace"] = NAMESPACE
+    await kube.store_unchecked(APPS, body)
+    await eventually(lambda: state(kube, "refused") == "FAILED", operator=operator)
+    condition = ready(kube, "refused")
+    assert condition["reason"] == "InvalidSpec", condition
+    assert kube.stored("v1/pods", NAMESPACE, "refused-driver") is None

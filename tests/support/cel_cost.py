@@ -115,7 +115,7 @@ def max_elements(node: dict[str, Any]) -> int:
     """``MaxElements`` of a node's declared type: the size the estimator gives it."""
     kind = node.get("type")
     if node.get("_map_key"):
-        return 0
+        return int(node.get("_size", 0))
     if node.get("x-kubernetes-int-or-string"):
         return node["maxLength"] * 4 if "maxLength" in node else MAX_REQUEST_BYTES - 2
     if kind == "string":
@@ -416,7 +416,9 @@ class Estimator:
                 0, cel_type(node["items"]) if node else "dyn", node["items"] if node else None
             )
         elif iterated.typ == "map":
-            element = _Value(0, "string", {"type": "string", "_map_key": True})
+            # A key's estimated size is 0 (the shared StringType); at run time, its length.
+            size = int((node or {}).get("_key_size", 0))
+            element = _Value(0, "string", {"type": "string", "_map_key": True, "_size": size})
         else:
             element = _Value(0, "dyn")
         inner = _Scope({**scope.variables, variable: element})
@@ -552,6 +554,7 @@ def actual_schema(node: dict[str, Any], value: Any) -> dict[str, Any]:
         out["items"] = _largest(node["items"], value)
     elif isinstance(value, dict) and isinstance(node.get("additionalProperties"), dict):
         out["maxProperties"] = len(value)
+        out["_key_size"] = max((len(k) for k in value), default=0)
         out["additionalProperties"] = _largest(node["additionalProperties"], list(value.values()))
     elif isinstance(value, dict) and "properties" in node:
         out["properties"] = {

@@ -482,6 +482,22 @@ class StrictApiServer(kmock.KubernetesEmulator):
                     "FieldValueTooLong",
                 )
                 raise _invalid(structural.Invalid(kind, meta.get("name", ""), [error]), resource)
+        if resource.group == "" and resource.plural == "services":
+            # core/v1 validation of a Service: each port (with its protocol) and name once.
+            seen: set[Any] = set()
+            for i, port in enumerate((obj.get("spec") or {}).get("ports") or []):
+                for key in ((port.get("port"), port.get("protocol", "TCP")), port.get("name")):
+                    if key is not None and key in seen:
+                        error = structural.FieldError(
+                            f"spec.ports[{i}]",
+                            "Duplicate value",
+                            json.dumps(port),
+                            "FieldValueDuplicate",
+                        )
+                        raise _invalid(
+                            structural.Invalid("Service", meta.get("name", ""), [error]), resource
+                        )
+                    seen.add(key)
         if structural.object_too_large(obj):
             raise _status_error(500, "", "etcdserver: request is too large")
         if (

@@ -45,9 +45,7 @@ _DNS1123_SUBDOMAIN: Final = re.compile(
     r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
 )
 _LABEL_NAME: Final = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
-_DATE_TIME: Final = re.compile(
-    r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:?\d{2})"
-)
+_DATE_TIME: Final = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})")
 
 
 @dataclass(frozen=True)
@@ -88,9 +86,12 @@ def prune(schema: dict[str, Any], value: Any, *, root: bool = True) -> Any:
 
 
 def _prune(schema: dict[str, Any] | None, value: Any, root: bool, skip: bool) -> Any:
+    # pruning/algorithm.go: under x-kubernetes-preserve-unknown-fields ("skipPrune") unknown
+    # keys stay, but declared properties and additionalProperties are pruned as usual; list
+    # items keep the mode of their list.
     if schema is None:
         return value if skip else ({} if isinstance(value, dict) else value)
-    skip = skip or bool(schema.get("x-kubernetes-preserve-unknown-fields"))
+    keep_unknown = skip or bool(schema.get("x-kubernetes-preserve-unknown-fields"))
     if isinstance(value, dict):
         props = schema.get("properties") or {}
         extra = schema.get("additionalProperties")
@@ -99,15 +100,15 @@ def _prune(schema: dict[str, Any] | None, value: Any, root: bool, skip: bool) ->
             if root and key in ("apiVersion", "kind", "metadata"):
                 out[key] = child
             elif key in props:
-                out[key] = _prune(props[key], child, False, skip)
+                out[key] = _prune(props[key], child, False, False)
             elif isinstance(extra, dict):
-                out[key] = _prune(extra, child, False, skip)
-            elif skip:
+                out[key] = _prune(extra, child, False, False)
+            elif keep_unknown:
                 out[key] = child
         return out
     if isinstance(value, list):
         items = schema.get("items") if isinstance(schema.get("items"), dict) else None
-        return [_prune(items, v, False, skip) if items is not None else v for v in value]
+        return [_prune(items, v, False, keep_unknown) if items is not None else v for v in value]
     return value
 
 
@@ -194,6 +195,17 @@ def _type_ok(kind: str | None, value: Any) -> bool:
     return True
 
 
+def _is_date_time(value: str) -> bool:
+    """strfmt ``IsDateTime``: RFC 3339 with 'T' and a 'Z' or +hh:mm offset, real dates."""
+    if not _DATE_TIME.fullmatch(value):
+        return False
+    try:
+        datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return False
+    return True
+
+
 @lru_cache(maxsize=512)
 def _pattern(pattern: str) -> Any:
     return re2.compile(pattern)
@@ -259,7 +271,7 @@ def _validate(schema: dict[str, Any], value: Any, path: str, old: Any) -> Iterat
                 "Invalid value",
                 f"{_value(value)}: {at} in body should match '{schema['pattern']}'",
             )
-        if schema.get("format") == "date-time" and not _DATE_TIME.fullmatch(value):
+        if schema.get("format") == "date-time" and not _is_date_time(value):
             yield FieldError(
                 at,
                 "Invalid value",
@@ -280,12 +292,6 @@ def _validate(schema: dict[str, Any], value: Any, path: str, old: Any) -> Iterat
                 f"{_value(value)}: {at} in body should be less than or equal to "
                 f"{schema['maximum']}",
             )
-        if schema.get("format") == "int32" and not -(2**31) <= value < 2**31:
-            yield FieldError(
-                at,
-                "Invalid value",
-                f"{_value(value)}: {at} in body must be of type int32: {_value(value)}",
-            )
     if isinstance(value, list):
         if "maxItems" in schema and len(value) > schema["maxItems"]:
             yield FieldError(
@@ -302,8 +308,12 @@ def _validate(schema: dict[str, Any], value: Any, path: str, old: Any) -> Iterat
             )
         items = schema.get("items")
         if isinstance(items, dict):
+            keys = schema.get("x-kubernetes-list-map-keys") or []
+            correlated = schema.get("x-kubernetes-list-type") == "map" and old is not _NONE
             for i, v in enumerate(value):
-                yield from _validate(items, v, f"{path}[{i}]", _NONE)
+                # Ratcheting follows an item of a list-map to its old version by its keys.
+                before = _correlated(old, v, keys) if correlated else None
+                yield from _validate(items, v, f"{path}[{i}]", _NONE if before is None else before)
         yield from _list_type_errors(schema, value, at)
     if isinstance(value, dict):
         for name in schema.get("required") or []:
@@ -467,6 +477,15 @@ def _correlated(old: Any, item: Any, keys: list[str]) -> Any:
 
 
 # ------------------------------------------------------------------------- metadata
+def _qualified_name(key: str) -> bool:
+    """apimachinery ``IsQualifiedName``: ``[prefix/]name``, prefix a DNS-1123 subdomain of at
+    most 253 characters, name 1-63 characters."""
+    prefix, slash, name = key.rpartition("/")
+    if slash and not (0 < len(prefix) <= 253 and _DNS1123_SUBDOMAIN.fullmatch(prefix)):
+        return False
+    return 0 < len(name) <= 63 and _LABEL_NAME.fullmatch(name) is not None
+
+
 def metadata_errors(
     meta: dict[str, Any], *, name_pattern: re.Pattern[str] = _DNS1123_SUBDOMAIN
 ) -> list[FieldError]:
@@ -483,9 +502,18 @@ def metadata_errors(
                 "alphanumeric character",
             )
         )
+    for key in meta.get("annotations") or {}:
+        if not _qualified_name(key.lower()):
+            errors.append(
+                FieldError(
+                    "metadata.annotations",
+                    "Invalid value",
+                    f"{_value(key)}: name part must consist of alphanumeric characters, '-', '_' "
+                    "or '.', and must start and end with an alphanumeric character",
+                )
+            )
     for key, label in (meta.get("labels") or {}).items():
-        name_part = key.rsplit("/", 1)[-1]
-        if not (0 < len(name_part) <= 63 and _LABEL_NAME.fullmatch(name_part)):
+        if not _qualified_name(key):
             errors.append(
                 FieldError(
                     "metadata.labels",
