@@ -16,6 +16,7 @@ with 100,000-character strings, stays within a fixed time per row.
 from __future__ import annotations
 
 import os
+import statistics
 import time
 from typing import Any
 
@@ -32,9 +33,11 @@ EXAMPLES = int(os.environ.get("SPARKGLASS_FUZZ_EXAMPLES", "40"))
 #: Rows each admitted filter is evaluated on, and their long strings' length.
 ROWS = 20
 LONG = 100_000
-#: The most one row may cost an admitted filter, ms (a cheap built-in over 100,000
-#: characters costs well under 1 ms; the refused round scale cost 73 s per row).
-MAX_MS_PER_ROW = 250.0
+#: The most a row may cost an admitted filter, ms: the median of the rows (a cheap built-in
+#: over 100,000 characters costs well under 1 ms; the refused round scale cost 73 s per row),
+#: and any one row (which a garbage collection or a first use of a class may lengthen).
+MAX_MEDIAN_MS_PER_ROW = 250.0
+MAX_MS_ANY_ROW = 2000.0
 
 STRINGS = ("carrier", "payload")
 NUMBERS = ("flight", "dep_delay", "distance")
@@ -208,7 +211,7 @@ class _Rows:
         return f"<{ROWS} rows of {LONG}-character strings>"
 
 
-worst = {"compile_s": 0.0, "ms_per_row": 0.0, "cases": 0, "admitted": 0}
+worst = {"compile_s": 0.0, "ms_per_row": 0.0, "ms_any_row": 0.0, "cases": 0, "admitted": 0}
 
 
 @settings(
@@ -236,10 +239,12 @@ def test_every_filter_compiles_in_time_and_every_admitted_one_runs_in_bounded_ti
     worst["admitted"] += 1
     # Evaluated as the executors evaluate it (the program's interpreted filter, a failing
     # row counting as no match), each row timed.
-    nanos = spark._jvm.io.sparkglass.sampling.RowProgram.filterNanos(compiled.program, rows)
-    ms_per_row = nanos[0] / 1e6
-    worst["ms_per_row"] = max(worst["ms_per_row"], ms_per_row)
-    assert ms_per_row < MAX_MS_PER_ROW, (filter_sql[:300], ms_per_row)
+    nanos = list(spark._jvm.io.sparkglass.sampling.RowProgram.filterNanos(compiled.program, rows))
+    median_ms = statistics.median(nanos[1:]) / 1e6
+    worst["ms_per_row"] = max(worst["ms_per_row"], median_ms)
+    worst["ms_any_row"] = max(worst["ms_any_row"], nanos[0] / 1e6)
+    assert median_ms < MAX_MEDIAN_MS_PER_ROW, (filter_sql[:300], median_ms)
+    assert nanos[0] / 1e6 < MAX_MS_ANY_ROW, (filter_sql[:300], nanos[0] / 1e6)
 
 
 def test_report() -> None:
@@ -247,5 +252,6 @@ def test_report() -> None:
     print(
         f"\nfilter fuzz: {worst['cases']} cases, {worst['admitted']} admitted; worst compile "
         f"{worst['compile_s']:.3f} s, worst evaluation {worst['ms_per_row']:.2f} ms per row "
-        f"of {LONG}-character strings"
+        f"(median of {ROWS} rows of {LONG}-character strings), slowest single row "
+        f"{worst['ms_any_row']:.2f} ms"
     )
