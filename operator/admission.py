@@ -42,9 +42,10 @@ default), so:
   (413, 408, 503 otherwise), parsed off the event loop the Lease renewal shares;
 * a review for a namespace the operator does not watch reads nothing, and one whose object
   claims another namespace than the request is denied;
-* a denial names the field and what is wrong with the given value, never a list of the
-  vertex's columns, the application's vertices or its expectations (:func:`_public`): a
-  forged review learns whether a guessed name exists, not the schema. The chart's
+* a denial names the field and what is wrong with the given value in the webhook's own
+  words, never a list of the vertex's columns, the application's vertices or its
+  expectations, nor a column's type or a struct's fields (:func:`_public`): a forged review
+  learns whether a guessed name exists, not the schema. The chart's
   ``networkPolicy.webhookFrom`` admits the port only from the API servers' addresses.
 """
 
@@ -323,7 +324,7 @@ class DataSampleReviewer:
                         DRIVER_CHECK_SECONDS,
                     )
             except ControlRejected as exc:
-                return _refused_by_driver(exc, app_name)
+                return _refused_by_driver(exc, app_name, spec.vertex)
             except (ControlError, TimeoutError) as exc:
                 # The details (the Pod's address, the driver's own words) go to the log only.
                 log.info("round check not answered", application=app_name, error=str(exc))
@@ -343,7 +344,7 @@ def _not_checked(why: str) -> Verdict:
     )
 
 
-def _refused_by_driver(exc: ControlRejected, app_name: str) -> Verdict:
+def _refused_by_driver(exc: ControlRejected, app_name: str, vertex: str) -> Verdict:
     """The driver's refusal of the request as a denial naming the DataSample's field; any
     other 4xx (a token the driver does not take yet, a route it lacks) is no verdict on the
     DataSample: admitted with a warning."""
@@ -353,30 +354,84 @@ def _refused_by_driver(exc: ControlRejected, app_name: str) -> Verdict:
         prefix = f"{exc.field}: "
         if message.startswith(prefix):
             message = message[len(prefix) :]
-        return _denied(f"{field}: {_public(message)}")
+        return _denied(f"{field}: {_public(message, vertex)}")
     if exc.status == 404 and "no route" in message:
         return _not_checked(f"the driver of {app_name!r} is older than the round check")
     if exc.status == 404:
-        return _denied(f"spec.vertex: {_public(message)}")
+        return _denied(f"spec.vertex: {_public(message, vertex)}")
     log.info("round check not answered", application=app_name, status=exc.status, error=message)
     return _not_checked(f"the driver of {app_name!r} could not check it (HTTP {exc.status})")
 
 
-#: What a refusal relayed to the reviewer leaves out: the enumerations of the vertex's
-#: columns, the application's vertices or expectations (the driver's ``; columns: ...``,
-#: Spark's ``Did you mean one of the following? [...]``) and Spark's plan after the first
-#: line. The webhook cannot tell the API server from another caller on the Pod network
-#: (module docstring); the DataSample's creator gets the full message in its status when a
-#: round is refused after admission.
+# What a refusal relayed to the reviewer leaves out. The webhook cannot tell the API server
+# from another caller on the Pod network (module docstring), so a denial says which field is
+# wrong and why in words that hold nothing of the schema. The driver's full words reach
+# only those who may sample: the DataSample's status when a round is refused after
+# admission, the 422 of a local-mode service.
+
+#: The driver's and Spark's enumerations: ``; columns: ...``, ``Did you mean one of the
+#: following? [...]``.
 _ENUMERATION = re.compile(
     r"(;\s*(columns|vertices|expectations):.*$)|(\s*Did you mean one of the following\?.*$)",
     re.IGNORECASE,
 )
+#: Spark's error class at the start of its message (``[DATATYPE_MISMATCH.BINARY_OP_DIFF_TYPES]
+#: Cannot resolve ... ("INT" and "DATE")``). The words after it describe the plan and the
+#: schema (types, a struct's fields, the analyzed plan), so none of them is relayed.
+_SPARK_CLASS = re.compile(r"^\[([A-Z][A-Z0-9_]*)(?:\.[A-Z0-9_]+)*\]")
+#: Classes of a message that depends on the filter's text only (the parser knows no schema).
+_PARSER_CLASSES = ("PARSE_", "INVALID_IDENTIFIER", "UNCLOSED_BRACKETED_COMMENT")
+#: Classes of a name the vertex does not have (or not unambiguously).
+_UNRESOLVED_CLASSES = (
+    "UNRESOLVED_COLUMN",
+    "UNRESOLVED_FIELD",
+    "UNRESOLVED_MAP_KEY",
+    "FIELD_NOT_FOUND",
+    "AMBIGUOUS_REFERENCE",
+    "AMBIGUOUS_COLUMN_OR_FIELD",
+)
+#: The name as the request wrote it (``with name `carier```): the caller's own text.
+_ASKED_NAME = re.compile(r"with name (`[^`\n]{1,200}`(?:\.`[^`\n]{1,200}`)*)")
+#: Words that describe types or list a schema, in messages without an error class (older
+#: Spark: ``cannot resolve ... due to data type mismatch ... (int and date)``, ``given input
+#: columns: [...]``): such a message is replaced, whoever wrote it.
+_SCHEMA_WORDS = re.compile(
+    r"data ?type|\btypes?\b|struct<|array<|map<|input columns|struct field|SQLSTATE",
+    re.IGNORECASE,
+)
 
 
-def _public(message: str) -> str:
-    first = message.strip().splitlines()[0] if message.strip() else message
-    return _ENUMERATION.sub("", first).rstrip(" .;") or first
+def _public(message: str, vertex: str) -> str:
+    """The driver's refusal reduced to what a forged review may learn (see above)."""
+    first = message.strip().splitlines()[0].strip() if message.strip() else ""
+    spark = _SPARK_CLASS.match(first)
+    if spark is not None:
+        error_class = spark.group(1)
+        if error_class.startswith(_PARSER_CLASSES):
+            return _without_sqlstate(first)
+        if error_class in _UNRESOLVED_CLASSES:
+            asked = _ASKED_NAME.search(first)
+            if asked is not None:
+                return f"unknown column {asked.group(1)} at vertex {vertex!r}"
+            return f"names a column or field that vertex {vertex!r} does not have"
+        return _refused_by_analysis(vertex)
+    # A name the request gave is quoted ('type', `type`): the caller's word, not the schema's.
+    if _SCHEMA_WORDS.search(re.sub(r"'[\w.-]{1,200}'|`[^`\n]{1,200}`", "", first)):
+        return _refused_by_analysis(vertex)
+    return _ENUMERATION.sub("", first).rstrip(" .;") or "refused by the driver"
+
+
+def _without_sqlstate(first: str) -> str:
+    # "... SQLSTATE: 42601 (line 1, pos 19)": the position helps, the state does not.
+    return re.sub(r"\s*SQLSTATE: \w+", "", first).rstrip(" .;")
+
+
+def _refused_by_analysis(vertex: str) -> str:
+    return (
+        f"not valid at vertex {vertex!r}: Spark's analyzer refused it (a column used with a "
+        "type or in a way it does not take); its reason describes the vertex's schema, which "
+        "the webhook does not relay"
+    )
 
 
 def _first_error(exc: Exception) -> str:

@@ -39,6 +39,7 @@ from .pipeline_progress import PipelineProgressReader
 from .result_body import GZIP_LEVEL
 from .retention import RetentionSweeper
 from .routers import applications, audit, operations, progress, samples
+from .schemas import FieldError, ValidationErrorBody
 from .security import AuthFailureLimiter, BodyLimitMiddleware, SecurityHeadersMiddleware
 from .settings import AuthMode, ExecutionMode, Settings
 from .shared_rounds import SharedRounds
@@ -68,25 +69,66 @@ def _validation_message(errors: list[dict[str, Any]]) -> str:
 
 
 async def _on_validation_error(_: Request, exc: Exception) -> JSONResponse:
+    """The 422 body, :class:`~.schemas.ValidationErrorBody` (what the OpenAPI document says,
+    :func:`_document_validation_errors`). The value given is left out of ``errors``
+    (``input``, and ``ctx``, which may quote it): it may be a token or a URL with a password,
+    and the caller has it."""
     assert isinstance(exc, RequestValidationError)
-    errors = [
-        {k: v for k, v in e.items() if k in ("loc", "msg", "type", "input", "ctx")}
-        for e in exc.errors()
-    ]
-    return JSONResponse(
-        status_code=422,
-        content={"detail": _validation_message(errors), "errors": _jsonable(errors)},
+    raw = list(exc.errors())
+    body = ValidationErrorBody(
+        detail=_validation_message(raw),
+        errors=[
+            FieldError(
+                loc=[p if isinstance(p, int) else str(p) for p in e.get("loc", ())],
+                msg=str(e.get("msg", "invalid")),
+                type=str(e.get("type", "value_error")),
+            )
+            for e in raw
+        ],
     )
+    return JSONResponse(status_code=422, content=body.model_dump(mode="json"))
 
 
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, str | int | float | bool) or value is None:
-        return value
-    return str(value)
+#: The OpenAPI name of the 422 body.
+VALIDATION_ERROR_SCHEMA = "ValidationErrorBody"
+
+
+def _document_validation_errors(app: FastAPI) -> None:
+    """Make every 422 the OpenAPI document lists the body :func:`_on_validation_error`
+    serves. FastAPI documents its own default (``{"detail": [...]}``) wherever a route takes
+    parameters; this handler answers another shape."""
+    generate = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is not None:
+            return app.openapi_schema
+        document = generate()
+        components = document.setdefault("components", {}).setdefault("schemas", {})
+        body = ValidationErrorBody.model_json_schema(ref_template="#/components/schemas/{model}")
+        components.update(body.pop("$defs", {}))
+        components[VALIDATION_ERROR_SCHEMA] = body
+        for path_item in document.get("paths", {}).values():
+            for operation in path_item.values():
+                responses = operation.get("responses", {})
+                if "422" in responses:
+                    responses["422"] = {
+                        "description": "A parameter or the body is invalid: each is named "
+                        "with its allowed range",
+                        "content": {
+                            "application/json": {
+                                "schema": {
+                                    "$ref": f"#/components/schemas/{VALIDATION_ERROR_SCHEMA}"
+                                }
+                            }
+                        },
+                    }
+        # FastAPI's own 422 models, now referenced by nothing.
+        components.pop("HTTPValidationError", None)
+        components.pop("ValidationError", None)
+        app.openapi_schema = document
+        return document
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
 
 class _MetricsMiddleware:
@@ -247,5 +289,6 @@ def create_app(
     app.include_router(progress.router)
     app.include_router(audit.router)
     app.include_router(operations.router)
+    _document_validation_errors(app)
     app.mount("/ui", StaticFiles(directory=STATIC_DIR, html=True), name="ui")
     return app

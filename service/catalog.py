@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from collections import OrderedDict
@@ -27,8 +28,14 @@ from urllib3.exceptions import HTTPError
 
 from sparkglass.crds.sparkapplication import PipelineSpec
 from sparkglass.runtime.contract.description import PipelineDescription
-from sparkglass.runtime.control.client import ControlClient, ControlError, ControlTLS
+from sparkglass.runtime.control.client import (
+    ControlClient,
+    ControlError,
+    ControlTLS,
+    ControlUntrusted,
+)
 
+from .driver_trust import driver_location
 from .graph import graph_of
 from .store import repository
 from .store.orm import Application
@@ -59,7 +66,13 @@ def fetch_driver_pipeline(
         try:
             return driver.pipeline(), _settings_or_empty(driver)
         except ControlError as exc:
-            raise CatalogError(_failure(driver.base_url, exc)) from None
+            log.info(
+                "reading the pipeline of the driver at %s failed: %s (HTTP %s)",
+                driver_location(driver_url),
+                type(exc).__name__,
+                exc.status,
+            )
+            raise CatalogError(_failure(driver_url, exc, tls)) from None
 
 
 def _settings_or_empty(driver: ControlClient) -> dict[str, Any]:
@@ -72,12 +85,33 @@ def _settings_or_empty(driver: ControlClient) -> dict[str, Any]:
         return {}
 
 
-def _failure(base: str, exc: ControlError) -> str:
+#: httpx's class of a transport failure, as the control client words it
+#: (``... unreachable: ConnectError: ...``).
+_TRANSPORT = re.compile(r"unreachable: (\w+):")
+
+
+def _failure(driver_url: str, exc: ControlError, tls: ControlTLS | None) -> str:
+    """What went wrong, in words of our own. The driver's words are not passed on: its body
+    is whatever the URL's server sent (a page, an echo of the request), and the client's text
+    quotes the URL, which may hold credentials, or a refused header, which holds the token."""
+    where = f"driver at {driver_location(driver_url)}"
+    if isinstance(exc, ControlUntrusted):
+        anchor = tls.anchor if tls is not None else "the system's CAs"
+        return (
+            f"{where}: its TLS certificate failed verification against {anchor}; the token "
+            "was not sent"
+        )
     if exc.status is None:
-        return f"driver at {base}: {exc}"
+        kind = _TRANSPORT.search(str(exc))
+        name = kind.group(1) if kind else ""
+        if name.endswith("Timeout"):
+            return f"{where} did not answer in time"
+        if name == "ConnectError":
+            return f"{where} cannot be reached (connection refused, or the host is unknown)"
+        return f"{where} cannot be reached or sent no readable answer"
     if 200 <= exc.status < 300:
-        return f"driver at {base} sent an invalid pipeline: {exc}"
-    return f"driver at {base} answered HTTP {exc.status}"
+        return f"{where} answered GET /api/v1/pipeline with something else than a pipeline"
+    return f"{where} answered GET /api/v1/pipeline with HTTP {exc.status}"
 
 
 def register_local_application(
@@ -127,6 +161,10 @@ def description_from_sparkapplication(obj: dict[str, Any]) -> PipelineDescriptio
     return PipelineSpec.model_validate(spec.get("pipeline") or {}).description(name)
 
 
+#: Reads of names a namespace does not have, within the catalog's TTL, before an unknown name
+#: there is answered by one list of the namespace instead (see :class:`KubernetesCatalog`).
+UNKNOWN_GETS_BEFORE_LIST = 8
+
 #: Longest ``failed`` text of published progress passed on (the operator writes
 #: ``"<sink>: <exception>"``; the page shows it).
 MAX_FAILED_CHARS = 1024
@@ -162,9 +200,22 @@ class KubernetesCatalog:
     """Mirrors ``SparkApplication`` resources into the store, re-reading each at most every
     ``ttl_s`` seconds (the API server is the source of truth).
 
-    It remembers when it last read at most ``max_names`` (namespace, name) keys, the least
-    recently asked forgotten first: callers choose the names (including ones that do not
-    exist), so an unbounded memory would grow with every name asked about.
+    Callers choose the names they ask about, including ones that do not exist, so what the
+    catalog remembers and what it asks the API server are both bounded:
+
+    * it remembers when it last read at most ``max_names`` (namespace, name) keys, and at
+      most as many names the API server answered 404 for (each for ``ttl_s``): a name asked
+      again within that time costs no read, whether it exists or not. The least recently
+      asked are forgotten first;
+    * per namespace, after :data:`UNKNOWN_GETS_BEFORE_LIST` reads of names that did not
+      exist within ``ttl_s``, an unknown name is answered by one list of the namespace
+      instead, which then answers every name there for ``ttl_s``. A flood of distinct made-up
+      names in a namespace thus costs at most that many GETs and one LIST per ``ttl_s``;
+      asking in many namespaces costs a SubjectAccessReview per namespace first (the caller
+      must be allowed to read there), and the per-namespace counts are bounded like the
+      names.
+
+    A SparkApplication created right after its name was asked for is found within ``ttl_s``.
     """
 
     def __init__(
@@ -181,7 +232,12 @@ class KubernetesCatalog:
         self._sessions = sessions
         self._ttl = ttl_s
         self._max_names = max_names
+        #: (namespace, name or "*") -> when it was last read (monotonic s).
         self._seen: OrderedDict[tuple[str, str], float] = OrderedDict()
+        #: (namespace, name) -> when the API server last answered 404 for it.
+        self._absent: OrderedDict[tuple[str, str], float] = OrderedDict()
+        #: namespace -> (start of the current ttl_s window, reads of absent names in it).
+        self._misses: OrderedDict[str, tuple[float, int]] = OrderedDict()
         self._seen_lock = threading.Lock()
 
     def progress(self, namespace: str, name: str) -> dict[str, Any] | None:
@@ -208,9 +264,9 @@ class KubernetesCatalog:
         return published_progress(obj)
 
     def remembered(self) -> int:
-        """How many (namespace, name) keys the catalog currently remembers."""
+        """How many (namespace, name) keys the catalog currently remembers (read or absent)."""
         with self._seen_lock:
-            return len(self._seen)
+            return len(self._seen) + len(self._absent)
 
     def refresh(self, namespace: str, name: str | None = None) -> None:
         """Re-read one application (or all in ``namespace``) unless read recently.
@@ -218,13 +274,55 @@ class KubernetesCatalog:
         An application deleted in Kubernetes is deleted from the store. Raises
         :class:`CatalogError` when the API server cannot be read.
         """
-        key = (namespace, name or "*")
+        now = time.monotonic()
         with self._seen_lock:
-            last = self._seen.get(key)
-            if last is not None:
-                self._seen.move_to_end(key)
-        if last is not None and time.monotonic() - last < self._ttl:
-            return
+            if name is not None:
+                if self._fresh(self._seen, (namespace, name), now) or self._fresh(
+                    self._absent, (namespace, name), now
+                ):
+                    return
+                # A listing of the namespace answered every name in it.
+                if self._fresh(self._seen, (namespace, "*"), now):
+                    return
+                start, misses = self._misses.get(namespace, (now, 0))
+                if now - start < self._ttl and misses >= UNKNOWN_GETS_BEFORE_LIST:
+                    name = None  # read the namespace once instead of one more name
+            elif self._fresh(self._seen, (namespace, "*"), now):
+                return
+        self._read(namespace, name)
+
+    def _fresh(
+        self, memory: OrderedDict[tuple[str, str], float], key: tuple[str, str], now: float
+    ) -> bool:
+        """Whether ``key`` was read less than ``ttl_s`` ago (caller holds the lock)."""
+        at = memory.get(key)
+        if at is None:
+            return False
+        memory.move_to_end(key)
+        return now - at < self._ttl
+
+    def _remember(
+        self, memory: OrderedDict[tuple[str, str], float], key: tuple[str, str], at: float
+    ) -> None:
+        """Note ``key`` read at ``at``, forgetting the least recently asked past the bound
+        (caller holds the lock)."""
+        memory[key] = at
+        memory.move_to_end(key)
+        while len(memory) > self._max_names:
+            memory.popitem(last=False)
+
+    def _missed(self, namespace: str, at: float) -> None:
+        """Count a read of a name ``namespace`` does not have (caller holds the lock)."""
+        start, misses = self._misses.get(namespace, (at, 0))
+        if at - start >= self._ttl:
+            start, misses = at, 0
+        self._misses[namespace] = (start, misses + 1)
+        self._misses.move_to_end(namespace)
+        while len(self._misses) > self._max_names:
+            self._misses.popitem(last=False)
+
+    def _read(self, namespace: str, name: str | None) -> None:
+        """Read one application (or all of ``namespace``) and mirror it into the store."""
         items: list[dict[str, Any]]
         try:
             if name is None:
@@ -295,8 +393,12 @@ class KubernetesCatalog:
             for app in known:
                 if app.name not in present:
                     repository.delete_application(session, namespace, app.name)
+        at = time.monotonic()
         with self._seen_lock:
-            self._seen[key] = time.monotonic()
-            self._seen.move_to_end(key)
-            while len(self._seen) > self._max_names:
-                self._seen.popitem(last=False)
+            if name is not None and not present:
+                self._remember(self._absent, (namespace, name), at)
+                self._missed(namespace, at)
+            else:
+                self._remember(self._seen, (namespace, name or "*"), at)
+                if name is not None:
+                    self._absent.pop((namespace, name), None)

@@ -15,10 +15,53 @@ so gets no token, until it is registered again (documented in ``docs/security.md
 from __future__ import annotations
 
 import threading
+from urllib.parse import urlsplit
+
+import httpx
 
 from sparkglass.runtime.control.client import ControlTLS
 
-__all__ = ["DriverTrust", "driver_tls"]
+__all__ = ["DriverTrust", "driver_location", "driver_tls", "http_url_problem"]
+
+
+def http_url_problem(url: str) -> str | None:
+    """Why ``url`` is no http(s) URL a driver (or the service) can be called at, or None.
+
+    The reasons never quote the URL: it may hold a password (which is itself a reason: the
+    URL is stored, shown and logged, and the token is what authenticates).
+    """
+    if any(c <= " " or c == "\x7f" for c in url):
+        return "it holds a space or a control character (CR, LF, ...)"
+    try:
+        parsed = httpx.URL(url)
+    except httpx.InvalidURL as exc:
+        # httpx names the part at fault (the port, an IPv6 address, a control character),
+        # never the user name or password.
+        reason = str(exc).rstrip(".")
+        return reason[:1].lower() + reason[1:]
+    if parsed.scheme not in ("http", "https"):
+        return "the scheme must be http or https"
+    if not parsed.host:
+        return "there is no host"
+    if parsed.port is not None and not 1 <= parsed.port <= 65535:
+        return "the port must be 1-65535"
+    if parsed.userinfo:
+        return "it holds a user name or password (which would be stored, shown and logged)"
+    return None
+
+
+def driver_location(url: str) -> str:
+    """``scheme://host:port`` of a driver URL, for messages and the audit trail: where rounds
+    go, without credentials, path or query the URL might hold."""
+    try:
+        parts = urlsplit(url)
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:
+        return "an invalid URL"
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    return f"{parts.scheme}://{host}{port}"
 
 
 def driver_tls(field: str, driver_url: str, ca_pem: str | None) -> ControlTLS | None:
@@ -32,7 +75,8 @@ def driver_tls(field: str, driver_url: str, ca_pem: str | None) -> ControlTLS | 
         return None
     if not driver_url.lower().startswith("https://"):
         raise ValueError(
-            f"{field}: a driver certificate needs an https:// driverUrl, got {driver_url!r}"
+            f"{field}: a driver certificate needs an https:// driverUrl (over http:// it "
+            "would protect nothing)"
         )
     try:
         tls = ControlTLS(ca_pem=ca_pem)

@@ -6,6 +6,7 @@ shared with the driver and the ``DataSample`` status.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
@@ -13,7 +14,7 @@ from pydantic.alias_generators import to_camel
 
 from sparkglass.runtime.contract.sample_result import DataSampleResult
 
-from .driver_trust import driver_tls
+from .driver_trust import driver_tls, http_url_problem
 from .store.orm import Application, AuditEvent, Round
 
 
@@ -22,10 +23,33 @@ class _Model(BaseModel):
 
 
 class ErrorBody(_Model):
-    """Every 4xx/5xx answer: ``{"detail": "..."}`` (422 adds ``errors``)."""
+    """Every 4xx/5xx answer but 422: ``{"detail": "..."}``."""
 
     detail: str
-    errors: list[dict[str, Any]] | None = None
+
+
+class FieldError(BaseModel):
+    """One bad part of a request, as pydantic names it (never the value given: it may be a
+    token or a URL with a password)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    loc: list[str | int] = Field(
+        description="Where: body, query or path, then the field's name as sent "
+        '(["query", "maxRecords"], ["body", "driverUrl"])'
+    )
+    msg: str = Field(description="What is wrong with it, with the allowed range")
+    type: str = Field(description="pydantic's error type (missing, int_parsing, value_error…)")
+
+
+class ValidationErrorBody(BaseModel):
+    """Every 422 answer: ``detail`` names each bad field and its allowed range in one line,
+    ``errors`` lists them one by one."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    detail: str = Field(description="e.g. \"maxRecords must be an integer in 1..5000, got '0'\"")
+    errors: list[FieldError]
 
 
 class VertexInfo(_Model):
@@ -78,6 +102,9 @@ class ApplicationDetail(ApplicationSummary):
 
 #: Most characters of ``driverCaPem`` (a certificate, or a short chain of them).
 MAX_DRIVER_CA_PEM_CHARS = 65536
+#: Longest driver token taken (characters): the operator's are 43.
+MAX_DRIVER_TOKEN_CHARS = 4096
+_TOKEN_CHARS = re.compile(r"[\x21-\x7e]*")
 
 
 class RegisterApplication(_Model):
@@ -95,6 +122,31 @@ class RegisterApplication(_Model):
             "the token is not sent to a driver whose certificate fails verification."
         ),
     )
+
+    @field_validator("driver_url")
+    @classmethod
+    def _callable_url(cls, value: str) -> str:
+        # Refused here, in words of our own: the URL is stored and shown, and httpx's own
+        # errors at the first call would be answered (and audited) with the URL in them.
+        problem = http_url_problem(value)
+        if problem is not None:
+            raise ValueError(
+                f"driverUrl: expected an http:// or https:// URL with a host, e.g. "
+                f"http://127.0.0.1:4041; {problem}"
+            )
+        return value
+
+    @field_validator("driver_token")
+    @classmethod
+    def _header_safe_token(cls, value: str) -> str:
+        # A bearer token travels in a header: a CR or LF would end it (and httpx's refusal
+        # quotes the header, token included).
+        if len(value) > MAX_DRIVER_TOKEN_CHARS or not _TOKEN_CHARS.fullmatch(value):
+            raise ValueError(
+                f"driverToken: expected 0-{MAX_DRIVER_TOKEN_CHARS} visible ASCII characters "
+                "(no spaces, CR, LF or other control characters)"
+            )
+        return value
 
     @field_validator("driver_ca_pem")
     @classmethod
@@ -223,7 +275,9 @@ __all__ = [
     "DataSampleResult",
     "EdgeInfo",
     "ErrorBody",
+    "FieldError",
     "RegisterApplication",
     "RoundSummary",
+    "ValidationErrorBody",
     "VertexInfo",
 ]

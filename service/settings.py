@@ -238,8 +238,9 @@ class Settings(BaseSettings):
         ge=1,
         le=1_000_000,
         description="Kubernetes execution mode: how many (namespace, application) names the "
-        "catalog remembers having read recently (1-1000000; default 10000); the least "
-        "recently asked ones are forgotten first.",
+        "catalog remembers having read recently, and as many it remembers the API server did "
+        "not have (1-1000000; default 10000); the least recently asked ones are forgotten "
+        "first.",
     )
     auth_failure_limit: int = Field(
         default=60,
@@ -328,18 +329,20 @@ class Settings(BaseSettings):
     def _check_database_url(cls, value: str) -> str:
         # Checked at start-up, never echoing the URL (it may hold a password): SQLAlchemy's
         # own parse error quotes it whole.
+        from sqlalchemy import make_url
         from sqlalchemy.exc import ArgumentError
 
         from .store.db import check_store_url
 
         if value:
             try:
-                check_store_url(value)
-            except ArgumentError:
+                make_url(value)
+            except (ArgumentError, ValueError):  # ValueError: a port that is no number
                 raise ValueError(
                     "database_url: not a SQLAlchemy URL (sqlite:///path/to/file.db or "
                     "postgresql+psycopg://user@host/db)"
                 ) from None
+            check_store_url(value)
         return value
 
     @field_validator("store_key")

@@ -209,6 +209,7 @@ class SharedRounds:
         # the store (a loaded replica) must not keep a stale answer past INTERIM_ANSWER_S.
         read_at = time.monotonic()
         started: Round | None = None
+        abandoned_before = t - int(policy.deadline_s * 1000) - 5000
         with self._sessions.begin() as session:
             latest = repository.latest_finished_round(session, app.id, vertex)
             if (
@@ -222,14 +223,21 @@ class SharedRounds:
                         expires = (latest.end_timestamp or 0) + policy.refresh_ms
                         self._fresh[fresh_key] = (expires, result)
                 return PollAnswer(result, None)
-            abandoned_before = t - int(policy.deadline_s * 1000) - 5000
             running = repository.running_round(
                 session, app.id, vertex, started_after=abandoned_before
             )
-            if running is None:
-                can_trigger = may_trigger()
-            if running is None and can_trigger:
-                rid = secrets.token_hex(8)
+            latest_result = repository.round_head(latest) if latest is not None else None
+        if running is None:
+            # Asked with no transaction open: in Kubernetes mode it is a SubjectAccessReview
+            # (an HTTP call of up to seconds), and an open transaction would hold a pooled
+            # connection, and a snapshot or lock, for as long.
+            can_trigger = may_trigger()
+        if running is None and can_trigger:
+            rid = secrets.token_hex(8)
+            with self._sessions.begin() as session:
+                # The claim is one conditional UPDATE of the lease: a round another caller
+                # claimed or finished since the read above makes it fail, as it would have
+                # within one transaction.
                 if repository.claim_round(
                     session, app.id, vertex, rid, interval_ms=policy.refresh_ms, at=t
                 ):
@@ -242,7 +250,6 @@ class SharedRounds:
                     running = repository.running_round(
                         session, app.id, vertex, started_after=abandoned_before
                     )
-            latest_result = repository.round_head(latest) if latest is not None else None
         if running is None and latest_result is None and not can_trigger:
             raise TriggerForbiddenError
         answer = (

@@ -133,6 +133,7 @@ cmd_install() {
     --set image.repository="$repo" --set image.tag="$tag" --set image.pullPolicy=Never \
     --set "watchNamespaces={$NAMESPACE}" \
     --set store.sqlite.persistence.enabled=false \
+    --set networkPolicy.webhookFromAnywhere=true \
     --wait --timeout 5m
   k -n "$RELEASE_NAMESPACE" wait --for=condition=Available deployment --all --timeout=180s
 }

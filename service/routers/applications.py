@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit
-
 from fastapi import APIRouter, HTTPException, Request, Response, status
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
@@ -16,7 +14,7 @@ from ..audit import client_of
 from ..auth import Permission, Principal
 from ..catalog import CatalogError, register_local_application
 from ..dependencies import AdminDep, PrincipalDep, ReaderDep, SessionDep, StateDep, check
-from ..driver_trust import driver_tls
+from ..driver_trust import driver_location, driver_tls
 from ..lookups import application_or_404, refresh_catalog
 from ..pipeline_progress import ProgressUnavailable
 from ..schemas import (
@@ -39,17 +37,6 @@ _ERRORS: dict[int | str, dict[str, object]] = {
     403: {"model": ErrorBody},
     404: {"model": ErrorBody},
 }
-
-
-def _driver_location(url: str) -> str:
-    """``scheme://host:port`` of a driver URL for the audit trail: where rounds will go (a
-    changed URL can redirect them), without credentials the URL might hold."""
-    try:
-        parts = urlsplit(url)
-        port = f":{parts.port}" if parts.port else ""
-    except ValueError:
-        return "an invalid URL"
-    return f"{parts.scheme}://{parts.hostname or ''}{port}"
 
 
 @router.get("/applications", response_model=list[ApplicationSummary], responses=_ERRORS)
@@ -213,7 +200,7 @@ def _register(
         )
         raise HTTPException(status.HTTP_502_BAD_GATEWAY, detail=str(exc)) from None
     state.driver_trust.set(namespace, application, tls)
-    where = _driver_location(body.driver_url)
+    where = driver_location(body.driver_url)
     if tls is not None:
         where += " (its own certificate pinned)"
     state.audit.note(

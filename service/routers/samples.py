@@ -41,7 +41,7 @@ from ..result_body import (
     plan_body,
     validator_headers,
 )
-from ..schemas import ErrorBody, RoundSummary, round_summary
+from ..schemas import ErrorBody, RoundSummary, ValidationErrorBody, round_summary
 from ..shared_rounds import PollAnswer, TriggerForbiddenError
 from ..store import repository
 from ..store.repository import AuditRecord
@@ -125,7 +125,7 @@ _ERRORS: dict[int | str, dict[str, object]] = {
     401: {"model": ErrorBody},
     403: {"model": ErrorBody},
     404: {"model": ErrorBody},
-    422: {"model": ErrorBody},
+    422: {"model": ValidationErrorBody},
 }
 
 

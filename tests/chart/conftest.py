@@ -19,8 +19,15 @@ CHART = REPO / "charts" / "sparkglass"
 RELEASE = "sparkglass"
 NAMESPACE = "sparkglass-system"
 
+#: The API servers' addresses every install gives (``networkPolicy.webhookFrom``): the chart
+#: refuses to render the admission webhook without them or ``webhookFromAnywhere``.
+API_SERVERS: list[dict[str, Any]] = [{"ipBlock": {"cidr": "10.0.0.0/28"}}]
+#: What :func:`render` adds under every test's values (the test's own win).
+REQUIRED: dict[str, Any] = {"networkPolicy": {"webhookFrom": API_SERVERS}}
+
 #: The three value sets the README documents, plus the cluster-wide, namespaced and local-auth
-#: variants. "default" is namespaced too: the release namespace only.
+#: variants. "default" is namespaced too: the release namespace only. Each also gets
+#: :data:`REQUIRED`, as the README's commands give it.
 VARIANTS: dict[str, dict[str, Any]] = {
     "default": {},
     "postgresql-ingress-metrics": {
@@ -73,15 +80,28 @@ def load_chart() -> Any:
     return helm.Chart.load(str(CHART))
 
 
-def render(values: dict[str, Any]) -> dict[str, str]:
-    """Template path -> rendered text (NOTES.txt included), like ``helm template``."""
-    return dict(load_chart().render(values, name=RELEASE, namespace=NAMESPACE))
+def merged(base: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` over ``base``, maps merged key by key (as Helm merges values files)."""
+    out = dict(base)
+    for key, value in values.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merged(out[key], value)
+        else:
+            out[key] = value
+    return out
 
 
-def manifests(values: dict[str, Any]) -> list[dict[str, Any]]:
+def render(values: dict[str, Any], *, required: bool = True) -> dict[str, str]:
+    """Template path -> rendered text (NOTES.txt included), like ``helm template``;
+    ``values`` over :data:`REQUIRED` unless ``required`` is false."""
+    given = merged(REQUIRED, values) if required else values
+    return dict(load_chart().render(given, name=RELEASE, namespace=NAMESPACE))
+
+
+def manifests(values: dict[str, Any], *, required: bool = True) -> list[dict[str, Any]]:
     """Every Kubernetes object the chart renders for ``values`` (NOTES.txt left out)."""
     docs: list[dict[str, Any]] = []
-    for path, text in sorted(render(values).items()):
+    for path, text in sorted(render(values, required=required).items()):
         if path.endswith("NOTES.txt"):
             continue
         docs.extend(d for d in yaml.safe_load_all(text) if d)

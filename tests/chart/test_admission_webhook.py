@@ -134,5 +134,7 @@ def test_webhook_port_only_from_the_listed_peers() -> None:
     # Probes and scraping stay open: a rule with no `from` for exactly those ports.
     (open_rule,) = [r for r in rules if "from" not in r]
     assert {p["port"] for p in open_rule["ports"]} == {"health", "metrics"}
-    # Without peers, no policy on the operator (there is no default for API servers).
-    assert not find(manifests({}), "NetworkPolicy", "sparkglass-operator")
+    # Accepting any caller explicitly: no policy on the operator (the refusal without either
+    # is tests/security/test_chart_webhook_port.py).
+    anywhere = {"networkPolicy": {"webhookFromAnywhere": True}}
+    assert not find(manifests(anywhere, required=False), "NetworkPolicy", "sparkglass-operator")

@@ -19,6 +19,7 @@ from .conftest import (
     CHART,
     NAMESPACE,
     REPO,
+    REQUIRED,
     VARIANTS,
     find,
     load_chart,
@@ -191,7 +192,7 @@ def test_long_release_names_stay_within_limits() -> None:
     name = "a-very-long-release-name-that-is-fifty-three-chars-x"
     assert len(name) <= 53
     chart = load_chart()
-    out = chart.render({}, name=name, namespace=NAMESPACE)
+    out = chart.render(REQUIRED, name=name, namespace=NAMESPACE)
     for path, text in out.items():
         if path.endswith("NOTES.txt"):
             continue
@@ -644,7 +645,9 @@ def test_cluster_wide_only_with_the_explicit_value(rendered: Rendered) -> None:
     assert {r["metadata"]["name"] for r in find(docs, "Role", None)} >= {
         "sparkglass-operator-lease"
     }
-    assert {p["metadata"]["namespace"] for p in find(docs, "NetworkPolicy")} == {
+    assert {
+        p["metadata"]["namespace"] for p in find(docs, "NetworkPolicy", "sparkglass-driver")
+    } == {
         "spark-jobs",
         "spark-batch",
     }

@@ -351,7 +351,7 @@ def test_applications_graph_and_registration(
         headers=auth("admin"),
         json={"driverUrl": "http://127.0.0.1:9", "driverToken": "t"},
     )
-    assert bad.status_code == 502 and "unreachable" in bad.json()["detail"]
+    assert bad.status_code == 502 and "cannot be reached" in bad.json()["detail"]
     assert (
         client.put(
             "/api/v1/namespaces/prod/applications/x", headers=auth("admin"), json=body

@@ -12,6 +12,8 @@ from sparkglass.runtime.contract.datasample_status import (
     MAX_STATUS_BYTES,
 )
 
+from . import urls
+
 operator_app = typer.Typer(
     name="operator",
     help=(
@@ -202,17 +204,20 @@ def run(
         "",
         "--service-url",
         envvar="SPARKGLASS_SERVICE_URL",
+        callback=urls.http_url,
         help="Base URL of the sparkglass service (for status.resultsURL).",
     ),
     store_url: str = typer.Option(
         "",
         "--store-url",
         envvar="SPARKGLASS_DATABASE_URL",
+        callback=urls.database_url,
         help="SQLAlchemy URL of the service's store, where full results are saved.",
     ),
     kubernetes_master: str = typer.Option(
         "k8s://https://kubernetes.default.svc",
         "--kubernetes-master",
+        callback=urls.kubernetes_master,
         help="Spark master URL the drivers use to create executors.",
     ),
     runtime_jar: str = typer.Option(

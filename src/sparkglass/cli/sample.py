@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING
 import typer
 from rich.console import RenderableType
 
+from . import urls
+
 if TYPE_CHECKING:
     from sparkglass.runtime.control.client import ControlError
 
@@ -39,13 +41,21 @@ def register(app: typer.Typer) -> None:
 def sample(
     vertex: str = typer.Argument(..., help="Vertex name, e.g. parse."),
     endpoint: str | None = typer.Option(
-        None, "--endpoint", envvar="SPARKGLASS_CONTROL_URL", help="Driver control endpoint URL."
+        None,
+        "--endpoint",
+        envvar="SPARKGLASS_CONTROL_URL",
+        callback=urls.http_url,
+        help="Driver control endpoint URL (http:// or https://).",
     ),
     token: str = typer.Option(
         ..., "--token", envvar="SPARKGLASS_CONTROL_TOKEN", help="Bearer token (driver or service)."
     ),
     service: str | None = typer.Option(
-        None, "--service", envvar="SPARKGLASS_SERVICE_URL", help="sparkglass service URL."
+        None,
+        "--service",
+        envvar="SPARKGLASS_SERVICE_URL",
+        callback=urls.http_url,
+        help="sparkglass service URL (http:// or https://).",
     ),
     application: str = typer.Option(
         "flights", "--application", help="With --service: the application's name."

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import typer
 
+from . import urls
+
 
 def register(app: typer.Typer) -> None:
     """Add the ``serve`` command to ``app``."""
@@ -32,7 +34,10 @@ def serve(
     host: str | None = typer.Option(None, "--host", help="Address to bind [127.0.0.1]."),
     port: int | None = typer.Option(None, "--port", min=0, max=65535, help="Port to bind [8080]."),
     database_url: str | None = typer.Option(
-        None, "--database-url", help="SQLAlchemy URL (default: SQLite in the user data dir)."
+        None,
+        "--database-url",
+        callback=urls.database_url,
+        help="SQLAlchemy URL (default: SQLite in the user data dir).",
     ),
     auth_mode: str | None = typer.Option(
         None, "--auth-mode", help="local (tokens bound to roles) or kubernetes (RBAC)."
@@ -48,7 +53,10 @@ def serve(
         help="Local mode: `token,user,role` lines (viewer|sampler|admin).",
     ),
     drivers: list[str] = typer.Option(
-        [], "--driver", help="Local mode: NAME=URL of a driver control endpoint (repeatable)."
+        [],
+        "--driver",
+        callback=urls.driver_specs,
+        help="Local mode: NAME=URL of a driver control endpoint (repeatable).",
     ),
     driver_token: str | None = typer.Option(
         None,
@@ -90,10 +98,8 @@ def serve(
         raise fail(str(exc)) from None
     app = create_app(settings)
     state = app.state.sparkglass
-    for spec in drivers:
-        name, sep, url = spec.partition("=")
-        if not sep or not name or not url:
-            raise fail(f"--driver expects NAME=URL, got {spec!r}")
+    for spec in drivers:  # checked while parsing (urls.driver_specs)
+        name, _, url = spec.partition("=")
         try:
             register_local_application(state.sessions, name, url, driver_token or "")
         except (CatalogError, StoreKeyMissing) as exc:

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from . import urls
+
 if TYPE_CHECKING:
     from sparkglass.service.store import AuditRecord
 
@@ -83,6 +85,7 @@ DatabaseOption = typer.Option(
     None,
     "--database-url",
     envvar="SPARKGLASS_DATABASE_URL",
+    callback=urls.database_url,
     help="The service's store (SQLAlchemy URL; default: SQLite in the user data dir).",
 )
 
