@@ -215,7 +215,8 @@ class KubernetesCatalog:
       must be allowed to read there), and the per-namespace counts are bounded like the
       names.
 
-    A SparkApplication created right after its name was asked for is found within ``ttl_s``.
+    A SparkApplication created after its name was asked for is found within ``ttl_s``; one
+    created after a listing of its namespace is found at once (outside a flood).
     """
 
     def __init__(
@@ -281,12 +282,14 @@ class KubernetesCatalog:
                     self._absent, (namespace, name), now
                 ):
                     return
-                # A listing of the namespace answered every name in it.
-                if self._fresh(self._seen, (namespace, "*"), now):
-                    return
                 start, misses = self._misses.get(namespace, (now, 0))
                 if now - start < self._ttl and misses >= UNKNOWN_GETS_BEFORE_LIST:
-                    name = None  # read the namespace once instead of one more name
+                    # A flood of unknown names: a recent listing answers them all, or one
+                    # listing replaces one more GET. Outside a flood a name the listing did
+                    # not hold is read, so an application created since is found at once.
+                    if self._fresh(self._seen, (namespace, "*"), now):
+                        return
+                    name = None
             elif self._fresh(self._seen, (namespace, "*"), now):
                 return
         self._read(namespace, name)
@@ -400,5 +403,6 @@ class KubernetesCatalog:
                 self._missed(namespace, at)
             else:
                 self._remember(self._seen, (namespace, name or "*"), at)
-                if name is not None:
-                    self._absent.pop((namespace, name), None)
+                for found in present:
+                    self._remember(self._seen, (namespace, found), at)
+                    self._absent.pop((namespace, found), None)

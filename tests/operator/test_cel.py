@@ -327,6 +327,7 @@ def test_user_tunable_keys_pass(key: str) -> None:
         ({"spark.kubernetes.driver.secretKeyRef.TOKEN": "victim-control-token"}, True),
         ({"spark.kubernetes.executor.secrets.s3-credentials": "/mnt/s3"}, False),
         ({"spark.kubernetes.executor.secretKeyRef.KEY": "s3-credentials:control-token"}, False),
+        ({"spark.kubernetes.executor.secretKeyRef.KEY": "s3:key-control-token"}, False),
         ({"spark.app.note": "victim-control-token:token"}, False),
     ],
 )

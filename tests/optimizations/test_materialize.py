@@ -75,7 +75,14 @@ def run(spark, flight_days, reference, work: Path, table: str, opts: Optimizatio
     try:
         p.process_all_available()
         jquery = p.queries["enriched"]._jsq.streamingQuery()
-        plan_text = jquery.lastExecution().executedPlan().toString()
+        # A scan's file path is cut at spark.sql.maxMetadataStringLength (100): under a long
+        # temporary directory "schedule.parquet" fell past it.
+        previous = spark.conf.get("spark.sql.maxMetadataStringLength")
+        spark.conf.set("spark.sql.maxMetadataStringLength", "100000")
+        try:
+            plan_text = jquery.lastExecution().executedPlan().toString()
+        finally:
+            spark.conf.set("spark.sql.maxMetadataStringLength", previous)
         rows = sorted(tuple(r) for r in spark.table(table).collect())
         names = sorted(tuple(r) for r in spark.read.parquet(str(work / "names")).collect())
     finally:

@@ -128,3 +128,25 @@ async def test_one_unknown_name_asked_again_and_again_costs_one_read(
     codes = await asyncio.to_thread(ask, app, ["nope"] * 100)
     assert set(codes) == {404}, codes
     assert api_reads(kmock) == (1, 0)
+
+
+async def test_an_application_created_after_a_listing_is_found_at_once(
+    kmock: kmock.KubernetesEmulator, settings: Settings
+) -> None:
+    """The bound on unknown names must not hide a new application: a listing of the namespace
+    (the page's dropdown) answered every name for the TTL, so one created just after it got a
+    404 for 15 s."""
+    assert isinstance(kmock, StrictApiServer)
+    app = create_app(settings)
+    auth = {"Authorization": "Bearer bob-token"}
+
+    def list_create_get() -> tuple[httpx.Response, httpx.Response]:
+        with ServerThread(app) as server, httpx.Client(base_url=server.url, timeout=10) as http:
+            listed = http.get("/api/v1/namespaces/team-a/applications", headers=auth)
+            r = httpx.post(f"{str(kmock.url).rstrip('/')}{APPS}", json=SPARKAPP)
+            assert r.status_code < 300, r.text
+            return listed, http.get("/api/v1/namespaces/team-a/applications/flights", headers=auth)
+
+    listed, found = await asyncio.to_thread(list_create_get)
+    assert listed.status_code == 200 and listed.json() == [], listed.text
+    assert found.status_code == 200, found.text
