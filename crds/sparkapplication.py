@@ -833,9 +833,10 @@ class SamplingSpec(ResourceModel):
         list[Annotated[RedactionRule, _CheckedAs(_Redaction)]], Field(max_length=MAX_RULES)
     ] = Field(default_factory=list)
     """Redaction of sampled rows, applied on the executors before a row leaves them: drop
-    removes the columns, mask replaces non-null values by ***, hash by their SHA-256. Names or
-    shell patterns, case-insensitive; the strongest action wins. No round request can lower
-    it."""
+    removes the columns, mask replaces non-null values by ***, hash by their HMAC-SHA-256
+    under the application's key (in its control-token Secret). Top-level column names or
+    shell patterns, case-insensitive (a name with a dot in backticks); the strongest action
+    wins. No round request can lower it."""
 
 
 # ------------------------------------------------------------------------------------ spec

@@ -8,7 +8,14 @@ the ``sparkglass.io/application`` label.
 The control token only ever appears in the Secret; the driver gets it through a
 ``secretKeyRef``, never a literal, and the ConfigMap never holds it. The same Secret holds
 the control endpoint's TLS certificate and key (``certificates``), mounted read-only into
-the driver Pod (mode 0440, group ``names.CONTROL_TLS_FS_GROUP``).
+the driver Pod (mode 0440, group ``names.CONTROL_TLS_FS_GROUP``), and the key of the ``hash``
+redaction (``names.REDACTION_KEY_KEY``, 32 random bytes as hex, generated with the Secret and
+kept like the token): the driver gets it as the token, an environment variable from a
+``secretKeyRef``, and its ``spark-submit`` gets ``--conf
+spark.sparkglass.sampling.redact.secret=$(SPARKGLASS_REDACTION_KEY)``, which the kubelet
+expands when the container starts. So the key is in no object the API serves but the Secret
+(the Pod spec holds the reference), and it reaches the executors as the driver's Spark conf,
+over Spark's authenticated RPC, under a name Spark's UI and event log redact.
 """
 
 from __future__ import annotations
@@ -17,9 +24,12 @@ import base64
 import hashlib
 import json
 import re
+import secrets
 from typing import Any
 
 import yaml
+
+from sparkglass.runtime.contract.redaction import KEY_BYTES, KEY_CONF
 
 from . import names
 from . import pod_customization as custom
@@ -153,10 +163,17 @@ def config_map(
 
 
 def secret(
-    app: str, namespace: str, uid: str, token: str, certificate: ControlCertificate
+    app: str,
+    namespace: str,
+    uid: str,
+    token: str,
+    certificate: ControlCertificate,
+    *,
+    redaction_key: str | None = None,
 ) -> dict[str, Any]:
     """Secret ``<app>-control-token``: the control endpoint's bearer token (key ``token``),
-    its TLS certificate and key (keys ``tls.crt``, ``tls.key``)."""
+    its TLS certificate and key (keys ``tls.crt``, ``tls.key``) and the redaction key (key
+    ``redaction-key``; ``redaction_key`` hex text, else :func:`new_redaction_key`)."""
     return {
         "apiVersion": "v1",
         "kind": "Secret",
@@ -167,8 +184,39 @@ def secret(
         "data": {
             names.TOKEN_KEY: base64.b64encode(token.encode()).decode(),
             **certificate_data(certificate),
+            **redaction_key_data(redaction_key or new_redaction_key()),
         },
     }
+
+
+def new_redaction_key() -> str:
+    """A new redaction key: ``KEY_BYTES`` (32) random bytes as 64 lowercase hex digits."""
+    return secrets.token_hex(KEY_BYTES)
+
+
+def redaction_key_data(key: str) -> dict[str, str]:
+    """The ``data`` entry (base64) of the redaction key ``key`` (hex text) in the Secret."""
+    return {names.REDACTION_KEY_KEY: base64.b64encode(key.encode()).decode()}
+
+
+def missing_redaction_key(secret_body: dict[str, Any]) -> dict[str, str] | None:
+    """For a control Secret without a usable redaction key (made before the Secret held
+    one): the ``data`` patch adding a new one; ``None`` when it has one, which is kept (a
+    new key would stop hashes from linking to the ones sampled before). Apply it only with
+    no driver running: a running driver keeps the key it started with."""
+    if _is_key(secret_value(secret_body, names.REDACTION_KEY_KEY)):
+        return None
+    return redaction_key_data(new_redaction_key())
+
+
+def _is_key(text: str | None) -> bool:
+    if text is None or len(text.strip()) < 2 * KEY_BYTES or len(text.strip()) % 2:
+        return False
+    try:
+        bytes.fromhex(text.strip())
+    except ValueError:
+        return False
+    return True
 
 
 def certificate_data(certificate: ControlCertificate) -> dict[str, str]:
@@ -276,6 +324,11 @@ def driver_pod(
         "client",
         "--properties-file",
         f"{names.CONFIG_DIR}/spark-defaults.conf",
+        # The kubelet expands the reference from the container's environment (the Secret):
+        # the key is in neither the Pod spec nor the ConfigMap, and a command-line conf wins
+        # over the properties file.
+        "--conf",
+        f"{KEY_CONF}=$({names.ENV_REDACTION_KEY})",
     ]
     if spec.main_class:
         args += ["--class", spec.main_class]
@@ -285,6 +338,18 @@ def driver_pod(
         {
             "name": names.ENV_CONTROL_TOKEN,
             "valueFrom": {"secretKeyRef": {"name": names.secret_name(app), "key": names.TOKEN_KEY}},
+        },
+        {
+            # Optional: a Secret made before it held a key still starts the driver, which
+            # then refuses hash rules naming the missing key instead of failing to start.
+            "name": names.ENV_REDACTION_KEY,
+            "valueFrom": {
+                "secretKeyRef": {
+                    "name": names.secret_name(app),
+                    "key": names.REDACTION_KEY_KEY,
+                    "optional": True,
+                }
+            },
         },
         {"name": names.ENV_CONTROL_PORT, "value": str(spec.sampling.control_port)},
         {"name": names.ENV_PIPELINE_FILE, "value": f"{names.CONFIG_DIR}/pipeline.json"},

@@ -9,7 +9,8 @@ kind           name                       holds
 ConfigMap      ``<app>-sparkglass``       ``pipeline.json``, ``sampling.json``,
                                           ``spark-defaults.conf``
 Secret         ``<app>-control-token``    ``token``: bearer token of the control endpoint;
-                                          ``tls.crt``/``tls.key``: its TLS certificate
+                                          ``tls.crt``/``tls.key``: its TLS certificate;
+                                          ``redaction-key``: key of the ``hash`` redaction
 Service        ``<app>-driver``           headless; executors reach the driver through it
 Pod            ``<app>-driver``           ``spark-submit --deploy-mode client``
 =============  =========================  =============================================
@@ -18,6 +19,8 @@ Pod            ``<app>-driver``           ``spark-submit --deploy-mode client``
 from __future__ import annotations
 
 import re
+
+from sparkglass.runtime.contract.redaction import KEY_ENV
 
 GROUP = "sparkglass.io"
 VERSION = "v1alpha1"
@@ -42,6 +45,8 @@ ANNOTATION_SPEC_HASH = "sparkglass.io/spec-hash"
 
 #: Key of the control token in the Secret.
 TOKEN_KEY = "token"
+#: Key of the ``hash`` redaction's key in the Secret (hex text of 32 random bytes).
+REDACTION_KEY_KEY = "redaction-key"
 
 #: Ports of the driver (fixed in the Pod so the headless Service can name them).
 DRIVER_PORT = 7078
@@ -61,6 +66,8 @@ CONTROL_TLS_FS_GROUP = 10001
 
 #: Environment variables the driver container gets (the runtime reads them).
 ENV_CONTROL_TOKEN = "SPARKGLASS_CONTROL_TOKEN"
+#: The redaction key; the driver's ``spark-submit`` turns it into its conf (``children``).
+ENV_REDACTION_KEY = KEY_ENV
 ENV_CONTROL_PORT = "SPARKGLASS_CONTROL_PORT"
 ENV_PIPELINE_FILE = "SPARKGLASS_PIPELINE_FILE"
 ENV_APPLICATION = "SPARKGLASS_APPLICATION"

@@ -12,6 +12,11 @@ tuning knobs (``specs.USER_CONTROL_CONF_KEYS``: ``max-body-bytes``, ``connection
 ``max-connections``, ``max-connections-per-address``) are the user's: the operator sets none
 of them, so the driver's defaults apply unless ``sparkConf`` names them.
 ``spec.hadoopConf`` entries become ``spark.hadoop.<key>``, before ``spec.sparkConf``.
+
+The redaction key (``spark.sparkglass.sampling.redact.secret``) is never a property here:
+this file is a ConfigMap anyone who may read ConfigMaps reads. The driver Pod gets it from
+the Secret on ``spark-submit``'s command line (``children.driver_pod``); a ``sparkConf``
+entry for it is dropped.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from dataclasses import dataclass
 
 from sparkglass.runtime.contract.attributes import OVERRIDES_CONF
 from sparkglass.runtime.contract.expectations import EXPECTATIONS_CONF, expectations_conf
-from sparkglass.runtime.contract.redaction import REDACT_CONF
+from sparkglass.runtime.contract.redaction import KEY_CONF, REDACT_CONF
 
 from . import names
 from .certificates import CERT_KEY, KEY_KEY
@@ -151,6 +156,9 @@ def spark_properties(
     for k, v in spec.hadoop_conf.items():
         conf[f"spark.hadoop.{k}"] = v
     user = dict(spec.spark_conf)
+    # The application's key comes from its Secret (children.driver_pod); a value here would
+    # be a key in plain text in the ConfigMap, and the command line replaces it anyway.
+    user.pop(KEY_CONF, None)
     # Merged, not replaced: the plugin and its jar must stay whatever the user adds.
     plugins = _split(user.pop("spark.plugins", ""))
     jars = [*deps.jars, *_split(user.pop("spark.jars", ""))]

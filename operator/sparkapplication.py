@@ -633,25 +633,32 @@ async def _create(ctx: OperatorContext, kind: Any, namespace: str, body: dict[st
 
 async def _ensure_certificate(ctx: OperatorContext, app: dict[str, Any]) -> None:
     """Before a driver Pod is created: make the owned control Secret hold a certificate and
-    key for the driver Service that is valid for more than ``RENEWAL_MARGIN`` (30 days).
+    key for the driver Service that is valid for more than ``RENEWAL_MARGIN`` (30 days), and
+    a redaction key (a Secret made before it held one gets one).
 
-    Only here, with no driver running: a running driver loaded its certificate when it
-    started, and the operator pins the one in the Secret, so replacing it under a running
-    driver would cut that driver off. A Secret that already holds a good certificate keeps
-    it; one not owned by the application is left alone (``driver_access`` ignores it).
+    Only here, with no driver running: a running driver loaded its certificate and key when
+    it started, and the operator pins the certificate in the Secret, so replacing either under
+    a running driver would cut it off or change its hashes. A Secret that already holds a good
+    certificate or key keeps it; one not owned by the application is left alone
+    (``driver_access`` ignores it).
     """
     name, namespace = app["metadata"]["name"], app["metadata"]["namespace"]
     secret = await ctx.cluster.find(SECRETS, namespace, names.secret_name(name))
     if secret is None or not owned_by(secret, app, names.ROLE_CONTROL_TOKEN):
         return
+    data = children.missing_redaction_key(secret) or {}
     service = names.service_name(name)
     reason = reissue_reason(children.secret_tls_data(secret), service, namespace)
-    if reason is None:
+    certificate = None if reason is None else issue_control_certificate(service, namespace)
+    if certificate is not None:
+        data.update(children.certificate_data(certificate))
+    if not data:
         return
-    certificate = issue_control_certificate(service, namespace)
-    data = children.certificate_data(certificate)
     await ctx.cluster.patch(SECRETS, namespace, names.secret_name(name), {"data": data})
-    _log_issued(app, certificate, reason)
+    if certificate is not None and reason is not None:
+        _log_issued(app, certificate, reason)
+    if names.REDACTION_KEY_KEY in data:
+        log.info("redaction key added to the control secret", namespace=namespace, name=name)
 
 
 def _log_issued(app: dict[str, Any], certificate: ControlCertificate, reason: str) -> None:

@@ -358,7 +358,7 @@ class KubernetesCatalog:
                 f"cannot read SparkApplications (HTTP {getattr(exc, 'status', None) or 'error'})"
             ) from None
         with self._sessions.begin() as session:
-            present = set()
+            present: set[str] = set()
             for obj in items:
                 meta = obj.get("metadata") or {}
                 # kmock (and some proxies) ignore field selectors: filter here.
@@ -376,7 +376,7 @@ class KubernetesCatalog:
                         exc.error_count(),
                     )
                     continue
-                present.add(meta.get("name"))
+                present.add(meta["name"])
                 graph = graph_of(description)
                 repository.upsert_application(
                     session,

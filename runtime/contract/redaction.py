@@ -9,16 +9,36 @@ matched case-insensitively like Spark resolves columns) and what happens to them
         - {columns: ["*_email", ssn], action: drop}
 
 ``drop`` removes the column from every sampled row, ``mask`` replaces a non-null value by
-``"***"`` (null stays null), ``hash`` replaces it by the hex SHA-256 of its string form. The
-tap renders only the redacted row, on the executor, so a redacted value never reaches the
-driver, the store, a status or a log. When a column matches several rules the strongest
-action wins (drop, then mask, then hash). Nothing in a round request can change these rules:
-a round's column subset and filter apply to the redacted row, and a filter may not name a
-redacted column (that would reveal it one row at a time).
+``"***"`` (null stays null), ``hash`` replaces it by HMAC-SHA-256 of its string form under the
+application's secret key, as 64 lowercase hex digits (null stays null; see "The hash key"
+below). The tap renders only the redacted row, on the executor, so a redacted value never
+reaches the driver, the store, a status or a log. When a column matches several rules the
+strongest action wins (drop, then mask, then hash). Nothing in a round request can change
+these rules: a round's column subset and filter apply to the redacted row, and a filter may
+not name a redacted column (that would reveal it one row at a time).
 
-When an application has any rule, the corrupt-record column of CSV/JSON sources
-(``spark.sql.columnNameOfCorruptRecord``, default ``_corrupt_record``) is masked too unless a
-rule names it: it holds the raw input line, redacted columns included.
+Rules name top-level columns. A struct column is redacted whole; a pattern with a ``.``
+(``customer.email``) is refused, because it would name a nested field, which rules do not
+reach. A top-level column whose name itself holds a dot is named in backticks
+(```a.b```, matched literally).
+
+When an application has any rule, the corrupt-record columns of its sources are masked too
+unless a rule names them: each holds the raw input line, redacted fields included. Which
+columns those are is read from the plan (the reader option ``columnNameOfCorruptRecord``,
+whatever it names, followed through renames; else ``spark.sql.columnNameOfCorruptRecord``,
+default ``_corrupt_record``), see :mod:`sparkglass.runtime.sampling.programs`.
+
+The hash key. ``hash`` is keyed so that a hashed value cannot be looked up in a table of the
+column's possible values (three-letter airport codes, phone numbers, small ids): equal values
+give equal hashes within one application, and without the key nothing links a hash to its
+value. The function computing it (``sg_redact_hash``, in the sampling jar) reads the key
+where it runs, never from the plan: :data:`KEY_CONF` (hex, at least 32 bytes; its name holds
+``secret`` so Spark's ``spark.redaction.regex`` hides it in the UI, the event log and
+``SET``), else the environment variable :data:`KEY_ENV`, and in local mode a key file
+generated once, owner-only, under the user's data directory (:func:`ensure_key_file`). The
+operator keeps a key per application in the Secret ``<app>-control-token`` and hands it to
+the driver as the token is. A job with a ``hash`` rule and no key fails when sampling
+attaches, naming what to set.
 
 The rules reach the driver in :data:`REDACT_CONF` (JSON or YAML list; the operator writes it
 from ``spec.sampling.redact``). Spark-free: the operator validates the spec with it.
@@ -27,20 +47,41 @@ from ``spec.sampling.redact``). Spark-free: the operator validates the spec with
 from __future__ import annotations
 
 import fnmatch
+import logging
+import os
+import secrets
+import stat
 from collections.abc import Iterable, Sequence
 from enum import StrEnum
+from pathlib import Path
 
+import platformdirs
 import yaml
-from pydantic import Field, TypeAdapter, ValidationError
+from pydantic import Field, TypeAdapter, ValidationError, field_validator
 
 from sparkglass.runtime.contract.description import CamelModel
 from sparkglass.runtime.contract.errors import SamplingSettingsError
+
+log = logging.getLogger(__name__)
 
 #: Spark conf holding the application's redaction rules.
 REDACT_CONF = "spark.sparkglass.sampling.redact"
 #: What a masked value becomes.
 MASK = "***"
 MAX_RULES = 100
+#: The SQL function of the ``hash`` action (``io.sparkglass.sampling.RedactionHash``).
+HASH_FUNCTION = "sg_redact_hash"
+#: Spark conf holding the hash key, hex (a name Spark's default ``spark.redaction.regex``
+#: hides: it contains ``secret``).
+KEY_CONF = "spark.sparkglass.sampling.redact.secret"
+#: Environment variable holding the hash key, hex, when :data:`KEY_CONF` is not set.
+KEY_ENV = "SPARKGLASS_REDACTION_KEY"
+#: Bytes of a generated key (its hex text is twice as long); the shortest key accepted.
+KEY_BYTES = 32
+#: Name of the local-mode key file in the user's data directory.
+KEY_FILE_NAME = "redaction.key"
+#: Mode of the key file.
+KEY_FILE_MODE = 0o600
 
 
 class RedactionAction(StrEnum):
@@ -64,10 +105,41 @@ class RedactionRule(CamelModel):
     )
     action: RedactionAction = Field(description="drop, mask or hash.")
 
+    @field_validator("columns")
+    @classmethod
+    def _top_level_only(cls, columns: list[str]) -> list[str]:
+        # A dotted name reads as a path into a struct; rules never reach inside one, so such
+        # a rule would be accepted and redact nothing.
+        for pattern in columns:
+            if "." in pattern and _literal(pattern) is None:
+                head = pattern.split(".", 1)[0] or pattern
+                raise ValueError(
+                    f"{pattern!r} names a nested field: redaction rules name top-level columns "
+                    f"only, and a struct column is redacted whole (name {head!r}); a top-level "
+                    f"column whose name contains '.' is named in backticks (`{pattern}`)"
+                )
+        return columns
+
     def matches(self, column: str) -> bool:
         """True when ``column`` is one this rule names."""
         lowered = column.lower()
-        return any(fnmatch.fnmatchcase(lowered, pattern.lower()) for pattern in self.columns)
+        for pattern in self.columns:
+            literal = _literal(pattern)
+            if literal is not None:
+                if literal.lower() == lowered:
+                    return True
+            elif fnmatch.fnmatchcase(lowered, pattern.lower()):
+                return True
+        return False
+
+
+def _literal(pattern: str) -> str | None:
+    """The name a backticked pattern (```a.b```, ``` `` ``` for a backtick) names literally,
+    else ``None``."""
+    text = pattern.strip()
+    if len(text) >= 2 and text.startswith("`") and text.endswith("`"):
+        return text[1:-1].replace("``", "`")
+    return None
 
 
 _RULES = TypeAdapter(list[RedactionRule])
@@ -114,18 +186,31 @@ def parse_redaction(raw: object, *, field: str = REDACT_CONF) -> list[RedactionR
 
 
 def redacted_columns(
-    rules: Sequence[RedactionRule], columns: Iterable[str], corrupt_record_column: str
+    rules: Sequence[RedactionRule],
+    columns: Iterable[str],
+    corrupt_record_columns: str | Iterable[str],
 ) -> dict[str, RedactionAction]:
     """Column → action for each of ``columns`` a rule names (the strongest rule wins), plus
-    the corrupt-record column (masked) when there are rules and none names it."""
+    the corrupt-record columns (one name, or every column holding a source's raw input;
+    case-insensitive), masked, when there are rules and none names them."""
+    corrupt = (
+        {corrupt_record_columns.lower()}
+        if isinstance(corrupt_record_columns, str)
+        else {c.lower() for c in corrupt_record_columns}
+    )
     out: dict[str, RedactionAction] = {}
     for column in columns:
         actions = [r.action for r in rules if r.matches(column)]
         if actions:
             out[column] = max(actions, key=_STRENGTH.__getitem__)
-        elif rules and column.lower() == corrupt_record_column.lower():
+        elif rules and column.lower() in corrupt:
             out[column] = RedactionAction.MASK
     return out
+
+
+def hashes(rules: Sequence[RedactionRule]) -> bool:
+    """Whether any rule hashes (then the application needs a key)."""
+    return any(r.action is RedactionAction.HASH for r in rules)
 
 
 def quote(column: str) -> str:
@@ -135,7 +220,8 @@ def quote(column: str) -> str:
 
 def redacted_select(columns: Sequence[str], redacted: dict[str, RedactionAction]) -> list[str]:
     """Spark SQL expressions rendering ``columns`` redacted, in order (dropped ones left out);
-    each keeps its column's name."""
+    each keeps its column's name. A hashed column calls :data:`HASH_FUNCTION`, which the
+    session must resolve (the sampling jar's ``RedactionHash``)."""
     out: list[str] = []
     for column in columns:
         action = redacted.get(column)
@@ -145,7 +231,65 @@ def redacted_select(columns: Sequence[str], redacted: dict[str, RedactionAction]
         if action is RedactionAction.MASK:
             out.append(f"CASE WHEN {q} IS NULL THEN NULL ELSE '{MASK}' END AS {q}")
         elif action is RedactionAction.HASH:
-            out.append(f"sha2(CAST({q} AS STRING), 256) AS {q}")
+            out.append(f"{HASH_FUNCTION}(CAST({q} AS STRING)) AS {q}")
         else:
             out.append(q)
     return out
+
+
+def key_file_path() -> Path:
+    """Where the local-mode key lives: ``<user data dir>/sparkglass/redaction.key``
+    (platformdirs; ``$XDG_DATA_HOME/sparkglass`` on Linux)."""
+    return Path(platformdirs.user_data_dir("sparkglass", appauthor=False)) / KEY_FILE_NAME
+
+
+def ensure_key_file(path: Path | None = None) -> Path:
+    """The local-mode key file at ``path`` (default :func:`key_file_path`), created once if
+    absent: :data:`KEY_BYTES` random bytes as hex, mode 0600 from the start, in a directory
+    created 0700. The key is never returned nor logged; the JVM reads the file.
+
+    An existing file must be a regular file of this user (not a symbolic link), or another
+    local user could choose the key; a mode wider than 0600 is narrowed. Raises
+    :class:`SamplingSettingsError` naming the file (never its content) and :data:`KEY_ENV`.
+    """
+    path = path or key_file_path()
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, KEY_FILE_MODE)
+    except FileExistsError:
+        _check_existing_key_file(path)
+        return path
+    except OSError as exc:
+        raise _key_file_error(path, f"cannot be created ({exc.strerror})") from None
+    with os.fdopen(fd, "w") as f:
+        f.write(secrets.token_hex(KEY_BYTES) + "\n")
+    log.info("generated the redaction key file %s (set %s to choose a key)", path, KEY_CONF)
+    return path
+
+
+def _check_existing_key_file(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        kind = "is a symbolic link" if path.is_symlink() else f"cannot be read ({exc.strerror})"
+        raise _key_file_error(path, kind) from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid():
+            raise _key_file_error(
+                path, f"is not a regular file owned by uid {os.geteuid()} (owner {info.st_uid})"
+            )
+        mode = stat.S_IMODE(info.st_mode)
+        if mode & 0o077:
+            log.warning("redaction key file %s had mode %o; setting %o", path, mode, KEY_FILE_MODE)
+            os.fchmod(fd, KEY_FILE_MODE)
+    finally:
+        os.close(fd)
+
+
+def _key_file_error(path: Path, problem: str) -> SamplingSettingsError:
+    return SamplingSettingsError(
+        f"redaction key file {path} {problem}; remove it, or set {KEY_CONF} (or ${KEY_ENV}) "
+        "to a key of your own",
+        field=KEY_CONF,
+    )

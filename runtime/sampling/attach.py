@@ -20,6 +20,7 @@ import threading
 
 from pyspark.sql import SparkSession
 
+from sparkglass.runtime.contract.redaction import REDACT_CONF, hashes, parse_redaction
 from sparkglass.runtime.contract.sampling_settings import settings_from_spark
 from sparkglass.runtime.sampling.discovery import (
     EXTENSIONS_CLASS,
@@ -27,6 +28,7 @@ from sparkglass.runtime.sampling.discovery import (
     Graph,
     extension_loaded,
 )
+from sparkglass.runtime.sampling.programs import ensure_hash_function
 from sparkglass.runtime.sampling.registry import REGISTRY, SamplingUnavailableError, application_key
 from sparkglass.runtime.sampling.tap import control_enabled
 
@@ -44,8 +46,11 @@ def attach(
     ``spark.sparkglass.control.enabled`` is not set. A second call for the same application
     returns the first one's pipeline. Raises
     :class:`~sparkglass.runtime.sampling.registry.SamplingUnavailableError` when sampling is
-    on but the plugin or the extension is not loaded (nothing would ever be tapped), and
-    ``OSError`` when the configured control port is taken.
+    on but the plugin or the extension is not loaded (nothing would ever be tapped),
+    :class:`~sparkglass.runtime.contract.errors.SamplingSettingsError` for redaction rules it
+    cannot apply (malformed, naming a nested field, or hashing without a redaction key: see
+    :func:`~sparkglass.runtime.sampling.programs.ensure_hash_function`), and ``OSError`` when
+    the configured control port is taken.
     """
     settings = settings_from_spark(spark)
     if not settings.enabled and not control_enabled(spark):
@@ -64,6 +69,11 @@ def attach(
                     f"loaded: add --conf spark.sql.extensions={EXTENSIONS_CLASS} (a static conf: "
                     "it must be set when the session starts)"
                 )
+            # Checked now, not when the first tap is registered: a vertex that cannot be
+            # sampled there is only logged.
+            rules = parse_redaction(spark.conf.get(REDACT_CONF, None))
+            if hashes(rules):
+                ensure_hash_function(spark)
         pipeline = DiscoveredPipeline(spark, app.coordinator, name, graph=graph)
         pipeline.refresh()
         REGISTRY.attach(pipeline, spark)

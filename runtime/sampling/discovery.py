@@ -20,9 +20,11 @@ earlier gets ``-2``, ``-3``… A name keeps its vertex for the life of the drive
 
 Redaction: the extension's tap hands the capture the row as the query produces it, so every
 round's program names the columns it renders and renders each redacted: a dropped column is
-never rendered (nor requestable), a masked or hashed one is rendered as ``***`` or its
-SHA-256 by the program on the executor, as at the DSL's taps; a filter may not name any
-column a rule names.
+never rendered (nor requestable), a masked or hashed one is rendered as ``***`` or its keyed
+hash (``sg_redact_hash``, HMAC-SHA-256 under the application's key) by the program on the
+executor, as at the DSL's taps; a filter may not name any column a rule names. The columns
+holding a source's raw input (its corrupt-record columns, however the reader option named
+them) are found in the query's plan when the tap is placed (``corruptColumns``) and masked.
 """
 
 from __future__ import annotations
@@ -63,7 +65,7 @@ from sparkglass.runtime.contract.redaction import (
     redacted_select,
 )
 from sparkglass.runtime.contract.round_request import RoundKind
-from sparkglass.runtime.sampling.programs import TapView, program_compiler
+from sparkglass.runtime.sampling.programs import TapView, program_compiler, rendered_actions
 from sparkglass.runtime.sampling.rounds import (
     MaterializedOutput,
     MicroBatches,
@@ -87,7 +89,8 @@ TRACKER_CACHE_S = 0.2
 class DiscoveredTap:
     """One tap the extension placed: ``kind`` ``query`` (a streaming query's output, ``name``
     its ``queryName``) or ``view`` (a temporary view a query reads). ``inputs``: the views and
-    catalog relations it reads; ``sink``: where a query writes (a table name, or the sink's)."""
+    catalog relations it reads; ``sink``: where a query writes (a table name, or the sink's);
+    ``corrupt_columns``: the tapped row's columns holding a source's raw input."""
 
     tap_key: str
     kind: str
@@ -96,6 +99,7 @@ class DiscoveredTap:
     inputs: tuple[str, ...] = ()
     sink: str | None = None
     placed_at_ms: int = 0
+    corrupt_columns: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -124,6 +128,7 @@ def read_discovery(spark: SparkSession) -> Discovery:
             inputs=tuple(str(i) for i in t.get("inputs") or ()),
             sink=None if t.get("sink") is None else str(t["sink"]),
             placed_at_ms=int(t.get("placedAtMs") or 0),
+            corrupt_columns=tuple(str(c) for c in t.get("corruptColumns") or ()),
         )
         for t in raw["taps"]
     )
@@ -271,17 +276,23 @@ class QueryStatus:
         )
 
 
-def tap_view_of(spark: SparkSession, schema_json: str) -> TapView:
+def tap_view_of(
+    spark: SparkSession, schema_json: str, corrupt_columns: Sequence[str] = ()
+) -> TapView:
     """The row a discovered tap captures (every column of the query or view, unredacted) and
     how a round renders it: without dropped columns, masked and hashed ones through their
-    redaction expression (see the module docstring on redaction)."""
+    redaction expression (see the module docstring on redaction). ``corrupt_columns``: the
+    columns holding a source's raw input (the tap's record), masked like any column named as
+    ``spark.sql.columnNameOfCorruptRecord``. Raises
+    :class:`~sparkglass.runtime.contract.errors.SamplingSettingsError` for bad rules or a
+    ``hash`` rule without a usable key."""
     schema = StructType.fromJson(json.loads(schema_json))
     names = [f.name for f in schema.fields]
     rules = parse_redaction(spark.conf.get(REDACT_CONF, None))
-    corrupt = str(spark.conf.get("spark.sql.columnNameOfCorruptRecord", "_corrupt_record"))
-    redacted = redacted_columns(rules, names, corrupt)
+    default = str(spark.conf.get("spark.sql.columnNameOfCorruptRecord", "_corrupt_record"))
+    redacted = redacted_columns(rules, names, [default, *corrupt_columns])
     visible = [n for n in names if redacted.get(n) is not RedactionAction.DROP]
-    select = redacted_select(names, redacted)
+    select = redacted_select(names, rendered_actions(spark, rules, redacted))
     renders = {n: e for n, e in zip(visible, select, strict=True) if n in redacted}
     # The rendered type (a hashed number is a string): from the expressions themselves,
     # analysed over an empty relation on the driver.
@@ -399,7 +410,7 @@ class DiscoveredPipeline:
             return
         vertex = self.names(tap.name)
         try:
-            view = tap_view_of(self._spark, tap.schema_json)
+            view = tap_view_of(self._spark, tap.schema_json, tap.corrupt_columns)
         except Exception as exc:  # bad redaction rules: the vertex is listed, not sampleable
             log.warning("cannot sample %s (%s)", vertex, exc)
             self._coordinator.register_vertices([vertex])

@@ -30,12 +30,20 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from py4j.java_gateway import JavaClass
+from py4j.protocol import Py4JError, Py4JJavaError
 from pyspark.sql import DataFrame, SparkSession
 
-from sparkglass.runtime.contract.errors import InvalidParameterError
+from sparkglass.runtime.contract.errors import InvalidParameterError, SamplingSettingsError
 from sparkglass.runtime.contract.redaction import (
+    KEY_BYTES,
+    KEY_CONF,
+    KEY_ENV,
     REDACT_CONF,
     RedactionAction,
+    RedactionRule,
+    ensure_key_file,
+    hashes,
     parse_redaction,
     quote,
     redacted_columns,
@@ -84,15 +92,144 @@ class TapView:
 
 
 def _corrupt_record_column(spark: SparkSession) -> str:
+    """The session's default corrupt-record column (``spark.sql.columnNameOfCorruptRecord``)."""
     return str(spark.conf.get("spark.sql.columnNameOfCorruptRecord", "_corrupt_record"))
 
 
+#: The sampling jar's class of the ``hash`` redaction: the keyed function and its key lookup.
+HASH_CLASS = "io.sparkglass.sampling.RedactionHash"
+#: The sampling jar's class finding the columns that hold a source's raw input.
+CORRUPT_CLASS = "io.sparkglass.extensions.CorruptRecordColumns"
+#: ``columnNameOfCorruptRecord -> name`` (a Scala map) or ``=name`` (a Java one), any case.
+_CORRUPT_OPTION = re.compile(r"(?i)columnNameOfCorruptRecord(?: -> |=)([^,)}]+)")
+
+
+def _java_class(spark: SparkSession, name: str) -> Any | None:
+    """The JVM class ``name``, or ``None`` when it is not loaded (no sampling jar)."""
+    jvm = getattr(spark, "_jvm", None)  # a Spark Connect session has none
+    if jvm is None:
+        return None
+    found = getattr(jvm, name)
+    return found if isinstance(found, JavaClass) else None
+
+
+def corrupt_record_columns(df: DataFrame) -> tuple[str, ...]:
+    """The columns of ``df`` that hold a source's raw input line, in column order: its
+    corrupt-record columns however a reader option (``columnNameOfCorruptRecord``) named them
+    and through renames, and any column named like ``spark.sql.columnNameOfCorruptRecord``
+    (``io.sparkglass.extensions.CorruptRecordColumns`` reads the analysed plan). Without the
+    sampling jar: the columns named by a source's option or the session's default, by name."""
+    default = _corrupt_record_column(df.sparkSession)
+    finder = _java_class(df.sparkSession, CORRUPT_CLASS)
+    if finder is not None:
+        return tuple(str(c) for c in finder.of(df._jdf, default))
+    declared = {default.lower(), *_declared_by_sources(df)}
+    return tuple(c for c in df.columns if c.lower() in declared)
+
+
+def _declared_by_sources(df: DataFrame) -> set[str]:
+    """Names the sources of ``df`` give their corrupt-record column (lower case)."""
+    names: set[str] = set()
+    leaves = df._jdf.queryExecution().analyzed().collectLeaves()
+    for i in range(int(leaves.size())):
+        leaf = leaves.apply(i)
+        for path in (
+            ("dataSource", "options"),
+            ("relation", "options"),
+            ("options",),
+            ("extraOptions",),
+        ):
+            target = leaf
+            try:
+                for accessor in path:
+                    target = getattr(target, accessor)()
+            except Py4JError:
+                continue
+            names.update(m.strip().lower() for m in _CORRUPT_OPTION.findall(str(target)))
+    return names
+
+
+def ensure_hash_function(spark: SparkSession) -> bool:
+    """Make the ``hash`` redaction usable in ``spark``: a key must be there, and the keyed
+    function is registered in the session. False when the sampling jar is not loaded (nothing
+    can be hashed then; callers mask instead).
+
+    The key is looked up as the executors will (``RedactionHash``): the conf
+    ``spark.sparkglass.sampling.redact.secret``, else ``$SPARKGLASS_REDACTION_KEY``; with
+    neither, in local mode (the executors are this JVM) the key file of
+    :func:`~sparkglass.runtime.contract.redaction.ensure_key_file`, created once. The key
+    never passes through Python. Raises :class:`SamplingSettingsError` (field the key's conf)
+    with no key outside local mode, or a key that is not hex of at least 32 bytes.
+    """
+    hashing = _java_class(spark, HASH_CLASS)
+    if hashing is None:
+        return False
+    source = str(hashing.keySource(spark._jsparkSession))
+    if source == "missing" and _local_master(spark):
+        path = ensure_key_file()
+        try:
+            hashing.installKeyFile(str(path))
+        except Py4JJavaError as exc:
+            raise SamplingSettingsError(
+                f"{_java_message(exc)}; remove it, or set {KEY_CONF} (or ${KEY_ENV})",
+                field=KEY_CONF,
+            ) from None
+        source = "installed"
+    if source not in ("conf", "sparkConf", "installed", "env"):
+        raise SamplingSettingsError(_key_problem(source), field=KEY_CONF)
+    hashing.register(spark._jsparkSession)
+    return True
+
+
+def _local_master(spark: SparkSession) -> bool:
+    master = str(spark.conf.get("spark.master", "") or "")
+    return master == "local" or master.startswith("local[")
+
+
+def _key_problem(source: str) -> str:
+    fix = (
+        f"set {KEY_CONF} when the application is submitted (spark-submit --conf; the operator "
+        f"sets it from the Secret <app>-control-token), or ${KEY_ENV} in the environment of "
+        f"the driver and of every executor, to hex text of at least {KEY_BYTES} random bytes "
+        "(openssl rand -hex 32)"
+    )
+    if source == "missing":
+        return (
+            "redaction rules hash columns but this application has no redaction key (without "
+            f"one, a hash could be looked up in a table of the column's values): {fix}"
+        )
+    kind, _, where = source.partition(":")
+    name = f"${KEY_ENV}" if where == "env" else KEY_CONF
+    if kind == "unexpanded":
+        return (
+            f"{name} holds an unexpanded $(...) reference: the application's Secret has no "
+            f"redaction key (a Secret made by an older operator): {fix}"
+        )
+    return f"{name} is not a redaction key (hex text of at least {KEY_BYTES} bytes): {fix}"
+
+
+def rendered_actions(
+    spark: SparkSession, rules: list[RedactionRule], redacted: dict[str, RedactionAction]
+) -> dict[str, RedactionAction]:
+    """How each redacted column is rendered: as ``redacted`` says, with the hash key checked
+    and the keyed function registered when a rule hashes (see :func:`ensure_hash_function`);
+    without the sampling jar hashed columns are masked, never hashed unkeyed."""
+    if not hashes(rules) or ensure_hash_function(spark):
+        return redacted
+    return {
+        c: RedactionAction.MASK if a is RedactionAction.HASH else a for c, a in redacted.items()
+    }
+
+
 def redacted_column_names(df: DataFrame) -> tuple[str, ...]:
-    """The columns of ``df`` the application's redaction rules name (any action): their
-    values are masked in error messages (:mod:`sparkglass.runtime.contract.error_rows`)."""
+    """The columns of ``df`` the application's redaction rules name (any action), and its
+    corrupt-record columns when there are rules: their values are masked in error messages
+    (:mod:`sparkglass.runtime.contract.error_rows`)."""
     spark = df.sparkSession
     rules = parse_redaction(spark.conf.get(REDACT_CONF, None))
-    return tuple(redacted_columns(rules, df.columns, _corrupt_record_column(spark)))
+    if not rules:
+        return ()
+    return tuple(redacted_columns(rules, df.columns, corrupt_record_columns(df)))
 
 
 def tap_view(
@@ -105,21 +242,25 @@ def tap_view(
 
     ``label``: ``(SQL expression, column name)`` added last (the violations tap's failed
     expectation names, the errors tap's error). The runtime's own columns (``__sg_*``, such
-    as the error column) are never part of the row. Raises
-    :class:`~sparkglass.runtime.contract.errors.SamplingSettingsError` for bad rules.
+    as the error column) are never part of the row. Every column holding a source's raw input
+    (:func:`corrupt_record_columns`) is masked when there are rules; the first one left in
+    the row is the view's ``corrupt_column`` (what ``errors`` rounds label). Raises
+    :class:`~sparkglass.runtime.contract.errors.SamplingSettingsError` for bad rules, and
+    for a ``hash`` rule without a usable key (:func:`ensure_hash_function`).
     """
     spark = df.sparkSession
     rules = parse_redaction(spark.conf.get(REDACT_CONF, None))
-    corrupt = _corrupt_record_column(spark)
+    corrupt = corrupt_record_columns(df)
     visible = [c for c in df.columns if not c.lower().startswith(INTERNAL_PREFIX)]
     redacted = redacted_columns(rules, visible, corrupt)
-    select = redacted_select(visible, redacted)
+    select = redacted_select(visible, rendered_actions(spark, rules, redacted))
     plain = df.selectExpr(*select)
     data_type = plain.schema.simpleString()
     if label is not None:
         select = [*select, f"{label[0]} AS {quote(label[1])}"]
     row = df.selectExpr(*select)
-    corrupt_present = next((c for c in plain.columns if c.lower() == corrupt.lower()), None)
+    raw_input = {c.lower() for c in corrupt}
+    corrupt_present = next((c for c in plain.columns if c.lower() in raw_input), None)
     return TapView(
         select=tuple(select),
         columns=tuple(row.columns),

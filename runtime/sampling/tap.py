@@ -13,10 +13,11 @@ an idle tap is a field read inside whole-stage generated code);
 ``spark.sparkglass.sampling.nativeGate=false`` registers the ``GateUdf`` (a ``ScalaUDF``,
 shown as ``sg_gate_N()``) instead, and so does a session that cannot take the native gate
 (counted by :func:`native_gate_fallbacks`, logged once). The capture is the ``CaptureUdf``
-either way. The struct is the row
-after the application's redaction rules (:mod:`sparkglass.runtime.contract.redaction`):
-dropped columns are not in it, masked and hashed ones are replaced, so no redacted value
-leaves the executor. Each round carries a program compiled on the driver
+either way. The struct is the row after the application's redaction rules
+(:mod:`sparkglass.runtime.contract.redaction`): dropped columns are not in it, masked and
+hashed ones are replaced (a hash is keyed: the sampling jar's ``sg_redact_hash`` reads the
+application's key on the executor, so the plan never holds it), so no redacted value leaves
+the executor. Each round carries a program compiled on the driver
 (:mod:`sparkglass.runtime.sampling.programs`): its filter, the columns it renders with
 Spark's ``to_json`` and, for rounds of kind ``violations`` and ``errors``, a label. With
 sampling disabled nothing is added: the physical plan is exactly the vertex's own.

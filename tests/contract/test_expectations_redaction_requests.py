@@ -106,7 +106,7 @@ def test_redaction_strongest_action_wins_case_insensitive_patterns() -> None:
     }
     select = redacted_select(columns, got)
     assert "`carrier`" in select and not any("SSN" in s for s in select)
-    assert any(s.startswith("sha2(CAST(`tail_code`") for s in select)
+    assert any(s.startswith("sg_redact_hash(CAST(`tail_code`") for s in select)
     # Without rules nothing is touched, the corrupt-record column included.
     assert redacted_columns([], columns, "_corrupt_record") == {}
 

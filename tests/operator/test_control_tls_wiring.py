@@ -44,7 +44,7 @@ def pod(**extra: Any) -> dict[str, Any]:
 def test_secret_holds_token_certificate_and_key_and_they_read_back() -> None:
     issued = issue_control_certificate("a-driver", "ns")
     secret = children.secret("a", "ns", "uid", "tok", issued)
-    assert set(secret["data"]) == {"token", "tls.crt", "tls.key"}
+    assert set(secret["data"]) == {"token", "tls.crt", "tls.key", "redaction-key"}
     assert children.secret_token(secret) == "tok"
     data = children.secret_tls_data(secret)
     assert data == {"tls.crt": issued.cert_pem, "tls.key": issued.key_pem}

@@ -789,3 +789,53 @@ async def test_a_spec_whose_children_the_api_server_refuses_is_reported_not_retr
     condition = ready(kube, "refused")
     assert condition["reason"] == "InvalidSpec", condition
     assert kube.stored("v1/pods", NAMESPACE, "refused-driver") is None
+
+
+async def test_a_control_secret_made_without_a_redaction_key_gets_one_before_the_driver(
+    kube: StrictApiServer, operator: OperatorProcess
+) -> None:
+    """An operator of an earlier release made Secrets with a token and a certificate only: the
+    driver's key reference (optional) then stayed empty and every hash rule failed. The next
+    driver start adds a key; the token and certificate stay, and a key is never replaced."""
+    from sparkglass.operator import children, names
+
+    body = example_app()
+    body["metadata"]["name"] = "keyless"
+    body["spec"]["suspend"] = True
+    await create_app(kube, body)
+    await eventually(lambda: state(kube, "keyless") == "SUSPENDED", operator=operator)
+    secret_path = f"/api/v1/namespaces/{NAMESPACE}/secrets/keyless-control-token"
+    # The Secret as the earlier release left it.
+    await patch(kube, secret_path, {"data": {names.REDACTION_KEY_KEY: None}})
+    old = kube.stored("v1/secrets", NAMESPACE, "keyless-control-token")
+    assert old is not None and children.missing_redaction_key(old) is not None
+
+    path = f"/apis/sparkglass.io/v1alpha1/namespaces/{NAMESPACE}/sparkapplications/keyless"
+    await patch(kube, path, {"spec": {"suspend": False}})
+    await eventually(
+        lambda: kube.stored("v1/pods", NAMESPACE, "keyless-driver") is not None,
+        what="the driver Pod",
+        operator=operator,
+    )
+    secret = kube.stored("v1/secrets", NAMESPACE, "keyless-control-token")
+    assert secret is not None
+    assert children.missing_redaction_key(secret) is None  # 32 random bytes as hex
+    key = secret["data"][names.REDACTION_KEY_KEY]
+    assert secret["data"][names.TOKEN_KEY] == old["data"][names.TOKEN_KEY]
+    assert secret["data"]["tls.crt"] == old["data"]["tls.crt"]
+
+    # A second start keeps that key (hashes keep linking across drivers).
+    await patch(kube, path, {"spec": {"suspend": True}})
+    await eventually(
+        lambda: kube.stored("v1/pods", NAMESPACE, "keyless-driver") is None,
+        what="the driver deleted",
+        operator=operator,
+    )
+    await patch(kube, path, {"spec": {"suspend": False}})
+    await eventually(
+        lambda: kube.stored("v1/pods", NAMESPACE, "keyless-driver") is not None,
+        what="a new driver Pod",
+        operator=operator,
+    )
+    again = kube.stored("v1/secrets", NAMESPACE, "keyless-control-token")
+    assert again is not None and again["data"][names.REDACTION_KEY_KEY] == key

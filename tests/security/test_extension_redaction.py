@@ -4,18 +4,23 @@ Declarative Pipelines), on a real local Spark application run by ``spark-submit`
 The extension's tap hands the capture the row as the query produces it, redacted columns
 included, so it is each round's program that must render only the visible columns, redacted:
 a dropped column never appears in any round (plain, filtered, column subset), a masked one is
-``***``, a hashed one its SHA-256, and no request may name a redacted column.
+``***``, a hashed one its HMAC-SHA-256 under the application's key (given on the
+``spark-submit`` command line, as the operator gives it), and no request may name a redacted
+column.
 """
 
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
+import secrets
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
+from sparkglass.runtime.contract.redaction import KEY_CONF
 from sparkglass.runtime.contract.round_request import RoundRequest, round_request
 from sparkglass.runtime.contract.sample_result import SampleStatus
 from sparkglass.runtime.control.client import ControlClient, ControlRejected
@@ -34,6 +39,7 @@ REDACT = json.dumps(
         {"columns": ["account"], "action": "hash"},
     ]
 )
+KEY = secrets.token_hex(32)
 
 
 @pytest.fixture(scope="module")
@@ -43,6 +49,7 @@ def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             "spark.sparkglass.sampling.enabled": "true",
             "spark.sparkglass.control.token": TOKEN,
             "spark.sparkglass.sampling.redact": REDACT,
+            KEY_CONF: KEY,
         },
         tmp_path_factory.mktemp("extension-redaction"),
         sql=SQL,
@@ -72,7 +79,9 @@ def _check_redacted(rows: list[dict[str, Any]]) -> None:
     for row in rows:
         assert "ssn" not in row, row
         assert row["card"] == "***", row
-        assert row["account"] == hashlib.sha256(str(row["value"]).encode()).hexdigest(), row
+        value = str(row["value"]).encode()
+        keyed = hmac.new(bytes.fromhex(KEY), value, hashlib.sha256).hexdigest()
+        assert row["account"] == keyed, row
 
 
 def test_a_plain_round_renders_only_the_redacted_row(url: str) -> None:

@@ -29,7 +29,7 @@ public final class DiscoveredTaps {
   private DiscoveredTaps() {}
 
   static void put(String tapKey, String kind, String name, String schemaJson,
-      List<String> inputs, String sink) {
+      List<String> inputs, String sink, List<String> corruptColumns) {
     Map<String, Object> tap = new LinkedHashMap<>();
     tap.put("tapKey", tapKey);
     tap.put("kind", kind);
@@ -37,6 +37,7 @@ public final class DiscoveredTaps {
     tap.put("schema", schemaJson);
     tap.put("inputs", inputs);
     tap.put("sink", sink);
+    tap.put("corruptColumns", corruptColumns);
     tap.put("placedAtMs", System.currentTimeMillis());
     TAPS.put(tapKey, tap);
     VERSION.incrementAndGet();
@@ -68,7 +69,9 @@ public final class DiscoveredTaps {
 
   /**
    * Everything as JSON: {@code {"version", "taps": [{tapKey, kind, name, schema, inputs,
-   * sink, placedAtMs}], "ruleErrors", "lastRuleError", "tapErrors", "lastTapError"}}.
+   * sink, corruptColumns, placedAtMs}], "ruleErrors", "lastRuleError", "tapErrors",
+   * "lastTapError"}}; {@code corruptColumns}: the tapped row's columns holding a source's raw
+   * input ({@link CorruptRecordColumns}), which redaction masks.
    */
   public static String json() throws Exception {
     Map<String, Object> out = new LinkedHashMap<>();

@@ -1,5 +1,6 @@
 package io.sparkglass.extensions;
 
+import io.sparkglass.sampling.RedactionHash;
 import org.apache.spark.sql.SparkSessionExtensions;
 import org.apache.spark.sql.SparkSessionExtensionsProvider;
 import org.apache.spark.sql.catalyst.FunctionIdentifier;
@@ -18,6 +19,7 @@ import scala.runtime.BoxedUnit;
  *   <li>{@code sg_tap_gate('key')} and {@code sg_tap_capture('key', struct)}: the gate and
  *       capture of tap {@code key} as built-in functions (no register-by-name, which SDP
  *       forbids while it imports definitions);
+ *   <li>{@code sg_redact_hash(str)}: the {@code hash} redaction ({@link RedactionHash});
  *   <li>{@link StreamTapRule}: a post-hoc resolution rule that puts a tap at the output of each
  *       named streaming query and of each temporary view it reads.
  * </ul>
@@ -49,6 +51,14 @@ public final class SamplingExtensions implements SparkSessionExtensionsProvider 
             "_FUNC_(key) - tap `key`'s gate, code-generated: an idle tap is one field read",
             ""),
         TapFunctions::nativeGateBuilder));
+    // The keyed hash of the `hash` redaction: a round's program renders hashed columns with it.
+    extensions.injectFunction(new Tuple3<>(
+        FunctionIdentifier.apply(RedactionHash.NAME),
+        new ExpressionInfo(RedactionHash.class.getName(), null, RedactionHash.NAME,
+            "_FUNC_(str) - HMAC-SHA-256 of `str` under the application's redaction key, 64 hex"
+                + " digits (sparkglass redaction)",
+            ""),
+        RedactionHash::build));
     extensions.injectPostHocResolutionRule(StreamTapRule::new);
     return BoxedUnit.UNIT;
   }

@@ -21,6 +21,7 @@ import org.apache.spark.sql.catalyst.plans.logical.V2WriteCommand;
 import org.apache.spark.sql.catalyst.streaming.WriteToStream;
 import org.apache.spark.sql.execution.command.CreateDataSourceTableAsSelectCommand;
 import org.apache.spark.sql.execution.datasources.InsertIntoHadoopFsRelationCommand;
+import org.apache.spark.sql.internal.SQLConf;
 import scala.jdk.javaapi.CollectionConverters;
 
 /**
@@ -84,7 +85,7 @@ public final class StreamTapRule extends Rule<LogicalPlan> {
       QueryTracker.listenTo(session);
       Filter filter = new Filter(TapFunctions.condition(key, output(tapped)), tapped);
       DiscoveredTaps.put(key, DiscoveredTaps.KIND_QUERY, name, tapped.schema().json(),
-          new ArrayList<>(inputs), sinkName(write));
+          new ArrayList<>(inputs), sinkName(write), corruptColumns(tapped));
       return write.withNewChildren(TapFunctions.seq(Collections.singletonList(filter)));
     } catch (Throwable e) {
       DiscoveredTaps.ruleFailed(name, e);
@@ -133,6 +134,14 @@ public final class StreamTapRule extends Rule<LogicalPlan> {
     }
   }
 
+  /**
+   * The columns of {@code plan} holding a source's raw input. The tap keeps them in the row it
+   * captures (it captures the raw row); each round's program masks them.
+   */
+  private static List<String> corruptColumns(LogicalPlan plan) {
+    return CorruptRecordColumns.names(plan, SQLConf.get().columnNameOfCorruptRecord());
+  }
+
   private static List<Attribute> output(LogicalPlan plan) {
     return CollectionConverters.asJava(plan.output());
   }
@@ -172,7 +181,7 @@ public final class StreamTapRule extends Rule<LogicalPlan> {
           ? view : view.withNewChildren(TapFunctions.seq(Collections.singletonList(child)));
       String key = VIEW_PREFIX + viewName;
       DiscoveredTaps.put(key, DiscoveredTaps.KIND_VIEW, viewName, inner.schema().json(),
-          new ArrayList<>(viewInputs), null);
+          new ArrayList<>(viewInputs), null, corruptColumns(inner));
       return new Filter(TapFunctions.condition(key, output(inner)), inner);
     }
     List<LogicalPlan> children = CollectionConverters.asJava(plan.children());
