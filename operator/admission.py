@@ -65,7 +65,6 @@ import structlog
 
 # kopf's own matcher of --namespace patterns (globs, '!' exclusions), so that the webhook
 # and the watches agree on which namespaces are this operator's.
-from kopf._cogs.structs.references import NamespaceName, match_namespace
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from sparkglass.runtime.contract.errors import InvalidParameterError, SamplingSettingsError
@@ -205,10 +204,7 @@ class DataSampleReviewer:
         namespace = request.namespace
         if (body.get("metadata") or {}).get("namespace") not in (None, namespace):
             return _denied("metadata.namespace: differs from the namespace of the request")
-        watched = self.ctx.config.namespaces
-        if watched and not any(
-            match_namespace(NamespaceName(namespace), pattern) for pattern in watched
-        ):
+        if not self.ctx.config.watches(namespace):
             return _allowed()  # not a namespace this operator watches: not its business
         try:
             if spec.application_ref.is_kubeflow:

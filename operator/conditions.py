@@ -7,13 +7,9 @@ Tools such as Argo CD judge a resource by ``Ready`` and by ``observedGeneration`
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import UTC, datetime
 from typing import Any
 
-
-def now_rfc3339() -> str:
-    """The current UTC time as RFC 3339 with seconds (``2026-01-02T03:04:05Z``)."""
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+from .timestamps import now_rfc3339
 
 
 def set_condition(

@@ -73,7 +73,6 @@ import functools
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any, cast
 
 import kopf
@@ -96,7 +95,7 @@ from sparkglass.runtime.control.client import (
 from . import children, kubeflow, names
 from .certificates import RENEWAL_MARGIN, read_stored_certificate
 from .cluster import APPS, PODS, SAMPLES, ApiError
-from .conditions import now_rfc3339, set_condition
+from .conditions import set_condition
 from .context import OperatorContext, SampleRecord
 from .driver_access import DriverAccess, control_endpoint, driver_access
 from .driver_state import TERMINAL, run_end
@@ -110,6 +109,7 @@ from .metrics import (
 )
 from .results import ROUND_ID_ANNOTATION, RoundIdConflict, SampleIdentity, results_url
 from .specs import DataSampleSpec, SparkApplicationSpec, parse_duration
+from .timestamps import epoch_of, epoch_or_zero, now_rfc3339, rfc3339
 from .work_queue import WorkQueue
 
 log = structlog.get_logger(__name__)
@@ -347,25 +347,9 @@ async def reconcile(ctx: OperatorContext, namespace: str, name: str) -> float | 
         return step.next_step_in()
 
 
-def _parse_time(text: str | None) -> float:
-    """An RFC 3339 timestamp as epoch seconds (0 when absent)."""
-    if not text:
-        return 0.0
-    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-
-
-def _safe_time(value: Any) -> float:
-    """An RFC 3339 timestamp a user may have written as epoch seconds; 0 when absent or not
-    a timestamp."""
-    try:
-        return _parse_time(value) if isinstance(value, str) else 0.0
-    except ValueError:
-        return 0.0
-
-
 def _within(value: Any, low: float, high: float) -> float:
     """The timestamp ``value`` clamped to ``[low, high]``; ``high`` when it is not one."""
-    at = _safe_time(value)
+    at = epoch_or_zero(value)
     return min(max(at, low), high) if at else high
 
 
@@ -393,12 +377,6 @@ def _indexed(index: Any, key: tuple[str, str]) -> dict[str, Any] | None:
         return None
     found = next(iter(store), None)
     return copy.deepcopy(found) if found is not None else None
-
-
-def _rfc3339(epoch: float) -> str:
-    return (
-        datetime.fromtimestamp(epoch, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-    )
 
 
 def _unavailable(exc: ControlUnavailable) -> str:
@@ -469,7 +447,7 @@ class _Step:
           creation and now (the round's deadline can only come sooner).
         """
         status, now = self.status, time.time()
-        created = _parse_time((self.body.get("metadata") or {}).get("creationTimestamp"))
+        created = epoch_of((self.body.get("metadata") or {}).get("creationTimestamp"))
         record = SampleRecord()
         if status.get("phase") in FINAL:
             record.finished_at = _within(status.get("completionTime"), created, now)
@@ -477,7 +455,7 @@ class _Step:
         retries = status.get("retries")
         record.retries = retries if isinstance(retries, int) and retries > 0 else 0
         record.next_attempt_at = min(
-            _safe_time(status.get("nextAttemptTime")), now + MAX_RETRY_DELAY_SECONDS
+            epoch_or_zero(status.get("nextAttemptTime")), now + MAX_RETRY_DELAY_SECONDS
         )
         claimed = status.get("roundId")
         if isinstance(claimed, str) and claimed:
@@ -816,7 +794,7 @@ class _Step:
         """The application is starting: wait (no retry spent) until ``applicationStartTimeout``
         after the DataSample's creation, then end ``Abandoned``."""
         timeout = self._spec.application_start_timeout
-        created = _parse_time(self.body["metadata"].get("creationTimestamp")) or time.time()
+        created = epoch_of(self.body["metadata"].get("creationTimestamp")) or time.time()
         deadline = created + parse_duration(timeout, field="applicationStartTimeout")
         now = time.time()
         if now >= deadline:
@@ -870,13 +848,13 @@ class _Step:
             {
                 "phase": IN_PROGRESS,
                 "roundId": result.round_id,
-                "startTime": _rfc3339(time.time()),
+                "startTime": rfc3339(precision="milliseconds"),
                 "message": f"round {result.round_id} open on the driver",
                 "nextAttemptTime": None,
             },
             IN_PROGRESS,
         )
-        created = _parse_time(self.body["metadata"].get("creationTimestamp"))
+        created = epoch_of(self.body["metadata"].get("creationTimestamp"))
         if created:
             ROUND_START_SECONDS.observe(max(0.0, time.time() - created))
         self._event("Normal", "RoundStarted", f"round {result.round_id} opened at {spec.vertex}")
@@ -986,7 +964,7 @@ class _Step:
                     sample=SampleIdentity(
                         name=self.name,
                         uid=str(meta.get("uid") or self.name),
-                        created_ms=int(_parse_time(meta.get("creationTimestamp")) * 1000),
+                        created_ms=int(epoch_of(meta.get("creationTimestamp")) * 1000),
                     ),
                     started_at_ms=int((self.record.opened_at or 0) * 1000) or None,
                 )
@@ -1054,7 +1032,7 @@ class _Step:
             {
                 **(extra or {}),
                 "retries": retries,
-                "nextAttemptTime": _rfc3339(self.record.next_attempt_at),
+                "nextAttemptTime": rfc3339(self.record.next_attempt_at, "milliseconds"),
                 "message": f"retry {retries}/{limit} in {delay:.0f}s: {message}",
             },
             phase,
@@ -1074,7 +1052,7 @@ class _Step:
         }
         await self._patch(fields, phase, condition=(phase in _SUCCESS, reason, message))
         # Once written: a failed write leaves the DataSample unfinished, to be tried again.
-        self.record.finished_at = _parse_time(fields["completionTime"]) or time.time()
+        self.record.finished_at = epoch_of(fields["completionTime"]) or time.time()
         self.ctx.driver_access.pop((self.namespace, self.name), None)
         SAMPLES_FINISHED.labels(phase).inc()
         normal = phase in ("Complete", "NoData", "Disabled")
@@ -1121,7 +1099,7 @@ class _Step:
         self.status = self.body.get("status") or {**self.status, **fields}
         # The answer is the object as written: newer than any watch event still on its way.
         self.ctx.samples.observe(self.body)
-        created = _parse_time(self.body.get("metadata", {}).get("creationTimestamp"))
+        created = epoch_of(self.body.get("metadata", {}).get("creationTimestamp"))
         if first and created:
             PICKUP_SECONDS.observe(max(0.0, time.time() - created))
 

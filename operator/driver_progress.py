@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from datetime import UTC, datetime
 from typing import Any
 
 import structlog
@@ -40,6 +39,7 @@ from sparkglass.runtime.control.client import AsyncControlClient, ControlError
 
 from .context import OperatorContext
 from .driver_access import DriverAccess, driver_access
+from .timestamps import epoch_or_zero, now_rfc3339
 
 log = structlog.get_logger(__name__)
 
@@ -62,11 +62,7 @@ MAX_PROGRESS_BYTES = 64 * 1024
 
 
 def _published_at(status: dict[str, Any]) -> float:
-    text = ((status.get("progress") or {}).get("publishedAt")) or ""
-    try:
-        return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
-    except ValueError:
-        return 0.0
+    return epoch_or_zero((status.get("progress") or {}).get("publishedAt"))
 
 
 def progress_due(status: dict[str, Any], now: float, interval_s: float) -> bool:
@@ -97,7 +93,7 @@ async def read_progress(ctx: OperatorContext, app: dict[str, Any]) -> dict[str, 
         )
         return None
     entry = metrics.model_dump(mode="json", by_alias=True)
-    entry["publishedAt"] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    entry["publishedAt"] = now_rfc3339()
     # The driver is the application's own code: publish only the vertices of the pipeline
     # the spec declares (what the page can draw), so the status stays the pipeline's size
     # whatever names a driver sends.

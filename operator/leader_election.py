@@ -33,12 +33,12 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 import structlog
 
 from .cluster import Cluster, Conflict, Kind, NotFound
+from .timestamps import rfc3339
 
 log = structlog.get_logger(__name__)
 
@@ -75,11 +75,6 @@ def default_identity() -> str:
     restarted process is a new candidate."""
     base = os.environ.get("POD_NAME") or socket.gethostname()
     return f"{base}_{uuid.uuid4().hex[:8]}"
-
-
-def _micro_time(epoch: float) -> str:
-    """A Kubernetes ``MicroTime``: RFC 3339 with microseconds, UTC."""
-    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 class LeaderElector:
@@ -180,7 +175,7 @@ class LeaderElector:
                 {
                     "holderIdentity": self.identity,
                     "leaseDurationSeconds": round(self.config.lease_duration),
-                    "renewTime": _micro_time(time.time()),
+                    "renewTime": rfc3339(precision="microseconds"),
                 },
                 transitions=holder != self.identity,
             )
@@ -191,7 +186,7 @@ class LeaderElector:
         return True
 
     async def _create(self) -> bool:
-        stamp = _micro_time(time.time())
+        stamp = rfc3339(precision="microseconds")
         body = {
             "apiVersion": "coordination.k8s.io/v1",
             "kind": "Lease",
@@ -221,7 +216,7 @@ class LeaderElector:
             old = lease.get("spec") or {}
             spec = {
                 **spec,
-                "acquireTime": spec.get("renewTime") or _micro_time(time.time()),
+                "acquireTime": spec.get("renewTime") or rfc3339(precision="microseconds"),
                 "leaseTransitions": int(old.get("leaseTransitions") or 0) + 1,
             }
         await self.cluster.patch(

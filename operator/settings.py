@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 from dataclasses import dataclass, field
 
 from sparkglass.runtime.contract.datasample_status import DEFAULT_STATUS_BYTES
@@ -94,3 +95,23 @@ class OperatorConfig:
     @property
     def clusterwide(self) -> bool:
         return not self.namespaces
+
+    def watches(self, namespace: str) -> bool:
+        """Whether ``namespace`` is one the operator watches: every one when cluster-wide,
+        else one of :attr:`namespaces` matches it (kopf's pattern syntax: comma-separated
+        globs, ``!`` excluding; a leading exclusion implies ``*`` before it)."""
+        return self.clusterwide or any(_matches(namespace, p) for p in self.namespaces)
+
+
+def _matches(namespace: str, pattern: str) -> bool:
+    globs = [g.strip() for g in pattern.split(",")]
+    if globs[0].startswith("!"):
+        globs.insert(0, "*")
+    first = matched = fnmatch.fnmatchcase(namespace, globs[0])
+    for glob in globs[1:]:
+        if glob.startswith("!"):
+            matched = matched and not fnmatch.fnmatchcase(namespace, glob[1:])
+        else:
+            # A later inclusion only brings back what the first glob took and one excluded.
+            matched = matched or (first and fnmatch.fnmatchcase(namespace, glob))
+    return matched

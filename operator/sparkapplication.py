@@ -29,7 +29,6 @@ import contextlib
 import copy
 import secrets
 import time
-from datetime import UTC, datetime
 from typing import Any, cast
 
 import kopf
@@ -41,7 +40,7 @@ from sparkglass.crds.sparkapplication import MAX_MESSAGE_LENGTH
 from . import children, executors, names
 from .certificates import ControlCertificate, issue_control_certificate, reissue_reason
 from .cluster import APPS, CONFIG_MAPS, PODS, SECRETS, SERVICES, ApiError, Conflict
-from .conditions import get_condition, now_rfc3339, set_condition
+from .conditions import get_condition, set_condition
 from .context import OperatorContext
 from .driver_access import control_endpoint, owned_by
 from .driver_progress import progress_due, read_progress
@@ -67,6 +66,7 @@ from .pod_privileges import (
     refuse_secret,
 )
 from .specs import SparkApplicationSpec
+from .timestamps import epoch_or_zero, now_rfc3339, rfc3339
 
 log = structlog.get_logger(__name__)
 
@@ -267,7 +267,8 @@ async def _reconcile(ctx: OperatorContext, namespace: str, name: str) -> None:
             await _write(ctx, app, new, state)
             await _expire(ctx, app, spec, status)
             return
-        if same_spec and state is AppState.PENDING_RERUN and now < _ts(status, "nextRerunTime"):
+        rerun_at = epoch_or_zero(status.get("nextRerunTime"))
+        if same_spec and state is AppState.PENDING_RERUN and now < rerun_at:
             await _write(ctx, app, new, state)
             return
         if same_spec and state in ACTIVE:
@@ -288,7 +289,7 @@ async def _reconcile(ctx: OperatorContext, namespace: str, name: str) -> None:
 
     # A driver Pod runs this spec.
     if state is AppState.PENDING_RERUN:
-        if now >= _ts(status, "nextRerunTime"):
+        if now >= epoch_or_zero(status.get("nextRerunTime")):
             await cluster.delete(PODS, namespace, pod_name)  # recreated once it is gone
         await _write(ctx, app, new, state)
         return
@@ -314,7 +315,7 @@ async def _reconcile(ctx: OperatorContext, namespace: str, name: str) -> None:
         failure = start_failure(pod)
         waiting = start_waiting(pod)
         if failure is None and start_timed_out(
-            _ts(status, "lastSubmissionAttemptTime"), now, spec.start_timeout_seconds
+            epoch_or_zero(status.get("lastSubmissionAttemptTime")), now, spec.start_timeout_seconds
         ):
             failure = f"the driver Pod did not start within {spec.start_timeout_seconds} s" + (
                 f" ({waiting})" if waiting else ""
@@ -358,18 +359,6 @@ def _state(status: dict[str, Any]) -> str:
     return value if value in AppState._value2member_map_ else AppState.UNKNOWN.value
 
 
-def _ts(status: dict[str, Any], key: str) -> float:
-    """An RFC 3339 status timestamp as epoch seconds (0 when absent)."""
-    text = status.get(key)
-    if not text:
-        return 0.0
-    return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
-
-
-def _rfc3339(epoch: float) -> str:
-    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def _ended(
     app: str,
     new: dict[str, Any],
@@ -385,7 +374,7 @@ def _ended(
     new["driverInfo"] = _driver_info(app, None, ended=True)
     if decision.rerun:
         new["applicationState"] = {"state": AppState.PENDING_RERUN.value, "errorMessage": message}
-        new["nextRerunTime"] = _rfc3339(time.time() + decision.delay)
+        new["nextRerunTime"] = rfc3339(time.time() + decision.delay)
     else:
         final = AppState.COMPLETED if succeeded else AppState.FAILED
         new["applicationState"] = {"state": final.value, "errorMessage": message}
@@ -460,7 +449,7 @@ async def _submission_failed(
     decision = after_submission_failure(spec.restart_policy, restarts=restarts)
     if decision.rerun:
         new["applicationState"] = {"state": AppState.PENDING_RERUN.value, "errorMessage": message}
-        new["nextRerunTime"] = _rfc3339(time.time() + decision.delay)
+        new["nextRerunTime"] = rfc3339(time.time() + decision.delay)
         await _write(ctx, app, new, AppState.PENDING_RERUN, message)
     else:
         new["applicationState"] = {
@@ -802,7 +791,7 @@ async def _expire(
 ) -> None:
     """Delete an application ``timeToLiveSeconds`` after it ended."""
     ttl = spec.time_to_live_seconds
-    ended = _ts(status, "terminationTime")
+    ended = epoch_or_zero(status.get("terminationTime"))
     if ttl is None or not ended or time.time() < ended + ttl:
         return
     _event(app, "Normal", "Expired", f"deleting: ended more than {ttl}s ago (timeToLiveSeconds)")

@@ -20,6 +20,7 @@ from sparkglass.operator.cluster import request_labels
 from sparkglass.operator.context import OperatorContext
 from sparkglass.operator.object_cache import ObjectCache, newer
 from sparkglass.operator.settings import OperatorConfig
+from sparkglass.operator.timestamps import rfc3339
 from sparkglass.operator.work_queue import WorkQueue
 
 
@@ -175,7 +176,7 @@ def step_with(status: dict[str, Any], spec: dict[str, Any] | None = None) -> Any
 
 
 def rfc(epoch: float) -> str:
-    return datasample._rfc3339(epoch)
+    return rfc3339(epoch, "milliseconds")
 
 
 def test_next_step_only_polls_rounds_in_flight_and_expires_finished_ones() -> None:
@@ -203,7 +204,7 @@ def test_next_step_only_polls_rounds_in_flight_and_expires_finished_ones() -> No
 
 
 def test_pod_watch_selects_the_applications_pods_server_side() -> None:
-    from kopf._cogs.structs.references import Resource
+    from kopf import Resource
 
     from sparkglass.operator.app import build_settings
 
@@ -270,3 +271,27 @@ def test_the_record_is_kept_per_uid_and_status_changes_after_first_sight_are_not
     other = datasample._Step(step.ctx, "ns", "x")
     other.body = {"metadata": {"name": "x", "uid": "u2"}, "spec": step.body["spec"], "status": {}}
     assert other.record is not record
+
+
+@pytest.mark.parametrize(
+    ("patterns", "namespace", "watched"),
+    [
+        ((), "anything", True),
+        (("spark-jobs",), "spark-jobs", True),
+        (("spark-jobs",), "other", False),
+        (("team-*",), "team-a", True),
+        (("myapp-*, !*-pr-*, *pr-123",), "myapp-live", True),
+        (("myapp-*, !*-pr-*, *pr-123",), "myapp-pr-123", True),
+        (("myapp-*, !*-pr-*, *pr-123",), "myapp-pr-456", False),
+        (("myapp-*, !*-pr-*, *pr-123",), "otherapp-pr-123", False),
+        (("!*-pr-*, *pr-123",), "otherapp-pr-123", True),
+        (("!*-pr-*",), "myapp-pr-456", False),
+        (("a", "b"), "b", True),
+    ],
+)
+def test_watched_namespaces_follow_kopfs_pattern_syntax(
+    patterns: tuple[str, ...], namespace: str, watched: bool
+) -> None:
+    """The admission webhook answers only for namespaces the operator watches; it must read
+    ``--namespace`` as kopf does (the examples of kopf's documentation)."""
+    assert OperatorConfig(namespaces=patterns).watches(namespace) is watched
