@@ -5,24 +5,10 @@
 query parameters, bearer header and the reading of answers; only the sending differs.
 Spark-free: the service, the operator and the CLI import it.
 
-======================================  =====================================================
-call                                    route, answer
-======================================  =====================================================
-``open_round(vertex, sampling_window)`` ``POST /api/v1/vertices/{v}/rounds`` →
-                                        :class:`DataSampleResult` (``PENDING`` + ``roundId``,
-                                        or ``DISABLED`` when sampling is off)
-``get_round(round_id, ...)``            ``GET /api/v1/rounds/{id}`` → the round
-                                        (``PENDING`` while it runs)
-``data_sample(vertex, ...)``            ``GET /api/v1/vertices/{v}/data-sample`` → lazy
-                                        trigger + polling, cached per vertex
-``pipeline()``                          ``GET /api/v1/pipeline`` → :class:`PipelineDescription`
-``settings()``                          ``GET /api/v1/settings`` → the sampling settings as
-                                        the driver sent them (camelCase JSON, durations in ms)
-``vertices()``                          ``GET /api/v1/vertices`` → vertex names
-``progress()``                          ``GET /api/v1/progress`` → ``PipelineMetrics``
-``wait_for_round``,                     (sync only) read every ``poll_interval_s`` until no
-``wait_for_data_sample``                longer ``PENDING`` or ``timeout_s`` passed
-======================================  =====================================================
+Each call is one route of :data:`.routes.ROUTES`: ``open_round``, ``get_round``,
+``data_sample``, ``check_round``, ``pipeline``, ``settings``, ``vertices``, ``progress`` and
+``expectations``; ``wait_for_round`` and ``wait_for_data_sample`` (sync only) read every
+``poll_interval_s`` until the answer is no longer ``PENDING`` or ``timeout_s`` passed.
 
 Failures are classified for retry policies:
 
@@ -66,7 +52,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Generic, TypeVar
-from urllib.parse import quote
 
 import httpx
 from pydantic import BaseModel, TypeAdapter, ValidationError
@@ -77,6 +62,7 @@ from sparkglass.runtime.contract.expectations import ExpectationCounts
 from sparkglass.runtime.contract.pipeline_metrics import PipelineMetrics
 from sparkglass.runtime.contract.round_request import RoundRequest
 from sparkglass.runtime.contract.sample_result import DataSampleResult, ErrorCode, SampleStatus
+from sparkglass.runtime.control import routes
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",
@@ -233,9 +219,12 @@ class _VertexList(BaseModel):
 _SETTINGS = TypeAdapter(dict[str, Any])
 
 
-def _segment(value: str) -> str:
-    # A vertex or round id is one path segment whatever it contains (the endpoint unquotes).
-    return quote(value, safe="")
+def _to(
+    name: str, params: dict[str, str | int], decode: Callable[[bytes], T], **segments: str
+) -> _Call[T]:
+    """The call of route ``name`` (:data:`.routes.ROUTES`) with ``segments`` in its path."""
+    target = routes.route(name)
+    return _Call(target.method, target.path(**segments), params, decode)
 
 
 def _reading(subtask_index: int | None, max_records: int | None) -> dict[str, str | int]:
@@ -258,12 +247,7 @@ def _open_round(
         params.update(request.query_params())
     if idempotency_key is not None:
         params["idempotencyKey"] = idempotency_key
-    return _Call(
-        "POST",
-        f"/api/v1/vertices/{_segment(vertex)}/rounds",
-        params,
-        DataSampleResult.model_validate_json,
-    )
+    return _to("open_round", params, DataSampleResult.model_validate_json, vertex=vertex)
 
 
 class _RoundCheck(BaseModel):
@@ -276,23 +260,19 @@ def _check_round(
     params: dict[str, str | int] = {"samplingWindow": sampling_window} if sampling_window else {}
     if request is not None:
         params.update(request.query_params())
-    return _Call(
-        "GET",
-        f"/api/v1/vertices/{_segment(vertex)}/round-check",
-        params,
-        lambda raw: _RoundCheck.model_validate_json(raw).accepted,
-    )
+    return _to(
+        "round_check", params, lambda raw: _RoundCheck.model_validate_json(raw).accepted,
+        vertex=vertex,
+    )  # fmt: skip
 
 
 def _get_round(
     round_id: str, subtask_index: int | None, max_records: int | None
 ) -> _Call[DataSampleResult]:
-    return _Call(
-        "GET",
-        f"/api/v1/rounds/{_segment(round_id)}",
-        _reading(subtask_index, max_records),
-        DataSampleResult.model_validate_json,
-    )
+    return _to(
+        "round", _reading(subtask_index, max_records), DataSampleResult.model_validate_json,
+        roundId=round_id,
+    )  # fmt: skip
 
 
 def _data_sample(
@@ -304,12 +284,7 @@ def _data_sample(
     params = _reading(subtask_index, max_records)
     if request is not None:
         params.update(request.query_params())
-    return _Call(
-        "GET",
-        f"/api/v1/vertices/{_segment(vertex)}/data-sample",
-        params,
-        DataSampleResult.model_validate_json,
-    )
+    return _to("data_sample", params, DataSampleResult.model_validate_json, vertex=vertex)
 
 
 class _ExpectationList(BaseModel):
@@ -317,30 +292,26 @@ class _ExpectationList(BaseModel):
 
 
 def _expectations() -> _Call[list[ExpectationCounts]]:
-    return _Call(
-        "GET",
-        "/api/v1/expectations",
-        {},
-        lambda raw: _ExpectationList.model_validate_json(raw).expectations,
-    )
+    def decode(raw: bytes) -> list[ExpectationCounts]:
+        return _ExpectationList.model_validate_json(raw).expectations
+
+    return _to("expectations", {}, decode)
 
 
 def _pipeline() -> _Call[PipelineDescription]:
-    return _Call("GET", "/api/v1/pipeline", {}, PipelineDescription.model_validate_json)
+    return _to("pipeline", {}, PipelineDescription.model_validate_json)
 
 
 def _settings() -> _Call[dict[str, Any]]:
-    return _Call("GET", "/api/v1/settings", {}, _SETTINGS.validate_json)
+    return _to("settings", {}, _SETTINGS.validate_json)
 
 
 def _progress() -> _Call[PipelineMetrics]:
-    return _Call("GET", "/api/v1/progress", {}, PipelineMetrics.model_validate_json)
+    return _to("progress", {}, PipelineMetrics.model_validate_json)
 
 
 def _vertices() -> _Call[list[str]]:
-    return _Call(
-        "GET", "/api/v1/vertices", {}, lambda raw: _VertexList.model_validate_json(raw).vertices
-    )
+    return _to("vertices", {}, lambda raw: _VertexList.model_validate_json(raw).vertices)
 
 
 class _Protocol:

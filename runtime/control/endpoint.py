@@ -1,13 +1,8 @@
 """The driver control endpoint: a small HTTP(S) server in the Spark driver.
 
-The service and the operator start sampling rounds and read their results through it; the
-routes are the contract in :mod:`sparkglass.runtime.contract.sample_result` (plus ``GET
-/api/v1/vertices``, the vertex names, and ``GET /api/v1/progress``, the pipeline's
-:class:`~sparkglass.runtime.contract.pipeline_metrics.PipelineMetrics`, and ``GET
-/api/v1/vertices/{vertex}/round-check``, which takes the parameters of a round's open and
-answers ``{"accepted": true}``, ``{"accepted": false}`` when sampling is off there, or the 400
-or 404 the open would, without opening anything; 503 while another check compiles: the
-operator's admission webhook asks it).
+The service and the operator start sampling rounds and read their results through it. Its
+routes are :data:`.routes.ROUTES` (the table in ``docs/architecture.md`` is generated from
+them); the answers are the contract in :mod:`sparkglass.runtime.contract.sample_result`.
 Every route but ``/healthz`` needs ``Authorization: Bearer <token>`` (compared in constant
 time); a missing or wrong token gets 401. Bad parameters get 400 with
 ``{"error": ..., "field": ...}`` naming the field and its allowed range; unknown vertices
@@ -76,12 +71,13 @@ from dataclasses import dataclass
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 from sparkglass.runtime.contract.errors import InvalidParameterError
 from sparkglass.runtime.contract.round_request import RoundRequest, round_request
 from sparkglass.runtime.contract.sample_result import DataSampleResult, ErrorCode, SampleStatus
 from sparkglass.runtime.contract.sampling_settings import SamplingSettingsError, parse_duration_ms
+from sparkglass.runtime.control import routes
 from sparkglass.runtime.sampling.compile_gate import CompileBusyError
 from sparkglass.runtime.sampling.rounds import (
     RoundCoordinator,
@@ -106,10 +102,6 @@ DEFAULT_MAX_CONNECTIONS = 64
 MAX_CONNECTIONS_LIMIT = 1024
 MAX_CONNECTIONS_PER_ADDRESS_LIMIT = 1024
 
-_ROUNDS = re.compile(r"^/api/v1/vertices/([^/]+)/rounds$")
-_ROUND_CHECK = re.compile(r"^/api/v1/vertices/([^/]+)/round-check$")
-_DATA_SAMPLE = re.compile(r"^/api/v1/vertices/([^/]+)/data-sample$")
-_ROUND = re.compile(r"^/api/v1/rounds/([^/]+)$")
 _DIGITS = re.compile(r"^[0-9]+$")
 
 
@@ -645,7 +637,7 @@ class _Handler(BaseHTTPRequestHandler):
         url = urlsplit(self.path)
         path = url.path.rstrip("/") or "/"
         query = parse_qs(url.query)
-        if method == "GET" and path == "/healthz":
+        if (method, path) == ("GET", "/healthz"):
             if self._body_accepted():
                 self._send(HTTPStatus.OK, {"status": "ok"})
             return
@@ -674,30 +666,35 @@ class _Handler(BaseHTTPRequestHandler):
 
     # ------------------------------------------------------------------ routes
     def _route(self, method: str, path: str, query: dict[str, list[str]]) -> tuple[int, Any]:
+        route, params, methods = routes.resolve(method, path)
+        if route is None:
+            if methods:
+                allowed = " or ".join(methods)
+                return HTTPStatus.METHOD_NOT_ALLOWED, {"error": f"use {allowed} on {path}"}
+            return HTTPStatus.NOT_FOUND, {"error": f"no route {path}"}
         c = self.owner.coordinator
-        if method == "GET" and path == "/api/v1/pipeline":
-            if c.describe is None:
+        name = route.name
+        if name in ("pipeline", "progress"):
+            produce = c.describe if name == "pipeline" else c.progress
+            if produce is None:
                 return HTTPStatus.NOT_FOUND, {"error": "no pipeline attached"}
-            return HTTPStatus.OK, c.describe().to_json_dict()
-        if method == "GET" and path == "/api/v1/progress":
-            if c.progress is None:
-                return HTTPStatus.NOT_FOUND, {"error": "no pipeline attached"}
-            return HTTPStatus.OK, c.progress().to_json_dict()
-        if method == "GET" and path == "/api/v1/vertices":
+            return HTTPStatus.OK, produce().to_json_dict()
+        if name == "vertices":
             return HTTPStatus.OK, {"vertices": c.vertices()}
-        if method == "GET" and path == "/api/v1/expectations":
+        if name == "expectations":
             counts = c.expectation_counts() if c.expectation_counts is not None else []
             return HTTPStatus.OK, {"expectations": [e.to_json_dict() for e in counts]}
-        if method == "GET" and path == "/api/v1/settings":
+        if name == "settings":
             return HTTPStatus.OK, c.settings().model_dump(mode="json", by_alias=True)
-        if m := _ROUNDS.match(path):
-            if method != "POST":
-                return HTTPStatus.METHOD_NOT_ALLOWED, {"error": "use POST to start a round"}
-            window = query.get("samplingWindow")
-            window_ms = parse_duration_ms(window[-1], field="samplingWindow") if window else None
+        window = query.get("samplingWindow")
+        if name in ("open_round", "round_check") and window:
+            window_ms: int | None = parse_duration_ms(window[-1], field="samplingWindow")
+        else:
+            window_ms = None
+        if name == "open_round":
             key = query.get("idempotencyKey")
             result = c.start_round(
-                unquote(m.group(1)),
+                params["vertex"],
                 window_ms,
                 _round_request(query),
                 idempotency_key=key[-1] if key else None,
@@ -707,24 +704,17 @@ class _Handler(BaseHTTPRequestHandler):
             if result.error_code is ErrorCode.TOO_MANY_CONCURRENT_ROUNDS:
                 return HTTPStatus.TOO_MANY_REQUESTS, result.to_json_dict()
             return HTTPStatus.OK, result.to_json_dict()
-        if method != "GET":
-            return HTTPStatus.METHOD_NOT_ALLOWED, {"error": f"{method} not allowed on {path}"}
-        if m := _ROUND_CHECK.match(path):
-            window = query.get("samplingWindow")
-            accepted = c.check_round(
-                unquote(m.group(1)),
-                parse_duration_ms(window[-1], field="samplingWindow") if window else None,
-                _round_request(query),
-            )
+        if name == "round_check":
+            accepted = c.check_round(params["vertex"], window_ms, _round_request(query))
             return HTTPStatus.OK, {"accepted": accepted}
         subtask = _int_param(query, "subtaskIndex", "0 or more")
         max_records = _int_param(query, "maxRecords", "1–5000")
-        if m := _ROUND.match(path):
+        if name == "round":
             return HTTPStatus.OK, c.round_result(
-                unquote(m.group(1)), subtask, max_records
+                params["roundId"], subtask, max_records
             ).to_json_dict()
-        if m := _DATA_SAMPLE.match(path):
+        if name == "data_sample":
             return HTTPStatus.OK, c.data_sample(
-                unquote(m.group(1)), subtask, max_records, _round_request(query)
+                params["vertex"], subtask, max_records, _round_request(query)
             ).to_json_dict()
-        return HTTPStatus.NOT_FOUND, {"error": f"no route {path}"}
+        raise AssertionError(f"route {name} has no handler")  # /healthz is answered above

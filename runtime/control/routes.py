@@ -1,0 +1,155 @@
+"""The routes of the driver control endpoint, written once.
+
+The endpoint (:mod:`.endpoint`) dispatches on :data:`ROUTES`; the route table in
+``docs/architecture.md`` is generated from it (``python -m sparkglass.runtime.control.routes``,
+checked by a test), so the two cannot drift.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import quote, unquote
+
+
+@dataclass(frozen=True)
+class Route:
+    """One route: ``template`` with ``{name}`` segments (one path segment each, percent
+    decoded), the query parameters it reads, and what it answers (Markdown)."""
+
+    name: str
+    method: str
+    template: str
+    query: tuple[str, ...]
+    answer: str
+
+    @property
+    def pattern(self) -> re.Pattern[str]:
+        return re.compile("^" + re.sub(r"\{(\w+)\}", r"(?P<\1>[^/]+)", self.template) + "$")
+
+    def path(self, **params: str) -> str:
+        """The path with ``params`` in place, each one path segment whatever it holds."""
+        return re.sub(r"\{(\w+)\}", lambda m: quote(params[m.group(1)], safe=""), self.template)
+
+    def match(self, path: str) -> dict[str, str] | None:
+        """The path parameters when ``path`` is this route's (any method), else None."""
+        found = self.pattern.match(path)
+        return None if found is None else {k: unquote(v) for k, v in found.groupdict().items()}
+
+
+#: Query parameters of a round's open (and of its check): the round request.
+_ROUND_QUERY = ("samplingWindow", "kind", "filter", "columns", "expectation")
+_READ_QUERY = ("subtaskIndex", "maxRecords")
+
+ROUTES: tuple[Route, ...] = (
+    Route("healthz", "GET", "/healthz", (), '`{"status": "ok"}`; the only route without a token'),
+    Route("pipeline", "GET", "/api/v1/pipeline", (), "the pipeline description"),
+    Route(
+        "settings", "GET", "/api/v1/settings", (),
+        "the sampling settings (camelCase, durations in ms)",
+    ),
+    Route(
+        "expectations", "GET", "/api/v1/expectations", (),
+        '`{"expectations": [{vertex, name, action, passed, failed, passedLastBatch, '
+        "failedLastBatch}]}`",
+    ),
+    Route("vertices", "GET", "/api/v1/vertices", (), '`{"vertices": [...]}`'),
+    Route(
+        "progress", "GET", "/api/v1/progress", (),
+        "the pipeline's live metrics (`PipelineMetrics`, below); 404 when no pipeline is "
+        "attached",
+    ),
+    Route(
+        "open_round", "POST", "/api/v1/vertices/{vertex}/rounds",
+        (*_ROUND_QUERY[:1], "idempotencyKey", *_ROUND_QUERY[1:]),
+        "202 `PENDING` with `roundId`; with `idempotencyKey` (1–128 printable ASCII "
+        "characters) a repeated request answers the round that key opened; 429 "
+        "`FAILED`/`TOO_MANY_CONCURRENT_ROUNDS`; 200 `DISABLED`; 400 naming "
+        "`kind`/`filter`/`columns`/`expectation`",
+    ),
+    Route(
+        "round", "GET", "/api/v1/rounds/{roundId}", _READ_QUERY,
+        "the round's result (`PENDING` while it runs); the last 200 finished rounds are kept",
+    ),
+    Route(
+        "data_sample", "GET", "/api/v1/vertices/{vertex}/data-sample",
+        (*_READ_QUERY, *_ROUND_QUERY[1:]),
+        "lazy trigger + polling over the driver's per-vertex cache",
+    ),
+    Route(
+        "round_check", "GET", "/api/v1/vertices/{vertex}/round-check", _ROUND_QUERY,
+        'whether the open with these parameters would be taken, opening nothing: `{"accepted": '
+        'true}`, `{"accepted": false}` when it would answer `DISABLED`, or the open\'s 400/404; '
+        "503 while another check compiles (one at a time; the last 64 refusals are answered "
+        "from memory). The operator's admission webhook asks it",
+    ),
+)  # fmt: skip
+
+
+def route(name: str) -> Route:
+    """The route called ``name``. Raises KeyError for another name."""
+    for r in ROUTES:
+        if r.name == name:
+            return r
+    raise KeyError(name)
+
+
+def resolve(method: str, path: str) -> tuple[Route | None, dict[str, str], tuple[str, ...]]:
+    """``(route, path parameters, methods)`` for a request: the route of ``method`` at
+    ``path`` (None when there is none), its parameters, and every method ``path`` takes
+    (empty: no route has that path, a 404; else a 405 names them)."""
+    methods: list[str] = []
+    for route in ROUTES:
+        params = route.match(path)
+        if params is None:
+            continue
+        if route.method == method:
+            return route, params, (method,)
+        methods.append(route.method)
+    return None, {}, tuple(methods)
+
+
+def markdown_table() -> str:
+    """The route table as Markdown (``docs/architecture.md``)."""
+    lines = ["| method | path | answer |", "|---|---|---|"]
+    for r in ROUTES:
+        query = "[?" + "&".join(f"{q}=" for q in r.query) + "]" if r.query else ""
+        lines.append(f"| {r.method} | `{r.template}{query}` | {r.answer} |")
+    return "\n".join(lines) + "\n"
+
+
+#: Markers around the generated table in the docs.
+BEGIN = "<!-- control routes: generated by python -m sparkglass.runtime.control.routes -->\n"
+END = "<!-- control routes: end -->\n"
+DOC = Path("docs/architecture.md")
+
+
+def rendered(text: str) -> str:
+    """``text`` (the doc) with the table between :data:`BEGIN` and :data:`END` rewritten.
+    Raises ValueError when the markers are missing."""
+    head, sep, rest = text.partition(BEGIN)
+    _, sep2, tail = rest.partition(END)
+    if not sep or not sep2:
+        raise ValueError(f"{DOC}: the markers of the control route table are missing")
+    return head + BEGIN + markdown_table() + END + tail
+
+
+def main(argv: list[str]) -> int:
+    """Write the table into :data:`DOC` (``--check``: exit 1 when it is not current)."""
+    current = DOC.read_text()
+    wanted = rendered(current)
+    if "--check" in argv:
+        if wanted != current:
+            print(f"{DOC} is stale: run python -m sparkglass.runtime.control.routes")
+            return 1
+        return 0
+    if wanted != current:
+        DOC.write_text(wanted)
+        print(f"wrote {DOC}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

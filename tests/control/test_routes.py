@@ -1,0 +1,31 @@
+"""The driver's route table is written once (``runtime/control/routes.py``): the endpoint
+dispatches on it, the client builds its paths from it, the docs' table is generated from it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sparkglass.runtime.control import routes
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_docs_table_is_generated_from_the_routes() -> None:
+    text = (ROOT / routes.DOC).read_text()
+    assert routes.rendered(text) == text, "run: python -m sparkglass.runtime.control.routes"
+
+
+@pytest.mark.parametrize("route", routes.ROUTES, ids=lambda r: r.name)
+def test_each_route_resolves_to_itself_with_its_segments(route: routes.Route) -> None:
+    values = {"vertex": "a/b c", "roundId": "r-1"}
+    path = route.path(**values)
+    found, params, _ = routes.resolve(route.method, path)
+    assert found == route
+    assert params == {k: v for k, v in values.items() if "{" + k + "}" in route.template}
+
+
+def test_a_path_with_another_method_names_the_allowed_one() -> None:
+    assert routes.resolve("GET", "/api/v1/vertices/parse/rounds") == (None, {}, ("POST",))
+    assert routes.resolve("GET", "/api/v1/nothing") == (None, {}, ())
