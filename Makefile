@@ -119,7 +119,7 @@ bench-async: install-test java-check
 bench-service: install-test java-check
 	$(BIN)/python bench/service_bench.py
 
-# How cost grows (issue 20): taps, partitions (local-cluster), concurrent rounds and
+# How cost grows: taps, partitions (local-cluster), concurrent rounds and
 # registered applications, each point repeated; bench/results/scale.json and
 # bench/results/scale-*.png. Needs the `bench` extra (matplotlib) on top of the package.
 $(VENV)/.installed-bench: pyproject.toml | $(BIN)/python

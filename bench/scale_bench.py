@@ -1,5 +1,5 @@
 """Scaling benchmark: how sparkglass's cost grows with taps, partitions, rounds and
-applications (issue 20), one figure per curve.
+applications, one figure per curve.
 
 1. **taps** (``local[2]``): 1, 5, 20, 50 tapped vertices in a chain; gate cost per record
    (task-CPU ns, idle and with a round running) and the overhead on a job doing ~1 µs of

@@ -1,6 +1,6 @@
 """glibc ``malloc`` settings for the service process, which moves bodies of up to ~50 MB.
 
-Measured with ``make bench-memory`` (issue 12, item 5): with glibc's defaults the service's
+Measured with ``make bench-memory``: with glibc's defaults the service's
 RSS stayed hundreds of MB above what it held alive, for two reasons:
 
 * the *dynamic* mmap threshold: once a large buffer (an HTTP body, a chunk of a response)

@@ -3,7 +3,7 @@ a cache of finished bodies bounded in bytes.
 
 A result may be ~50 MB of JSON (5000 records of 10000 characters). Decoded into pydantic
 objects and serialized whole, it cost twice that per request, and a few concurrent polls
-of large results took the service past 1 GB (issue 12, item 5). Here nothing holds a whole
+of large results took the service past 1 GB. Here nothing holds a whole
 large result:
 
 * :func:`plan_body` reads only the head of the round (the round row) and how many records

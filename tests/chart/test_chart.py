@@ -605,7 +605,7 @@ def test_namespaced_install_binds_only_watched_namespaces(rendered: Rendered) ->
 
 
 def test_default_install_is_namespaced_to_the_release_namespace(rendered: Rendered) -> None:
-    """Issue 14 item 8: without watchNamespaces and without operator.clusterWide the chart
+    """Without watchNamespaces and without operator.clusterWide the chart
     manages its own namespace only, with Roles; nothing of it reaches another namespace."""
     docs = rendered("default")
     operator = _containers(one(docs, "Deployment", "sparkglass-operator"))[0]

@@ -1,4 +1,4 @@
-"""The optional CRD upgrade hook (issue 14, item 7): a pre-install/pre-upgrade Job that
+"""The optional CRD upgrade hook: a pre-install/pre-upgrade Job that
 server-side applies the CRDs of the operator's image (``operator/crd_apply.py``).
 
 Rendered with Helm's own engine and validated against the Kubernetes schemas; the Job's

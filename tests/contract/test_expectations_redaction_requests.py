@@ -1,4 +1,4 @@
-"""The Spark-free contract of issue 16: expectation declarations and overrides, redaction
+"""The Spark-free contract of expectation declarations and overrides, redaction
 rules, round requests (shapes checked for the service, the operator and the CLI)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``status.executorState`` and ``status.sparkApplicationId`` (issue 14, item 6).
+"""``status.executorState`` and ``status.sparkApplicationId``.
 
 Unit tests of :mod:`sparkglass.operator.executors`, then the real operator process against
 the emulator, with the test playing Spark: it creates executor Pods the way the driver's

@@ -1,5 +1,5 @@
 """SparkApplication expectations and redaction reach the driver's conf; a DataSample's kind,
-filter and columns are checked before a round opens (issue 16)."""
+filter and columns are checked before a round opens."""
 
 from __future__ import annotations
 

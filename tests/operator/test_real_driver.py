@@ -123,7 +123,7 @@ async def test_datasample_against_the_real_demo_driver_ends_complete_with_flight
 
         status = await eventually(final, timeout=90, what="the round", operator=operator)
         # The admission webhook asks this driver, whose Spark parses and resolves the filter
-        # against the parse vertex's real schema (issue 16: bad input refused at admission).
+        # against the parse vertex's real schema.
         review = yaml.safe_load((EXAMPLES_DIR / "flights-datasample.yaml").read_text())
         review["spec"]["filter"] = "carier = 'UA'"
         message = denied(await webhook.review(review))

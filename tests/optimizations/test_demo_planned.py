@@ -12,7 +12,7 @@ from sparkglass.runtime.contract.plan import EdgeKind, Optimizations
 
 pytestmark = pytest.mark.spark
 
-#: The SparkApplication spec's attributes for the demo (issue 4, "use it in the demo").
+#: The SparkApplication spec's attributes for the demo.
 SPEC = """
 spec:
   pipeline:

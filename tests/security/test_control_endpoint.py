@@ -1,5 +1,5 @@
 """Attacks on the driver control endpoint, over real sockets against the endpoint running in
-its own process (issue #12, items 4 and 11).
+its own process.
 
 The endpoint runs in a child Python process (no Spark: a do-nothing round transport behind
 it), so that its memory and thread count are its own and can be read from ``/proc``.

@@ -1,4 +1,4 @@
-"""Attacks on the control traffic between the operator and a driver (issue 12, item 11).
+"""Attacks on the control traffic between the operator and a driver.
 
 The operator (a real process against the kmock API server) talks to the driver's control
 endpoint over HTTPS, pinning the per-application certificate it put in the application's

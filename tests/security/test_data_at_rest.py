@@ -1,4 +1,4 @@
-"""Data at rest (issue 12): sampled records in etcd, and DataSamples that never expire.
+"""Data at rest: sampled records in etcd, and DataSamples that never expire.
 
 The attacks, against the real operator process and the Kubernetes API emulator:
 

@@ -1,4 +1,4 @@
-"""Attacks on the operator's trust boundary (issue 12, items 1 and 2), against the real parts.
+"""Attacks on the operator's trust boundary, against the real parts.
 
 1. Whoever may patch ``sparkapplications/status`` points ``status.driverInfo.controlEndpoint``
    at a listener of theirs and ``controlSecretName`` at another Secret with a ``token`` key:

@@ -1,4 +1,4 @@
-"""Attacks on round requests (issue 16): a request may narrow what a round returns, never
+"""Attacks on round requests: a request may narrow what a round returns, never
 widen it. Over real HTTP against the driver control endpoint of a real local Spark
 application that redacts ``tailnum`` (dropped) and ``origin`` (hashed)."""
 

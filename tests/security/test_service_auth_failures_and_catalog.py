@@ -1,4 +1,4 @@
-"""Attacks (issue 12, item 8): failed authentication was not rate-limited (in Kubernetes
+"""Attacks: failed authentication was not rate-limited (in Kubernetes
 mode every garbage token cost a TokenReview), and the Kubernetes catalog remembered every
 application name it was asked about. Against the service over HTTP on 127.0.0.1: a real
 ``sparkglass serve`` process in local mode, and a uvicorn server in Kubernetes mode in front

@@ -1,4 +1,4 @@
-"""Attack on the service's control traffic in local mode (issue 12, item 11).
+"""Attack on the service's control traffic in local mode.
 
 The service (a real ``sparkglass serve`` process on 127.0.0.1) calls the driver control
 endpoint itself in local mode. An admin registers an ``https://`` driver with the driver's

@@ -1,4 +1,4 @@
-"""Attack (issue 12, item 6): ``authMode=local`` with ``executionMode=kubernetes`` let any
+"""Attack: ``authMode=local`` with ``executionMode=kubernetes`` let any
 local token read every namespace and create DataSamples anywhere with the service's
 cluster-wide account. The settings, the real ``sparkglass serve`` process and the chart's
 ``values.schema.json`` now refuse the combination with an error naming both."""

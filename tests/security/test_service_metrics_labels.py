@@ -1,4 +1,4 @@
-"""Attack (issue 12, item 3): grow ``/metrics`` without bound by sending made-up HTTP
+"""Attack: grow ``/metrics`` without bound by sending made-up HTTP
 methods (each became a label value, hence new series) and made-up paths, against the real
 service process over HTTP."""
 

@@ -1,4 +1,4 @@
-"""Attack (issue 12, item 4, service part): an unauthenticated 100 MB PUT, streamed, which the
+"""Attack: an unauthenticated 100 MB PUT, streamed, which the
 service used to read (and buffer) whole before authenticating; against the real service
 process over a raw socket, watching its RSS in ``/proc``."""
 

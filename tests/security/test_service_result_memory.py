@@ -1,4 +1,4 @@
-"""Result memory is bounded in bytes (issue 12, item 5).
+"""Result memory is bounded in bytes.
 
 The attack: results within the caps are large (5000 records of 10000 characters, ~50 MB
 of JSON), and the service kept decoded results and rendered bodies in caches bounded by

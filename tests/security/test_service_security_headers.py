@@ -1,4 +1,4 @@
-"""Attack surface (issue 12, item 7): no security headers (the page could be framed, data
+"""Attack surface: no security headers (the page could be framed, data
 sniffed as HTML, sample data cached by proxies and browsers) and ``/docs`` loading its
 scripts from a CDN. Against the real service process over HTTP, and the page in headless
 Chromium under the CSP (no violation may be reported)."""

@@ -1,4 +1,4 @@
-"""Driver control tokens at rest (issue 12, item 9).
+"""Driver control tokens at rest.
 
 The attack: in local execution mode the store kept every registered driver's bearer token in
 plaintext (``applications.driver_token``). Whoever read the database file, a copy or a

