@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 
+from sparkglass.service.execution.kubernetes import datasample_name
+
 from .conftest import (
     EMULATOR_ONLY,
     FINAL,
@@ -80,8 +82,8 @@ def service_sample(
     mine = [
         d
         for d in found
-        if (rid := d["metadata"].get("annotations", {}).get("sparkglass.io/round-id"))
-        and rid == (round_id or rid)
+        if "sparkglass.io/requested-by" in (d["metadata"].get("annotations") or {})
+        and (round_id is None or d["metadata"]["name"] == datasample_name(app, vertex, round_id))
     ]
     return mine[-1] if mine else None
 
@@ -105,11 +107,14 @@ def test_kubectl_datasample_completes_with_real_flights(
     assert_flights(st)
     ready = {c["type"]: c for c in st["conditions"]}["Ready"]
     assert (ready["status"], ready["reason"]) == ("True", "RoundComplete")
+    sample = cluster.get("datasamples", "parse-kubectl")
+    assert sample is not None
+    # Stored in a round of the DataSample's own, named by its uid.
     assert st["resultsURL"] == (
         f"{system.service_url}/api/v1/namespaces/{cluster.namespace}/applications/flights"
-        f"/rounds/{st['roundId']}"
+        f"/rounds/{sample['metadata']['uid']}"
     )
-    labels = cluster.get("datasamples", "parse-kubectl")["metadata"]["labels"]  # type: ignore[index]
+    labels = sample["metadata"]["labels"]
     assert labels["sparkglass.io/phase"] == "Complete"
 
 
@@ -159,7 +164,7 @@ def test_rest_serves_the_same_round_to_the_authorized_only(
     assert_flights(body)
     ds = service_sample(system.cluster, "flights", vertex)
     assert ds is not None
-    assert ds["metadata"]["annotations"]["sparkglass.io/round-id"] == body["roundId"]
+    assert ds["metadata"]["name"] == datasample_name("flights", vertex, body["roundId"])
     assert ds["metadata"]["annotations"]["sparkglass.io/requested-by"] == "alice"
     # The operator saves the full result before it writes the status: wait for the status.
     name = ds["metadata"]["name"]

@@ -14,16 +14,17 @@ exist and ``spec.expectation`` is declared there. This webhook answers those at
 How each is checked:
 
 * ``spec.vertex`` against the application's declared ``pipeline.vertices`` (when it
-  declares them) and ``spec.samplingWindow`` against its ``sampling.samplingWindow``, from
-  the SparkApplication (the same rules as the DataSample's first reconcile step);
+  declares them), ``spec.samplingWindow`` against its window and whether it samples at all,
+  from the application (:mod:`.sample_fit`, the rules the DataSample's reconcile applies too,
+  for both kinds of application);
 * kind, filter, columns and expectation, and the vertex of an application that declares no
   pipeline, by asking its running driver (``GET /api/v1/vertices/{vertex}/round-check``):
   Spark's own parser and analyzer against the vertex's schema, the words of a refused open.
   The driver is found only as the DataSample reconcile finds it (:mod:`.driver_access`):
   never from a field a user can write. A Kubeflow spark-operator application's driver is
   not asked (reaching it needs the control Secret the operator creates at the first round,
-  and a review has no side effects): its window and sampling switch are checked, the rest
-  when the round opens.
+  and a review has no side effects): its name, sampling settings, window and sampling switch
+  are checked, the rest when the round opens.
 
 When a check cannot be made (the application is not there or not running yet, its driver
 does not answer within :data:`DRIVER_CHECK_SECONDS`, or more than
@@ -67,7 +68,7 @@ import structlog
 # and the watches agree on which namespaces are this operator's.
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from sparkglass.runtime.contract.errors import InvalidParameterError, SamplingSettingsError
+from sparkglass.runtime.contract.errors import InvalidParameterError
 from sparkglass.runtime.contract.round_request import RoundRequest
 from sparkglass.runtime.control.client import (
     AsyncControlClient,
@@ -75,12 +76,12 @@ from sparkglass.runtime.control.client import (
     ControlRejected,
 )
 
-from . import kubeflow, names
+from . import kubeflow, names, sample_fit
 from .cluster import APPS, ApiError
 from .context import OperatorContext
 from .driver_access import DriverAccess, driver_access
 from .settings import WebhookConfig
-from .specs import DataSampleSpec, SparkApplicationSpec, parse_duration
+from .specs import DataSampleSpec
 
 log = structlog.get_logger(__name__)
 
@@ -223,32 +224,10 @@ class DataSampleReviewer:
                 f"SparkApplication {app_name!r} is not in namespace {namespace!r} yet; the "
                 "DataSample waits for it and is checked when its round opens"
             )
-        try:
-            app_spec = SparkApplicationSpec.parse(app.get("spec"))
-        except ValidationError:
-            return _allowed(f"not checked: SparkApplication {app_name!r} has an invalid spec")
-        declared = [v.name for v in app_spec.pipeline.vertices]
-        if declared and spec.vertex not in declared:
-            # No list of the vertices: see _ENUMERATION (they are in the application's spec,
-            # for whoever may read it).
-            return _denied(
-                f"spec.vertex: vertex {spec.vertex!r} is not in application {app_name!r} "
-                "(its spec.pipeline.vertices)"
-            )
-        allowed_window = app_spec.sampling.sampling_window
-        if spec.sampling_window and parse_duration(spec.sampling_window) > parse_duration(
-            allowed_window
-        ):
-            return _denied(
-                f"spec.samplingWindow: {spec.sampling_window} exceeds the application's "
-                f"{allowed_window} (its spec.sampling.samplingWindow); allowed 1s–{allowed_window}"
-            )
-        if not app_spec.sampling.enabled:
-            return _allowed(
-                f"sampling is disabled for {app_name!r} (spec.sampling.enabled is false): "
-                "the DataSample will end Disabled"
-            )
-        if request.is_plain() and declared:
+        fit = sample_fit.check(spec, app)
+        if isinstance(fit, sample_fit.Misfit):
+            return _misfit(fit)
+        if request.is_plain() and fit.vertices:
             return _allowed()  # nothing left that only the driver knows
         access = await driver_access(self.ctx, app)
         return await self._ask_driver(access, spec, request, app_name)
@@ -260,29 +239,15 @@ class DataSampleReviewer:
         try:
             app = await kubeflow.read_application(self.ctx.cluster, namespace, app_name)
         except kubeflow.NotEnabled as exc:
-            return _denied(f"spec.applicationRef: {exc}")
+            return _misfit(sample_fit.kubeflow_not_enabled(exc))
         if app is None:
             return _allowed(
                 f"Kubeflow SparkApplication {app_name!r} is not in namespace {namespace!r} "
                 "yet; the DataSample waits for it and is checked when its round opens"
             )
-        try:
-            settings = kubeflow.sampling_settings(app)
-        except SamplingSettingsError as exc:
-            return _allowed(f"not checked: {app_name!r} spec.sparkConf: {exc}")
-        if spec.sampling_window and (
-            parse_duration(spec.sampling_window) * 1000 > settings.sampling_window_ms
-        ):
-            return _denied(
-                f"spec.samplingWindow: {spec.sampling_window} exceeds the application's "
-                f"{settings.sampling_window_ms / 1000:g}s (spec.sparkConf "
-                f"{kubeflow.SAMPLING_WINDOW_KEY})"
-            )
-        if not settings.enabled:
-            return _allowed(
-                f"sampling is disabled for {app_name!r} (spec.sparkConf "
-                f"{kubeflow.SAMPLING_ENABLED_KEY} is not true): the DataSample will end Disabled"
-            )
+        fit = sample_fit.check(spec, app)
+        if isinstance(fit, sample_fit.Misfit):
+            return _misfit(fit)
         # Its driver is not asked: reaching it needs the control Secret the operator creates
         # at the first round (kubeflow.driver_access), and a review must have no side effect.
         return _not_checked(
@@ -331,6 +296,12 @@ class DataSampleReviewer:
                 "the DataSample will end Disabled"
             )
         return _allowed()
+
+
+def _misfit(misfit: sample_fit.Misfit) -> Verdict:
+    """A DataSample that does not fit its application (:mod:`.sample_fit`): denied naming
+    its field, or admitted with a warning when the fault is the application's."""
+    return _denied(misfit.review) if misfit.denies else _allowed(misfit.review)
 
 
 def _not_checked(why: str) -> Verdict:

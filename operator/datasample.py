@@ -81,7 +81,7 @@ from pydantic import ValidationError
 
 from sparkglass.crds.datasample import MAX_MESSAGE_LENGTH
 from sparkglass.runtime.contract.datasample_status import encode, phase_of
-from sparkglass.runtime.contract.errors import InvalidParameterError, SamplingSettingsError
+from sparkglass.runtime.contract.errors import InvalidParameterError
 from sparkglass.runtime.contract.result_caps import ResultCaps, ResultRejected
 from sparkglass.runtime.contract.sample_result import DataSampleResult, ErrorCode, SampleStatus
 from sparkglass.runtime.contract.sampling_settings import client_deadline_ms
@@ -92,7 +92,7 @@ from sparkglass.runtime.control.client import (
     ControlUntrusted,
 )
 
-from . import children, kubeflow, names
+from . import children, kubeflow, names, sample_fit
 from .certificates import RENEWAL_MARGIN, read_stored_certificate
 from .cluster import APPS, PODS, SAMPLES, ApiError
 from .conditions import set_condition
@@ -107,8 +107,8 @@ from .metrics import (
     SAMPLE_RETRIES,
     SAMPLES_FINISHED,
 )
-from .results import ROUND_ID_ANNOTATION, RoundIdConflict, SampleIdentity, results_url
-from .specs import DataSampleSpec, SparkApplicationSpec, parse_duration
+from .results import RoundIdConflict, results_url
+from .specs import DataSampleSpec, parse_duration
 from .timestamps import epoch_of, epoch_or_zero, now_rfc3339, rfc3339
 from .work_queue import WorkQueue
 
@@ -552,36 +552,8 @@ class _Step:
                 final="Failed",
             )
             return None
-        try:
-            app_spec = SparkApplicationSpec.parse(app.get("spec"))
-        except ValidationError:
-            await self._finish("Failed", "InvalidApplication", f"{app_name!r} has an invalid spec")
-            return None
-        vertices = [v.name for v in app_spec.pipeline.vertices]
-        if vertices and spec.vertex not in vertices:
-            await self._finish(
-                "Failed",
-                "UnknownVertex",
-                f"vertex {spec.vertex!r} is not in application {app_name!r}; "
-                f"vertices: {', '.join(vertices)}",
-            )
-            return None
-        if spec.sampling_window and parse_duration(spec.sampling_window) > parse_duration(
-            app_spec.sampling.sampling_window
-        ):
-            await self._finish(
-                "Failed",
-                "InvalidSamplingWindow",
-                f"samplingWindow {spec.sampling_window} exceeds the application's "
-                f"{app_spec.sampling.sampling_window} (spec.sampling.samplingWindow)",
-            )
-            return None
-        if not app_spec.sampling.enabled:
-            await self._finish(
-                "Disabled",
-                "SamplingDisabled",
-                f"sampling is disabled for {app_name!r} (spec.sampling.enabled is false)",
-            )
+        fit = await self._fit(app)
+        if fit is None:
             return None
         # Where the driver is and its token come only from objects this operator created
         # for this application (see ``driver_access``), never from the application's status:
@@ -611,10 +583,7 @@ class _Step:
                 return None
         return _Target(
             access=access,
-            limits=_Limits(
-                timeout_ms=round(parse_duration(app_spec.sampling.timeout) * 1000),
-                max_record_length=app_spec.sampling.max_record_length,
-            ),
+            limits=_Limits(timeout_ms=fit.timeout_ms, max_record_length=fit.max_record_length),
             token_missing=(
                 f"the control token Secret {names.secret_name(app_name)!r} of {app_name!r} is "
                 "missing or was not created by the operator for this application"
@@ -630,7 +599,7 @@ class _Step:
         try:
             app = await kubeflow.read_application(self.ctx.cluster, self.namespace, app_name)
         except kubeflow.NotEnabled as exc:
-            await self._finish("Failed", "KubeflowNotEnabled", str(exc))
+            await self._misfit(sample_fit.kubeflow_not_enabled(exc))
             return None
         if app is None:
             await self._transient(
@@ -640,35 +609,8 @@ class _Step:
                 final="Failed",
             )
             return None
-        if problem := kubeflow.app_name_problem(app_name):
-            await self._finish("Failed", "InvalidApplication", problem)
-            return None
-        try:
-            settings = kubeflow.sampling_settings(app)
-        except SamplingSettingsError as exc:
-            await self._finish(
-                "Failed", "InvalidApplication", f"{app_name!r} spec.sparkConf: {exc}"
-            )
-            return None
-        window = kubeflow.SAMPLING_WINDOW_KEY
-        if (
-            spec.sampling_window
-            and parse_duration(spec.sampling_window) * 1000 > settings.sampling_window_ms
-        ):
-            await self._finish(
-                "Failed",
-                "InvalidSamplingWindow",
-                f"samplingWindow {spec.sampling_window} exceeds the application's "
-                f"{settings.sampling_window_ms / 1000:g}s (spec.sparkConf {window})",
-            )
-            return None
-        if not settings.enabled:
-            await self._finish(
-                "Disabled",
-                "SamplingDisabled",
-                f"sampling is disabled for {app_name!r} (spec.sparkConf "
-                f"{kubeflow.SAMPLING_ENABLED_KEY} is not true)",
-            )
+        fit = await self._fit(app)
+        if fit is None:
             return None
         record = self.record
         opened = record.round_id or record.claimed_round_id
@@ -690,15 +632,26 @@ class _Step:
             return None
         return _Target(
             access=access,
-            limits=_Limits(
-                timeout_ms=settings.timeout_ms, max_record_length=settings.max_record_length
-            ),
+            limits=_Limits(timeout_ms=fit.timeout_ms, max_record_length=fit.max_record_length),
             token_missing=(
                 f"the Secret {kubeflow.secret_name(app_name)!r} at the name of the control "
                 f"Secret of Kubeflow application {app_name!r} was not created by the operator "
                 "for it (it is never read); delete it so that the operator creates its own"
             ),
         )
+
+    async def _fit(self, app: dict[str, Any]) -> sample_fit.Fit | None:
+        """What the round takes from ``app`` when this DataSample fits it (the rules the
+        admission webhook applies too: :mod:`.sample_fit`); else None, the DataSample ended
+        ``Failed`` or ``Disabled`` saying why."""
+        fit = sample_fit.check(self._spec, app)
+        if isinstance(fit, sample_fit.Misfit):
+            await self._misfit(fit)
+            return None
+        return fit
+
+    async def _misfit(self, misfit: sample_fit.Misfit) -> None:
+        await self._finish(misfit.phase, misfit.reason.value, misfit.message)
 
     async def _kubeflow_access(
         self, app: dict[str, Any], pod: dict[str, Any], opened: str | None
@@ -945,9 +898,9 @@ class _Step:
                 "Failed", "ResultPastCaps", f"the driver's result broke the contract: {exc}"
             )
             return
-        claimed = (meta.get("annotations") or {}).get(ROUND_ID_ANNOTATION)
-        # Without a store the claim only names a link (the service saves its own copy).
-        round_id = str(claimed or result.round_id or meta.get("uid") or self.name)
+        uid = str(meta.get("uid") or "")
+        # Without a store this only names a link (the service saves its own copy).
+        round_id = uid or str(result.round_id or self.name)
         extra = encode(result, self.ctx.config.status_record_bytes)
         if self.record.round_id:
             # Written again with the result: status is output, and a value someone else put
@@ -960,12 +913,8 @@ class _Step:
                     application=spec.application_ref.name,
                     vertex=spec.vertex,
                     result=result,
-                    claimed_round_id=str(claimed) if claimed else None,
-                    sample=SampleIdentity(
-                        name=self.name,
-                        uid=str(meta.get("uid") or self.name),
-                        created_ms=int(epoch_of(meta.get("creationTimestamp")) * 1000),
-                    ),
+                    uid=uid or self.name,
+                    name=self.name,
                     started_at_ms=int((self.record.opened_at or 0) * 1000) or None,
                 )
             except RoundIdConflict as exc:

@@ -146,13 +146,17 @@ def spark_conf(app: dict[str, Any]) -> dict[str, str]:
 
 def sampling_settings(app: dict[str, Any]) -> SamplingSettings:
     """The ``spark.sparkglass.sampling.*`` settings of the application's ``sparkConf`` (off
-    unless it sets ``enabled=true``); raises ``SamplingSettingsError`` naming the key."""
+    unless it sets ``enabled=true``); raises ``SamplingSettingsError`` naming the key.
+    Whether a DataSample fits them is :mod:`.sample_fit`'s to say."""
     return SamplingSettings.from_conf(spark_conf(app))
 
 
 def sampling_requested(app: dict[str, Any]) -> bool:
     """Whether the application's ``sparkConf`` opts in to sampling (a control Secret is
-    created only for those)."""
+    created only for those). Looser than :func:`sampling_settings` on purpose: an opted-in
+    application whose other sampling keys are invalid still gets its Secret, which its
+    driver Pod reads the token from (without it the Pod would not start at all); its
+    DataSamples fail ``InvalidApplication`` (:mod:`.sample_fit`)."""
     return spark_conf(app).get(SAMPLING_ENABLED_KEY, "").strip().lower() == "true"
 
 

@@ -2,26 +2,19 @@
 
 The service creates ``sparkglass.io/v1alpha1`` ``DataSample`` ``{app}-{vertex}-{id}`` in the
 application's namespace (spec: ``applicationRef.name``, ``vertex``, ``maxRecords``,
-``samplingWindow``, ``ttlSecondsAfterFinished``; annotation ``sparkglass.io/round-id`` = the
-service's round id; ``sparkglass.io/results-url`` = where the service serves the full
-result, when ``public_url`` is set), then reads its ``status.phase`` until it is terminal.
+``samplingWindow``, ``ttlSecondsAfterFinished``; annotation ``sparkglass.io/results-url`` =
+where the service serves the full result, when ``public_url`` is set), binds the round to
+the ``metadata.uid`` the API server gave it, then waits for the round to end.
 
-Where the records come from (``datasample_results``, review items A2/A9). A DataSample's
-``status`` can be written by anyone granted ``patch datasamples/status``, so it is not the
-operator's word:
+Where the records come from (``datasample_results``). A DataSample's ``status`` can be
+written by anyone granted ``patch datasamples/status``, so it is not the operator's word:
 
-* ``store``: the operator saves the full result in the store the service reads
-  (``store.save_round`` under the round-id annotation, once it checked that the service
-  created that very DataSample for that round: its name is :func:`datasample_name` of the
-  round and its ``metadata.uid`` is the one the service recorded in the round's row,
-  :func:`~sparkglass.service.store.repository.bind_datasample`, as soon as the API server
-  answered the creation; a DataSample deleted and created again under the name has another
-  uid, and its result never lands on the service's round). The service serves only that
-  row, after checking that it is its round's, of its (namespace, application, vertex),
-  saved for its DataSample (``external_ref``, the DataSample's name, and the uid it bound)
-  and that the DataSample by that name is still the one it created. The status only ever
-  tells that a round ended without records (``NoData``, ``Disabled``, ``Failed``,
-  ``Abandoned``); a status claiming records the store does not hold fails the round.
+* ``store``: the operator saves the full result in the store the service reads, in the round
+  bound to the DataSample's uid (``sparkglass.operator.results``). A uid is the API
+  server's, never a client's: a DataSample deleted and created again under the name has
+  another uid, and its result never lands in this round. The status only ever tells that a
+  round ended without records (``NoData``, ``Disabled``, ``Failed``, ``Abandoned``); a
+  status claiming records the store does not hold fails the round.
 * ``status``: the operator has no store (the chart's SQLite store lives on the service's
   volume). Records come from the status (read with
   :func:`sparkglass.runtime.contract.datasample_status.decode`), byte-bounded by the
@@ -62,7 +55,6 @@ log = logging.getLogger(__name__)
 GROUP = "sparkglass.io"
 VERSION = "v1alpha1"
 PLURAL = "datasamples"
-ROUND_ID_ANNOTATION = "sparkglass.io/round-id"
 REQUESTED_BY_ANNOTATION = "sparkglass.io/requested-by"
 RESULTS_URL_ANNOTATION = "sparkglass.io/results-url"
 APPLICATION_LABEL = "sparkglass.io/application"
@@ -81,14 +73,12 @@ class ResultSource(StrEnum):
 @dataclass(frozen=True)
 class StoredRound:
     """A finished round row: its outcome without records (they stay in the store), whose
-    it is, and who saved it (``external_ref``: the DataSample's name when the operator did;
-    ``datasample_uid``: the uid the service bound the round to, if any)."""
+    it is, and the uid of the DataSample it is bound to, if any."""
 
     head: DataSampleResult
     namespace: str
     application: str
     vertex: str
-    external_ref: str | None
     datasample_uid: str | None = None
 
 
@@ -101,8 +91,9 @@ class StoredRounds(Protocol):
         ...
 
     def bind(self, round_id: str, uid: str) -> bool:
-        """Record ``uid`` as round ``round_id``'s DataSample (first binding wins); False
-        when the round is missing or bound to another uid."""
+        """Record ``uid`` as round ``round_id``'s DataSample (first binding wins; a result
+        the operator saved before is moved in); False when the round is missing or bound
+        to another uid."""
         ...
 
 
@@ -127,13 +118,12 @@ class SessionStoredRounds:
                 app.namespace,
                 app.name,
                 row.vertex,
-                row.external_ref,
                 row.datasample_uid,
             )
 
     def bind(self, round_id: str, uid: str) -> bool:
         with self._sessions.begin() as session:
-            return repository.bind_datasample(session, round_id, uid)
+            return repository.adopt_datasample_round(session, round_id, uid)
 
 
 def store_lookup(sessions: sessionmaker[Session]) -> SessionStoredRounds:
@@ -147,14 +137,7 @@ class _NotOurs(Exception):
 
 
 def datasample_name(application: str, vertex: str, round_id: str) -> str:
-    """A DNS-1123 subdomain name for the round's DataSample (≤ 253 characters).
-
-    Part of the round-id handshake: the operator saves under the ``sparkglass.io/round-id``
-    annotation only a DataSample bearing exactly this name for that round and the uid the
-    service bound the round to (annotations are user-settable; a name belongs to one existing
-    object of the namespace, but can be taken again once that object is deleted, a uid
-    cannot), so changing this changes the operator.
-    """
+    """A DNS-1123 subdomain name for the round's DataSample (≤ 253 characters)."""
     raw = f"{application}-{vertex}"[:240].lower()
     raw = re.sub(r"[^a-z0-9.-]", "-", raw).strip("-.")
     return f"{raw}-{round_id[:12]}"
@@ -163,7 +146,7 @@ def datasample_name(application: str, vertex: str, round_id: str) -> str:
 def datasample_body(request: RoundRequest, ttl_seconds: int) -> dict[str, Any]:
     """The ``DataSample`` object the service creates for ``request``."""
     name = datasample_name(request.application, request.vertex, request.round_id)
-    annotations = {ROUND_ID_ANNOTATION: request.round_id}
+    annotations: dict[str, str] = {}
     if request.results_url:
         # For whoever reads the DataSample (kubectl): where the service serves the full
         # result. The operator does not copy it into status.resultsURL, which it builds from
@@ -265,16 +248,14 @@ class DataSampleExecutor:
             return RoundOutcome(failed(ErrorCode.INTERNAL_ERROR, request.round_id), name)
 
     def _bind(self, request: RoundRequest, name: str, uid: str | None) -> None:
-        """Record the uid of the DataSample just created in the round's row, the operator's
-        proof that this DataSample is the round's. Done before anything else: the operator
-        saves only after the driver's sampling window (a second or more), this is one UPDATE.
-        Without a uid (an API server that gives none) the operator saves under no claim, so
-        no result reaches the round from the store: it is said so rather than left to a
-        timeout nobody can explain."""
+        """Bind the round to the uid of the DataSample just created: the operator saves its
+        result in the round bound to it. Without a uid (an API server that gives none) no
+        result reaches the round from the store: said so rather than left to a timeout
+        nobody can explain."""
         if uid is None:
             log.warning(
-                "DataSample %s/%s has no metadata.uid: the operator cannot tell it is this "
-                "round's, so its result will not be saved under round %s",
+                "DataSample %s/%s has no metadata.uid: the operator cannot save its result "
+                "in round %s",
                 request.namespace,
                 name,
                 request.round_id,
@@ -310,23 +291,17 @@ class DataSampleExecutor:
             )
 
     def _saved(self, request: RoundRequest, name: str, uid: str | None) -> RoundOutcome | None:
-        """The outcome the operator saved for this round, once it checked out: the row is of
-        this (namespace, application, vertex), saved for this DataSample, and the DataSample
-        is still the one the service created (checked after the row was found, so the save
-        happened while it held the name). ``None`` while there is none."""
+        """The outcome the operator saved for this round: the row is of this (namespace,
+        application, vertex) and bound to this DataSample's uid. ``None`` while there is
+        none."""
         stored = self._stored.lookup(request.round_id)
         if stored is None:
             return None
         owner = (stored.namespace, stored.application, stored.vertex)
         if owner != (request.namespace, request.application, request.vertex):
             raise _NotOurs(f"the stored round belongs to {'/'.join(owner)}")
-        if stored.external_ref != name:
-            raise _NotOurs(
-                f"the stored round was saved for {stored.external_ref!r}, not for this DataSample"
-            )
         if uid is not None and stored.datasample_uid != uid:
             raise _NotOurs("the stored round is bound to another DataSample (uid)")
-        self._check_ours(request, name, uid, self._read(request, name))
         return RoundOutcome(stored.head, external_ref=name, saved=True)
 
 

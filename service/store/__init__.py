@@ -1,13 +1,15 @@
 """The service store: SQLAlchemy 2 tables, Alembic migrations and the repository functions.
 
-Save a finished round (what the operator does)::
+Save a finished round (what the operator does, ``sparkglass.operator.results``)::
 
     from sparkglass.service.store import open_store, save_round
+    from sparkglass.service.store.repository import round_of_datasample
     sessions = open_store("postgresql+psycopg://sparkglass@db/sparkglass")
     with sessions.begin() as session:
+        bound = round_of_datasample(session, uid)        # the DataSample's metadata.uid
         round_id = save_round(session, namespace="team-a", application="flights",
                               vertex="parse", result=result,          # a DataSampleResult
-                              round_id=annotations.get("sparkglass.io/round-id"),
+                              round_id=bound.id if bound else uid,
                               external_ref=datasample_name)
 """
 

@@ -130,11 +130,12 @@ class Round(Base):
     triggered_by: Mapped[str | None] = mapped_column(String(253), nullable=True)
     #: Driver round id (local mode) or DataSample name (Kubernetes mode).
     external_ref: Mapped[str | None] = mapped_column(String(253), nullable=True)
-    #: Kubernetes mode: ``metadata.uid`` of the DataSample the service created for this
-    #: round (:func:`~.repository.bind_datasample`). The operator saves a result under this
-    #: round's id only for that DataSample: a name can be taken again once its object is
-    #: deleted, a uid cannot.
-    datasample_uid: Mapped[str | None] = mapped_column(String(253), nullable=True)
+    #: Kubernetes mode: ``metadata.uid`` of the round's DataSample (the API server's, never
+    #: a client's): the operator saves a DataSample's result in the round bound to its uid
+    #: (:func:`~.repository.round_of_datasample`). Unique: one round per DataSample.
+    datasample_uid: Mapped[str | None] = mapped_column(
+        String(253), nullable=True, unique=True, index=True
+    )
 
 
 class SampleRecord(Base):

@@ -280,16 +280,12 @@ MAX_DATASAMPLE_UID_LENGTH = 253
 
 
 def bind_datasample(session: Session, round_id: str, uid: str) -> bool:
-    """Record that the DataSample with ``metadata.uid`` ``uid`` is round ``round_id``'s.
-
-    **The service's side of the round-id handshake** (Kubernetes execution mode): called once
-    the API server answered the DataSample's creation with its uid, before the operator can
-    have a result to save. The operator then saves under ``round_id`` only for a DataSample
-    of that uid (``sparkglass.operator.results.claim_is_bound``). True when the row now
-    holds ``uid``; False (nothing written) when there is no such round, or it is bound to
-    another DataSample already: the first binding stands, so a later call cannot move the
-    round to another object. Raises ``ValueError`` naming the field for an empty uid or one
-    longer than :data:`MAX_DATASAMPLE_UID_LENGTH`.
+    """Record that the DataSample with ``metadata.uid`` ``uid`` is round ``round_id``'s (the
+    service, once the API server answered the DataSample's creation; the operator then saves
+    its result in this round, :func:`round_of_datasample`). True when the row now holds
+    ``uid``; False (nothing written) when there is no such round, or it is bound to another
+    DataSample already: the first binding stands. Raises ``ValueError`` naming the field for
+    an empty uid or one longer than :data:`MAX_DATASAMPLE_UID_LENGTH`.
     """
     if not uid or len(uid) > MAX_DATASAMPLE_UID_LENGTH:
         raise ValueError(
@@ -305,6 +301,47 @@ def bind_datasample(session: Session, round_id: str, uid: str) -> bool:
         .execution_options(synchronize_session=False)
     )
     return bool(getattr(result, "rowcount", 0) == 1)
+
+
+def round_of_datasample(session: Session, uid: str) -> Round | None:
+    """The round bound to the DataSample of ``metadata.uid`` ``uid``, if any."""
+    return session.scalars(select(Round).where(Round.datasample_uid == uid)).first()
+
+
+#: Columns of a round's outcome (what :func:`adopt_datasample_round` carries over).
+_OUTCOME_COLUMNS = tuple(
+    c.key for c in Round.__table__.columns if c.key not in ("id", "application_id", "vertex")
+)
+
+
+def adopt_datasample_round(session: Session, round_id: str, uid: str) -> bool:
+    """Bind round ``round_id`` to the DataSample of ``uid`` when the operator was first: it
+    found no round bound to that uid and saved the result in a round of its own (id ``uid``).
+    That round's outcome and records move into ``round_id`` (same application and vertex
+    only), and it is deleted; one transaction. True when ``round_id`` is now bound to ``uid``
+    (adopted, or bound the usual way); False when another DataSample holds the round, or the
+    uid's round belongs to another application or vertex (nothing written)."""
+    theirs = round_of_datasample(session, uid)
+    if theirs is None or theirs.id == round_id:
+        return bind_datasample(session, round_id, uid)
+    mine = session.get(Round, round_id)
+    if mine is None or mine.datasample_uid is not None:
+        return False
+    if (theirs.application_id, theirs.vertex) != (mine.application_id, mine.vertex):
+        return False
+    outcome = {key: getattr(theirs, key) for key in _OUTCOME_COLUMNS}
+    session.execute(
+        update(SampleRecord)
+        .where(SampleRecord.round_id == theirs.id)
+        .values(round_id=round_id)
+        .execution_options(synchronize_session=False)
+    )
+    session.delete(theirs)
+    session.flush()  # the unique uid is free before this round takes it
+    for key, value in outcome.items():
+        setattr(mine, key, value)
+    session.flush()
+    return True
 
 
 class RoundOwnershipError(ValueError):
@@ -332,10 +369,9 @@ def save_round(
 ) -> str:
     """Save a round's full result (all records) and return the store's round id.
 
-    **The operator's entry point.** ``round_id`` is the service's id when the round was
-    triggered through the service (the ``sparkglass.io/round-id`` annotation of the
-    ``DataSample``, once the operator checked that the service created that DataSample for
-    it); otherwise ``result.round_id`` or a new id is used. An existing round row with that
+    **The operator's entry point** (``sparkglass.operator.results``). ``round_id`` is the
+    round bound to the DataSample's uid (:func:`round_of_datasample`), else the uid; without
+    one, ``result.round_id`` or a new id is used. An existing round row with that
     id is updated (its records replaced) only when it belongs to the same (``namespace``,
     ``application``) and ``vertex``; the application row is created when the store does not
     know it yet. ``result.end_timestamp`` defaults to now for a finished status.

@@ -448,8 +448,10 @@ async def test_round_completes_with_bounded_status_labels_events_and_store(
     assert 0 < in_status == st["recordsInStatus"] < 80 and st["samplesTruncated"] is True
     assert len(json.dumps(st["samples"])) < 4096 + 1024
     assert {s["subtaskIndex"] for s in st["samples"]} == {0, 1}
+    # The result is stored in a round of the DataSample's own: its uid (no round bound).
+    uid = kube.stored(SAMPLES, NAMESPACE, "parse-1")["metadata"]["uid"]
     assert st["resultsURL"] == (
-        f"{SERVICE_URL}/api/v1/namespaces/{NAMESPACE}/applications/flights/rounds/r1-parse"
+        f"{SERVICE_URL}/api/v1/namespaces/{NAMESPACE}/applications/flights/rounds/{uid}"
     )
     ready = {c["type"]: c for c in st["conditions"]}["Ready"]
     assert ready["status"] == "True" and ready["reason"] == "RoundComplete"
@@ -477,11 +479,11 @@ async def test_round_completes_with_bounded_status_labels_events_and_store(
     (token,) = driver.tokens
     assert token not in json.dumps(kube.stored(SAMPLES, NAMESPACE, "parse-1"))
     assert token not in operator.output()
-    # The full result (all 80 records) is in the service's store under the round id.
+    # The full result (all 80 records) is in the service's store under the uid.
     from sparkglass.service.store import finished_result, open_store
 
     with open_store(store_url).begin() as session:
-        result = finished_result(session, "r1-parse")
+        result = finished_result(session, uid)
         assert result is not None
         assert sum(len(s.records) for s in result.samples) == 80
 
@@ -675,9 +677,10 @@ async def test_operator_restart_mid_round_neither_loses_nor_duplicates(
     assert (reasons["RoundStarted"], reasons["RoundComplete"]) == (1, 1)
     from sparkglass.service.store import count_rounds, finished_result, open_store
 
+    uid = kube.stored(SAMPLES, NAMESPACE, "restart")["metadata"]["uid"]
     with open_store(store_url).begin() as session:
         assert count_rounds(session) == 1
-        result = finished_result(session, "r1-parse")
+        result = finished_result(session, uid)
         assert result is not None and result.total_record_count == 6
 
 

@@ -361,8 +361,9 @@ async def test_a_datasample_against_a_kubeflow_application_completes(
         "RoundComplete",
     )
     assert st["observedGeneration"] == 1
+    uid = kube.stored(SAMPLES, NAMESPACE, "kf-parse")["metadata"]["uid"]
     assert st["resultsURL"] == (
-        f"{SERVICE_URL}/api/v1/namespaces/{NAMESPACE}/applications/{APP}/rounds/r1-parse"
+        f"{SERVICE_URL}/api/v1/namespaces/{NAMESPACE}/applications/{APP}/rounds/{uid}"
     )
     assert kube.stored(SAMPLES, NAMESPACE, "kf-parse")["metadata"]["labels"] == {
         "sparkglass.io/application": APP,
@@ -386,7 +387,7 @@ async def test_a_datasample_against_a_kubeflow_application_completes(
     from sparkglass.service.store import finished_result, open_store
 
     with open_store(store_url).begin() as session:
-        result = finished_result(session, "r1-parse")
+        result = finished_result(session, uid)
         assert result is not None and sum(len(s.records) for s in result.samples) == 6
 
     # The Secret goes with the application (owner reference; the emulator's collector).

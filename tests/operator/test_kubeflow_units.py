@@ -12,15 +12,18 @@ from __future__ import annotations
 import base64
 import copy
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import yaml
 from pydantic import ValidationError
 
 from sparkglass.operator import kubeflow, names
+from sparkglass.operator.admission import AdmissionRequest, DataSampleReviewer, Verdict
 from sparkglass.operator.certificates import issue_control_certificate
-from sparkglass.operator.cluster import PODS, SECRETS, ApiError, Conflict, Kind, NotFound
+from sparkglass.operator.cluster import PODS, SECRETS, ApiError, Cluster, Conflict, Kind, NotFound
+from sparkglass.operator.context import OperatorContext
+from sparkglass.operator.settings import OperatorConfig
 from sparkglass.operator.specs import (
     ApplicationApiVersion,
     DataSampleSpec,
@@ -431,6 +434,70 @@ async def test_renewal_keeps_the_token_and_waits_for_the_driver_to_end() -> None
     renewed = secret_of(cluster)
     assert decoded(renewed, "tls.crt") not in (soon.cert_pem, cert)
     assert decoded(renewed, "token") == token
+
+
+# --------------------------------------------------------------------------- the webhook
+async def review_kubeflow(cluster: FakeCluster, name: str = "etl", **spec: Any) -> Verdict:
+    """The admission webhook's verdict on creating a DataSample of the Kubeflow application
+    ``name`` in ``NS`` (the reviewer of ``operator/admission.py``, without its server)."""
+    ref = {"apiVersion": kubeflow.API_VERSION, "kind": kubeflow.KIND, "name": name}
+    request = AdmissionRequest.model_validate(
+        {
+            "uid": "u-1",
+            "kind": {"group": "sparkglass.io", "version": "v1alpha1", "kind": "DataSample"},
+            "namespace": NS,
+            "operation": "CREATE",
+            "object": {
+                "metadata": {"name": "s", "namespace": NS},
+                "spec": {"applicationRef": ref, "vertex": "parse", **spec},
+            },
+        }
+    )
+    ctx = OperatorContext(config=OperatorConfig(namespaces=(NS,)), cluster=cast(Cluster, cluster))
+    return await DataSampleReviewer(ctx).review(request)
+
+
+async def test_the_webhook_checks_a_kubeflow_datasample_by_the_reconcilers_rules() -> None:
+    """The rules of ``sample_fit`` (``test_sample_fit.py``), as the webhook answers them:
+    a DataSample's own field at fault is denied, the application's fault is a warning, and
+    the driver of a Kubeflow application is never asked at admission."""
+    cluster = FakeCluster()
+    verdict = await review_kubeflow(cluster)
+    assert verdict.denied is None
+    assert verdict.warnings == (
+        f"Kubeflow SparkApplication 'etl' is not in namespace {NS!r} yet; the DataSample "
+        "waits for it and is checked when its round opens",
+    )
+    cluster.put(kubeflow.APPS, app(**{"spark.sparkglass.sampling.sampling-window": "2s"}))
+    verdict = await review_kubeflow(cluster, samplingWindow="3s")
+    assert verdict.denied == (
+        "spec.samplingWindow: 3s exceeds the application's 2s "
+        "(spec.sparkConf spark.sparkglass.sampling.sampling-window)"
+    )
+    (warning,) = (await review_kubeflow(cluster, samplingWindow="2s")).warnings
+    assert warning.startswith("kind, filter, columns and vertex not checked yet: the driver of")
+    assert [c for c in cluster.calls if c[0] != "get"] == []  # no Secret made, no Pod listed
+    cluster.put(kubeflow.APPS, app(**{"spark.sparkglass.sampling.enabled": "false"}))
+    verdict = await review_kubeflow(cluster)
+    assert verdict.denied is None and verdict.warnings == (
+        "sampling is disabled for 'etl' (spec.sparkConf spark.sparkglass.sampling.enabled is "
+        "not true): the DataSample will end Disabled",
+    )
+    cluster.put(kubeflow.APPS, app(**{"spark.sparkglass.sampling.timeout": "1h"}))
+    (warning,) = (await review_kubeflow(cluster)).warnings
+    assert warning.startswith(
+        "not checked: 'etl' spec.sparkConf: spark.sparkglass.sampling.timeout"
+    )
+    # A name past the CRD's rule (an API server without CEL): denied, as the reconciler
+    # fails it (the webhook admitted it before the rules had one module).
+    long_name = "e" * 45
+    cluster.put(kubeflow.APPS, app(long_name))
+    verdict = await review_kubeflow(cluster, long_name)
+    assert verdict.denied == f"spec.applicationRef.name: {kubeflow.app_name_problem(long_name)}"
+    cluster.fail["sparkapplications"] = ApiError(403, "forbidden")
+    verdict = await review_kubeflow(cluster)
+    assert verdict.denied is not None
+    assert verdict.denied.startswith("spec.applicationRef: the operator may not read")
 
 
 # --------------------------------------------------------------------------- the examples

@@ -10,7 +10,7 @@ from contextlib import AbstractContextManager
 
 from sqlalchemy import text
 
-from sparkglass.operator.results import ResultStore, SampleIdentity
+from sparkglass.operator.results import ResultStore
 from sparkglass.runtime.contract.sample_result import DataSampleResult
 from sparkglass.service.store import count_rounds, finished_result, save_round
 
@@ -47,8 +47,8 @@ def test_first_rounds_of_an_application_saved_at_once_both_land(
                 asyncio.run,
                 store.save(
                     namespace="ns", application="flights", vertex="parse", result=RESULT,
-                    claimed_round_id=None,  # no claim: saved under the DataSample's uid
-                    sample=SampleIdentity(name="ds-2", uid="second", created_ms=0),
+                    uid="second",  # no round bound to it: saved under the uid
+                    name="ds-2",
                     started_at_ms=None,
                 ),
             )  # fmt: skip

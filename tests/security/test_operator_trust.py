@@ -4,11 +4,13 @@
    at a listener of theirs and ``controlSecretName`` at another Secret with a ``token`` key:
    the operator (a real process against the kmock API server) must send neither a request nor
    a token there; it finds the driver only from the Pod and Secret it created.
-2. Whoever may create DataSamples annotates one with another application's round id
-   (``sparkglass.io/round-id``; round ids are not secret): the operator must not overwrite
-   that round in the store (real SQLite and PostgreSQL), and ``save_round`` itself refuses a
-   round id owned by another application. Reading a round through another application's
-   REST path (the service over HTTP on 127.0.0.1) is refused too.
+2. Whoever may create DataSamples names one as the service names its rounds' DataSamples, or
+   annotates it with another round's id (round ids are not secret; an earlier release took
+   the ``sparkglass.io/round-id`` annotation as a claim): the operator saves each result in
+   the round bound to the DataSample's uid, or one of its own, never over another round in
+   the store (real SQLite and PostgreSQL), and ``save_round`` itself refuses a round id
+   owned by another application. Reading a round through another application's REST path
+   (the service over HTTP on 127.0.0.1) is refused too.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ from tests.operator import test_datasample as datasample_tests
 from tests.operator.conftest import NAMESPACE, OperatorProcess, StrictApiServer, eventually
 from tests.operator.test_datasample import (
     APPS,
+    SAMPLES,
     ScriptedDriver,
     patch_status,
     post,
@@ -347,15 +350,16 @@ async def test_a_datasample_with_another_applications_round_id_cannot_overwrite_
         assert open_row is not None
         assert open_row.status == "PENDING" and open_row.total_record_count == 0
         assert open_row.external_ref is None
-    # The attackers' results went to their own rounds (the driver's ids), linked as such.
+    # The attackers' results went to rounds of their own (their uids), linked as such.
     for name in ("evil-parse", forged, "sneaky"):
+        uid = (kube.stored(SAMPLES, NAMESPACE, name) or {})["metadata"]["uid"]
         st = status(kube, name)
-        assert st["resultsURL"].endswith(f"/rounds/{st['roundId']}"), st["resultsURL"]
-        assert "victim" not in st["resultsURL"]
+        assert st["resultsURL"].endswith(f"/rounds/{uid}"), st["resultsURL"]
+        assert len(_records(store_url, uid)) == 6
     assert status(kube, "evil-parse")["resultsURL"].startswith(
         f"{SERVICE_URL}/api/v1/namespaces/{NAMESPACE}/applications/evil/"
     )
-    # The service's DataSample was saved under the service's round id.
+    # The service's DataSample was saved in the round the service bound to its uid.
     assert status(kube, legit)["resultsURL"].endswith("/rounds/serviceround0001")
     assert len(_records(store_url, "serviceround0001")) == 6
 

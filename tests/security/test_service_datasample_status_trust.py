@@ -134,7 +134,7 @@ async def play_operator(
     With ``saved``: sets it once a result is in the store and stops there, writing no status
     (an operator stopped between its two writes), so that the status the service reads is
     whatever someone else writes next."""
-    from sparkglass.operator.results import ResultStore, SampleIdentity
+    from sparkglass.operator.results import ResultStore
 
     store = ResultStore(database_url) if database_url else None
     handled: set[str] = set()
@@ -156,15 +156,15 @@ async def play_operator(
                     status = {"phase": "Abandoned", "message": "driver gone"}
                 else:
                     result = real_result("replacement" if spec.get("columns") else "real")
-                    round_id = meta["annotations"].get("sparkglass.io/round-id")
+                    round_id = uid
                     if store is not None:
                         round_id = await store.save(
                             namespace="team-a",
                             application=spec["applicationRef"]["name"],
                             vertex=spec["vertex"],
                             result=result,
-                            claimed_round_id=round_id,
-                            sample=SampleIdentity(name=meta["name"], uid=uid, created_ms=0),
+                            uid=uid,
+                            name=meta["name"],
                             started_at_ms=None,
                         )
                     if saved is not None:
@@ -343,8 +343,8 @@ async def test_a_planted_status_is_never_served_as_the_round(
 async def test_a_datasample_replaced_under_its_name_is_not_the_round(
     kmock: kmock.KubernetesEmulator, postgres_database: PgFactory
 ) -> None:
-    # The operator saves the replacement's result under the service's round id (its name
-    # and annotation match); the service notices the other uid and fails its round.
+    # The operator saves the replacement's result in a round of its own (its uid); the
+    # service notices the other uid under its DataSample's name and fails its round.
     install(kmock)
     await create_sparkapp(kmock, SPARKAPP)
     with postgres_database("a2_replaced") as db:
@@ -364,8 +364,7 @@ async def test_the_operator_does_not_save_a_replacement_over_the_failed_round(
 ) -> None:
     # Was a known gap: the operator bound a DataSample to the service's round by its name and
     # creation time, so it saved the replacement's result over the round the service had
-    # failed. Now the service records the uid of the DataSample it created in the round's row
-    # and the operator's save honours the round-id claim only for that uid.
+    # failed. The operator saves in the round bound to the DataSample's uid only.
     install(kmock)
     await create_sparkapp(kmock, SPARKAPP)
     with postgres_database("a2_overwrite") as db:

@@ -177,8 +177,11 @@ async def fake_operator(k: kmock.KubernetesEmulator, sessions: Any, seen: list) 
                 continue
             raw = dict(obj.raw)
             seen.append(raw)
+            # The real operator saves a result a sampling window (1 s at least) after the
+            # DataSample appeared, long after the service bound its round to the uid.
+            await asyncio.sleep(1.0)
             vertex = raw["spec"]["vertex"]
-            rid = raw["metadata"]["annotations"]["sparkglass.io/round-id"]
+            uid = raw["metadata"]["uid"]
             if vertex == "off":
                 obj.patch({"status": {"phase": "Disabled"}})
             elif vertex == "gone":
@@ -203,7 +206,7 @@ async def fake_operator(k: kmock.KubernetesEmulator, sessions: Any, seen: list) 
                         ],
                     }
                 )
-                await asyncio.to_thread(_save, sessions, save_round, raw, full, rid)
+                rid = await asyncio.to_thread(_save, sessions, save_round, raw, full, uid)
                 obj.patch(
                     {
                         "status": {
@@ -224,16 +227,22 @@ async def fake_operator(k: kmock.KubernetesEmulator, sessions: Any, seen: list) 
         await asyncio.sleep(0.05)
 
 
-def _save(sessions: Any, save_round: Any, raw: dict, full: Any, rid: str) -> None:
+def _save(sessions: Any, save_round: Any, raw: dict, full: Any, uid: str) -> str:
+    """As the operator saves: in the round bound to the DataSample's uid."""
+    from sparkglass.service.store.repository import round_of_datasample
+
     with sessions.begin() as s:
-        save_round(
-            s,
-            namespace=raw["metadata"]["namespace"],
-            application=raw["spec"]["applicationRef"]["name"],
-            vertex=raw["spec"]["vertex"],
-            result=full,
-            round_id=rid,
-            external_ref=raw["metadata"]["name"],
+        bound = round_of_datasample(s, uid)
+        return str(
+            save_round(
+                s,
+                namespace=raw["metadata"]["namespace"],
+                application=raw["spec"]["applicationRef"]["name"],
+                vertex=raw["spec"]["vertex"],
+                result=full,
+                round_id=bound.id if bound is not None else uid,
+                external_ref=raw["metadata"]["name"],
+            )
         )
 
 

@@ -1,11 +1,13 @@
-"""The round-id handshake of Kubernetes execution mode, bound to the DataSample's uid.
+"""Kubernetes execution mode keys a DataSample's result by its ``metadata.uid``.
 
-The service records in its round's row the ``metadata.uid`` of the DataSample it created
-(``repository.bind_datasample``, migration 0004); the operator saves a DataSample's result
-under the service's round id only for that uid (``operator/results.py``), and never over a
-row bound to another uid, whatever round id it falls back to. A DataSample deleted and
-created again under the service's name (another uid) cannot have its result saved as the
-service's round. On SQLite and PostgreSQL (``db_url``).
+The service binds its round's row to the uid of the DataSample it created
+(``repository.bind_datasample``; unique, migration 0007); the operator saves a DataSample's
+result in the round bound to its uid, else in a round of its own named by the uid
+(``operator/results.py``). Nothing a client writes (a name, an annotation, a driver's round
+id) picks the round: a DataSample deleted and created again under the service's name has
+another uid and never lands in the service's round. When the operator saves before the
+service has bound the round, the binding adopts that result. On SQLite and PostgreSQL
+(``db_url``).
 """
 
 from __future__ import annotations
@@ -14,8 +16,9 @@ import asyncio
 
 import pytest
 from sqlalchemy import inspect
+from sqlalchemy.exc import IntegrityError
 
-from sparkglass.operator.results import ResultStore, RoundIdConflict, SampleIdentity
+from sparkglass.operator.results import ResultStore
 from sparkglass.runtime.contract.sample_result import DataSampleResult
 from sparkglass.service.execution.kubernetes import datasample_name, store_lookup
 from sparkglass.service.store import (
@@ -28,6 +31,7 @@ from sparkglass.service.store import (
     open_store,
     upsert_application,
 )
+from sparkglass.service.store.repository import adopt_datasample_round
 
 NS, APP, VERTEX, ROUND = "team-a", "flights", "parse", "0123456789abcdef"
 NAME = datasample_name(APP, VERTEX, ROUND)
@@ -62,15 +66,16 @@ def open_round(url: str, *, uid: str | None) -> None:
 
 
 def operator_save(url: str, uid: str, tag: str, *, driver_round: str | None = None) -> str:
-    """The operator's save of DataSample ``NAME`` (of ``uid``) claiming the service's round."""
+    """The operator's save of DataSample ``NAME`` of ``uid`` (the driver answering
+    ``driver_round`` as its round id)."""
     return asyncio.run(
         ResultStore(url).save(
             namespace=NS,
             application=APP,
             vertex=VERTEX,
             result=result(tag, driver_round),
-            claimed_round_id=ROUND,
-            sample=SampleIdentity(name=NAME, uid=uid, created_ms=0),
+            uid=uid,
+            name=NAME,
             started_at_ms=None,
         )
     )
@@ -83,7 +88,7 @@ def records(url: str, round_id: str) -> list[str]:
         return [r.data for s in load_result(session, row).samples for r in s.records]
 
 
-def test_migration_0004_adds_the_column_and_leaves_older_rounds_unbound(db_url: str) -> None:
+def test_migrations_add_the_column_and_leave_older_rounds_unbound(db_url: str) -> None:
     engine = make_engine(db_url)
     migrate(engine, "0003")
     assert "datasample_uid" not in {c["name"] for c in inspect(engine).get_columns("rounds")}
@@ -102,12 +107,12 @@ def test_migration_0004_adds_the_column_and_leaves_older_rounds_unbound(db_url: 
     with open_store(db_url).begin() as session:  # migrates to head
         row = get_round(session, ROUND)
         assert row is not None and row.datasample_uid is None
-    # A round from before the binding is claimed by no DataSample.
-    saved = operator_save(db_url, SERVICE_UID, "late")
-    assert saved != ROUND
+    # A round from before the binding is no DataSample's: the result gets a round of its own.
+    assert operator_save(db_url, SERVICE_UID, "late") == SERVICE_UID
+    assert records(db_url, SERVICE_UID) == ['{"who":"late"}']
 
 
-def test_the_first_binding_stands(db_url: str) -> None:
+def test_the_first_binding_stands_and_a_uid_binds_one_round(db_url: str) -> None:
     open_round(db_url, uid=None)
     with open_store(db_url).begin() as session:
         assert bind_datasample(session, ROUND, SERVICE_UID)
@@ -119,41 +124,61 @@ def test_the_first_binding_stands(db_url: str) -> None:
         for bad in ("", "u" * 254):
             with pytest.raises(ValueError, match=r"datasample_uid: expected 1-253 characters"):
                 bind_datasample(session, ROUND, bad)
+    with pytest.raises(IntegrityError), open_store(db_url).begin() as session:
+        app = upsert_application(session, NS, APP)
+        create_round(session, "another-round", app.id, VERTEX, triggered_by="bob")
+        bind_datasample(session, "another-round", SERVICE_UID)
 
 
 def test_the_service_s_own_datasample_is_saved_under_its_round(db_url: str) -> None:
     open_round(db_url, uid=SERVICE_UID)
     assert operator_save(db_url, SERVICE_UID, "real") == ROUND
     assert records(db_url, ROUND) == ['{"who":"real"}']
-    # And the service's lookup sees whom the row is bound to.
     stored = store_lookup(open_store(db_url)).lookup(ROUND)
-    assert stored is not None
-    assert (stored.external_ref, stored.datasample_uid) == (NAME, SERVICE_UID)
+    assert stored is not None and stored.datasample_uid == SERVICE_UID
+    # Saved again (an operator restart between the save and the status): replaced.
+    assert operator_save(db_url, SERVICE_UID, "again") == ROUND
+    assert records(db_url, ROUND) == ['{"who":"again"}']
 
 
-def test_a_replacement_under_the_same_name_is_not_saved_over_the_round(db_url: str) -> None:
+def test_a_replacement_under_the_same_name_never_lands_in_the_round(db_url: str) -> None:
     open_round(db_url, uid=SERVICE_UID)
-    # Same name, same round-id annotation, another uid: its claim is refused and its result
-    # goes to a round of its own (the DataSample's uid: the driver gave no round id).
-    assert operator_save(db_url, TWIN_UID, "replacement") == TWIN_UID
+    # Same name, another uid; its driver even answers with the service's round id.
+    assert operator_save(db_url, TWIN_UID, "replacement", driver_round=ROUND) == TWIN_UID
     with open_store(db_url).begin() as session:
         row = get_round(session, ROUND)
         assert row is not None
         assert (row.status, row.total_record_count, row.external_ref) == ("PENDING", 0, None)
-    # Nor by way of the id it falls back to: a driver answering the service's round id.
-    with pytest.raises(RoundIdConflict, match=r"belongs to another DataSample"):
-        operator_save(db_url, TWIN_UID, "replacement", driver_round=ROUND)
-    # The service's own DataSample still gets its round.
     assert operator_save(db_url, SERVICE_UID, "real") == ROUND
     assert records(db_url, ROUND) == ['{"who":"real"}']
-    # ... and a replacement coming after that does not rewrite it either.
-    assert operator_save(db_url, TWIN_UID, "replacement") == TWIN_UID
-    assert records(db_url, ROUND) == ['{"who":"real"}']
+    assert records(db_url, TWIN_UID) == ['{"who":"replacement"}']
 
 
-def test_an_unbound_round_is_claimed_by_no_datasample(db_url: str) -> None:
+def test_an_operator_faster_than_the_binding_is_adopted(db_url: str) -> None:
+    """The operator found no round bound to the uid (the service had not bound it yet) and
+    saved the result in a round named by the uid: binding then moves it into the service's
+    round, records included, and the uid's own round is gone."""
     open_round(db_url, uid=None)
-    assert operator_save(db_url, SERVICE_UID, "anyone") == SERVICE_UID
+    assert operator_save(db_url, SERVICE_UID, "early") == SERVICE_UID
+    assert store_lookup(open_store(db_url)).bind(ROUND, SERVICE_UID)
+    assert records(db_url, ROUND) == ['{"who":"early"}']
     with open_store(db_url).begin() as session:
+        assert get_round(session, SERVICE_UID) is None
         row = get_round(session, ROUND)
-        assert row is not None and row.status == "PENDING"
+        assert row is not None and (row.status, row.datasample_uid) == ("COMPLETE", SERVICE_UID)
+    # The next save of that DataSample finds the service's round.
+    assert operator_save(db_url, SERVICE_UID, "again") == ROUND
+
+
+def test_no_adoption_across_vertices(db_url: str) -> None:
+    open_round(db_url, uid=None)
+    asyncio.run(
+        ResultStore(db_url).save(
+            namespace=NS, application=APP, vertex="other", result=result("x"),
+            uid=SERVICE_UID, name=NAME, started_at_ms=None,
+        )
+    )  # fmt: skip
+    with open_store(db_url).begin() as session:
+        assert not adopt_datasample_round(session, ROUND, SERVICE_UID)
+        row = get_round(session, ROUND)
+        assert row is not None and (row.status, row.datasample_uid) == ("PENDING", None)
