@@ -240,6 +240,8 @@ class KubernetesCatalog:
         #: namespace -> (start of the current ttl_s window, reads of absent names in it).
         self._misses: OrderedDict[str, tuple[float, int]] = OrderedDict()
         self._seen_lock = threading.Lock()
+        #: namespace -> set when the read of it in flight ends.
+        self._reading: dict[str, threading.Event] = {}
 
     def progress(self, namespace: str, name: str) -> dict[str, Any] | None:
         """``status.progress`` of SparkApplication ``namespace/name`` (the operator copies the
@@ -275,24 +277,38 @@ class KubernetesCatalog:
         An application deleted in Kubernetes is deleted from the store. Raises
         :class:`CatalogError` when the API server cannot be read.
         """
-        now = time.monotonic()
-        with self._seen_lock:
-            if name is not None:
-                if self._fresh(self._seen, (namespace, name), now) or self._fresh(
-                    self._absent, (namespace, name), now
-                ):
-                    return
-                start, misses = self._misses.get(namespace, (now, 0))
-                if now - start < self._ttl and misses >= UNKNOWN_GETS_BEFORE_LIST:
-                    # A flood of unknown names: a recent listing answers them all, or one
-                    # listing replaces one more GET. Outside a flood a name the listing did
-                    # not hold is read, so an application created since is found at once.
-                    if self._fresh(self._seen, (namespace, "*"), now):
+        asked = name
+        while True:
+            now, name = time.monotonic(), asked
+            with self._seen_lock:
+                if name is not None:
+                    if self._fresh(self._seen, (namespace, name), now) or self._fresh(
+                        self._absent, (namespace, name), now
+                    ):
                         return
-                    name = None
-            elif self._fresh(self._seen, (namespace, "*"), now):
-                return
-        self._read(namespace, name)
+                    start, misses = self._misses.get(namespace, (now, 0))
+                    if now - start < self._ttl and misses >= UNKNOWN_GETS_BEFORE_LIST:
+                        # A flood of unknown names: a recent listing answers them all, or one
+                        # listing replaces one more GET. Outside a flood a name the listing
+                        # did not hold is read, so an application created since is found.
+                        if self._fresh(self._seen, (namespace, "*"), now):
+                            return
+                        name = None
+                elif self._fresh(self._seen, (namespace, "*"), now):
+                    return
+                # One read of a namespace at a time: callers at once would each pass the
+                # checks above before any read counted, and the bound would hold per thread.
+                pending = self._reading.get(namespace)
+                if pending is None:
+                    mine = self._reading[namespace] = threading.Event()
+                    break
+            pending.wait(timeout=self._ttl)
+        try:
+            self._read(namespace, name)
+        finally:
+            with self._seen_lock:
+                self._reading.pop(namespace, None)
+            mine.set()
 
     def _fresh(
         self, memory: OrderedDict[tuple[str, str], float], key: tuple[str, str], now: float
