@@ -41,9 +41,12 @@ VERSION = "v1alpha1"
 #: and the Kubeflow spark-operator's. Both kinds are ``SparkApplication``.
 SPARKGLASS_API_VERSION = f"{GROUP}/{VERSION}"
 KUBEFLOW_API_VERSION = "sparkoperator.k8s.io/v1beta2"
-#: Longest name of a Kubeflow application: its Secret ``<name>-sparkglass-control`` is a
-#: 63-character DNS-1123 label.
-KUBEFLOW_MAX_NAME_LENGTH = 44
+#: Suffix of the control Secret (and of the certificate's Service name) the operator makes
+#: for a Kubeflow application.
+KUBEFLOW_SECRET_SUFFIX = "-sparkglass-control"
+#: Longest name of a Kubeflow application: ``<name>-sparkglass-control`` is a 63-character
+#: DNS-1123 label.
+KUBEFLOW_MAX_NAME_LENGTH = 63 - len(KUBEFLOW_SECRET_SUFFIX)
 #: Longest ``applicationStartTimeout``, seconds.
 MAX_START_TIMEOUT_SECONDS = 3600.0
 #: Hard cap of records in one response (and so in one DataSample).

@@ -55,6 +55,7 @@ from typing import Any
 
 import structlog
 
+from sparkglass.crds.datasample import KUBEFLOW_MAX_NAME_LENGTH, KUBEFLOW_SECRET_SUFFIX
 from sparkglass.runtime.contract.sampling_settings import PREFIX, SamplingSettings
 
 from . import children, names
@@ -86,11 +87,10 @@ LABEL_APP_NAME = f"{GROUP}/app-name"
 #: (a port name is at most 15 characters).
 CONTROL_PORT_NAME = "sg-control"
 
-#: Suffix of the control Secret (and of the certificate's Service name) of an application.
-SECRET_SUFFIX = "-sparkglass-control"
-#: Longest application name: ``<name>-sparkglass-control`` must be a 63-character DNS label
-#: (the certificate's names are made from it).
-MAX_APP_NAME = 63 - len(SECRET_SUFFIX)
+#: Suffix of the control Secret of an application, and the longest application name (the
+#: certificate's names are made from ``<name>-sparkglass-control``, a 63-character DNS label).
+SECRET_SUFFIX = KUBEFLOW_SECRET_SUFFIX
+MAX_APP_NAME = KUBEFLOW_MAX_NAME_LENGTH
 
 #: ``status.applicationState.state`` values: the one in which a driver is worth looking for,
 #: and those after which none comes back (the spark-operator's end states).

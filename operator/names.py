@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import re
 
+from sparkglass.crds.sparkapplication import DRIVER_PORTS
 from sparkglass.runtime.contract.redaction import KEY_ENV
 
 GROUP = "sparkglass.io"
@@ -49,9 +50,9 @@ TOKEN_KEY = "token"
 REDACTION_KEY_KEY = "redaction-key"
 
 #: Ports of the driver (fixed in the Pod so the headless Service can name them).
-DRIVER_PORT = 7078
-BLOCK_MANAGER_PORT = 7079
-UI_PORT = 4040
+DRIVER_PORT = DRIVER_PORTS["driver"]
+BLOCK_MANAGER_PORT = DRIVER_PORTS["block-manager"]
+UI_PORT = DRIVER_PORTS["spark-ui"]
 
 #: Paths inside the driver container where the ConfigMap is mounted.
 CONFIG_DIR = "/etc/sparkglass"
