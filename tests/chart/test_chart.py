@@ -15,6 +15,9 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.support.chart_rbac import allows, rules_for
+from tests.support.cli_parse import parse_cli
+
 from .conftest import (
     CHART,
     NAMESPACE,
@@ -475,40 +478,6 @@ def test_local_auth_mounts_tokens_and_passes_config(rendered: Rendered) -> None:
 # RBAC
 
 
-def _rules_for(docs: list[dict[str, Any]], sa: str, namespace: str) -> list[dict[str, Any]]:
-    """Every rule that applies to ServiceAccount ``sa`` in ``namespace`` (via any binding)."""
-    roles = {
-        (d["kind"], d["metadata"].get("namespace"), d["metadata"]["name"]): d
-        for d in docs
-        if d["kind"] in ("Role", "ClusterRole")
-    }
-    rules: list[dict[str, Any]] = []
-    for b in docs:
-        if b["kind"] not in ("RoleBinding", "ClusterRoleBinding"):
-            continue
-        if not any(s["kind"] == "ServiceAccount" and s["name"] == sa for s in b["subjects"]):
-            continue
-        if b["kind"] == "RoleBinding" and b["metadata"]["namespace"] != namespace:
-            continue
-        ref = b["roleRef"]
-        ns = b["metadata"].get("namespace") if ref["kind"] == "Role" else None
-        role = roles.get((ref["kind"], ns, ref["name"]))
-        if role is None:
-            rules.append({"builtin": ref["name"]})
-        else:
-            rules.extend(role["rules"])
-    return rules
-
-
-def _allowed(rules: list[dict[str, Any]], group: str, resource: str, verb: str) -> bool:
-    return any(
-        group in r.get("apiGroups", [])
-        and resource in r.get("resources", [])
-        and verb in r.get("verbs", [])
-        for r in rules
-    )
-
-
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_no_wildcards_anywhere(rendered: Rendered, variant: str) -> None:
     for role in find(rendered(variant), "ClusterRole") + find(rendered(variant), "Role"):
@@ -525,31 +494,31 @@ def test_operator_rights_match_what_it_calls(rendered: Rendered) -> None:
     from sparkglass.operator import cluster
 
     docs = rendered("default")
-    rules = _rules_for(docs, "sparkglass-operator", NAMESPACE)
+    rules = rules_for(docs, "sparkglass-operator", NAMESPACE)
     kinds = [v for v in vars(cluster).values() if isinstance(v, cluster.Kind)]
     assert kinds
     for kind in kinds:
         group = "" if kind.prefix == "/api/v1" else kind.prefix.split("/")[2]
-        assert _allowed(rules, group, kind.plural, "get") or kind.plural == "events", kind
+        assert allows(rules, group, kind.plural, "get") or kind.plural == "events", kind
     # Child objects and the driver Pod.
     for resource in ("pods", "configmaps", "secrets", "services"):
-        assert _allowed(rules, "", resource, "create"), resource
-    assert _allowed(rules, "", "pods", "watch")  # kopf's driver-Pod event handler
-    assert _allowed(rules, "", "pods", "delete")
-    assert _allowed(rules, "", "events", "create")
+        assert allows(rules, "", resource, "create"), resource
+    assert allows(rules, "", "pods", "watch")  # kopf's driver-Pod event handler
+    assert allows(rules, "", "pods", "delete")
+    assert allows(rules, "", "events", "create")
     for plural in ("sparkapplications", "datasamples"):
         for verb in ("list", "watch", "patch", "delete"):
-            assert _allowed(rules, "sparkglass.io", plural, verb), (plural, verb)
-        assert _allowed(rules, "sparkglass.io", f"{plural}/status", "patch")
+            assert allows(rules, "sparkglass.io", plural, verb), (plural, verb)
+        assert allows(rules, "sparkglass.io", f"{plural}/status", "patch")
         # Users and the service create these; the operator never does.
-        assert not _allowed(rules, "sparkglass.io", plural, "create")
+        assert not allows(rules, "sparkglass.io", plural, "create")
     # Watching exact namespaces kopf scans nothing: no CRD discovery, no cluster-scoped right.
-    assert not _allowed(rules, "apiextensions.k8s.io", "customresourcedefinitions", "watch")
-    wide = _rules_for(rendered("cluster-wide"), "sparkglass-operator", "anywhere")
-    assert _allowed(wide, "apiextensions.k8s.io", "customresourcedefinitions", "watch")
-    assert not _allowed(rules, "", "secrets", "delete")
+    assert not allows(rules, "apiextensions.k8s.io", "customresourcedefinitions", "watch")
+    wide = rules_for(rendered("cluster-wide"), "sparkglass-operator", "anywhere")
+    assert allows(wide, "apiextensions.k8s.io", "customresourcedefinitions", "watch")
+    assert not allows(rules, "", "secrets", "delete")
     # The control certificate is added to (or renewed in) the Secret before a driver starts.
-    assert _allowed(rules, "", "secrets", "patch")
+    assert allows(rules, "", "secrets", "patch")
 
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
@@ -567,9 +536,9 @@ def test_two_operator_replicas_roll_and_keep_one_up_with_rights_for_their_lease(
     assert pdb["spec"]["minAvailable"] == 1
     assert pdb["spec"]["selector"]["matchLabels"] == dep["spec"]["selector"]["matchLabels"]
     release_ns = dep["metadata"]["namespace"]
-    rules = _rules_for(docs, "sparkglass-operator", release_ns)
+    rules = rules_for(docs, "sparkglass-operator", release_ns)
     for verb in ("get", "create", "patch"):
-        assert _allowed(rules, "coordination.k8s.io", "leases", verb), verb
+        assert allows(rules, "coordination.k8s.io", "leases", verb), verb
     # The Lease right is a Role in the release namespace, not cluster-wide.
     for role in find(docs, "ClusterRole"):
         assert not any("leases" in r.get("resources", []) for r in role["rules"])
@@ -587,12 +556,12 @@ def test_namespaced_install_binds_only_watched_namespaces(rendered: Rendered) ->
             and b["metadata"]["name"] != "sparkglass-operator-lease"
         }
         assert namespaces == {"spark-jobs", "spark-batch"}, sa
-        assert _allowed(_rules_for(docs, sa, "spark-jobs"), "sparkglass.io", "datasamples", "get")
+        assert allows(rules_for(docs, sa, "spark-jobs"), "sparkglass.io", "datasamples", "get")
         # Elsewhere: nothing on sparkglass objects or Pods.
-        elsewhere = _rules_for(docs, sa, "kube-system")
+        elsewhere = rules_for(docs, sa, "kube-system")
         for resource in ("datasamples", "sparkapplications"):
-            assert not _allowed(elsewhere, "sparkglass.io", resource, "get"), (sa, resource)
-        assert not _allowed(elsewhere, "", "pods", "create"), sa
+            assert not allows(elsewhere, "sparkglass.io", resource, "get"), (sa, resource)
+        assert not allows(elsewhere, "", "pods", "create"), sa
     # The only cluster-wide binding left: the service's auth-delegator (TokenReview and
     # SubjectAccessReview are cluster-scoped). No ClusterRole: Roles in each namespace.
     crbs = {b["metadata"]["name"]: b["roleRef"]["name"] for b in find(docs, "ClusterRoleBinding")}
@@ -618,10 +587,10 @@ def test_default_install_is_namespaced_to_the_release_namespace(rendered: Render
     crbs = {b["roleRef"]["name"] for b in find(docs, "ClusterRoleBinding")}
     assert crbs == {"system:auth-delegator"}  # the service's TokenReview/SubjectAccessReview
     for sa in ("sparkglass-operator", "sparkglass-service", "spark-driver"):
-        here, elsewhere = _rules_for(docs, sa, NAMESPACE), _rules_for(docs, sa, "spark-jobs")
+        here, elsewhere = rules_for(docs, sa, NAMESPACE), rules_for(docs, sa, "spark-jobs")
         assert here, sa
         assert not [r for r in elsewhere if "builtin" not in r], (sa, elsewhere)
-    assert _allowed(_rules_for(docs, "sparkglass-operator", NAMESPACE), "", "secrets", "get")
+    assert allows(rules_for(docs, "sparkglass-operator", NAMESPACE), "", "secrets", "get")
     assert {p["metadata"]["namespace"] for p in find(docs, "NetworkPolicy")} == {NAMESPACE}
     assert "watching sparkglass-system" in render({})["sparkglass/templates/NOTES.txt"]
 
@@ -638,8 +607,8 @@ def test_cluster_wide_only_with_the_explicit_value(rendered: Rendered) -> None:
             if any(s["name"] == sa for s in b["subjects"])
         }
         assert f"{sa}" in bound, (sa, bound)
-        rules = _rules_for(docs, sa, "any-namespace")
-        assert _allowed(rules, "sparkglass.io", "datasamples", "get"), sa
+        rules = rules_for(docs, sa, "any-namespace")
+        assert allows(rules, "sparkglass.io", "datasamples", "get"), sa
     # The Lease stays a Role of the release namespace; drivers and policies follow
     # driver.namespaces.
     assert {r["metadata"]["name"] for r in find(docs, "Role", None)} >= {
@@ -672,11 +641,11 @@ def test_cluster_wide_refuses_watch_namespaces_and_uncovered_network_policies() 
 
 def test_service_may_review_tokens_and_create_samples(rendered: Rendered) -> None:
     docs = rendered("default")
-    rules = _rules_for(docs, "sparkglass-service", NAMESPACE)
+    rules = rules_for(docs, "sparkglass-service", NAMESPACE)
     assert {"builtin": "system:auth-delegator"} in rules
-    assert _allowed(rules, "sparkglass.io", "datasamples", "create")
-    assert _allowed(rules, "sparkglass.io", "sparkapplications", "list")
-    assert not _allowed(rules, "sparkglass.io", "sparkapplications", "create")
+    assert allows(rules, "sparkglass.io", "datasamples", "create")
+    assert allows(rules, "sparkglass.io", "sparkapplications", "list")
+    assert not allows(rules, "sparkglass.io", "sparkapplications", "create")
     assert not any("secrets" in r.get("resources", []) for r in rules)
 
 
@@ -689,12 +658,12 @@ def test_driver_manages_executors_in_its_namespace_only(rendered: Rendered) -> N
         accounts = [d for d in find(docs, "ServiceAccount", "spark-driver")]
         assert {a["metadata"]["namespace"] for a in accounts} == namespaces
         for ns in namespaces:
-            rules = _rules_for(docs, "spark-driver", ns)
+            rules = rules_for(docs, "spark-driver", ns)
             for verb in ("create", "watch", "list", "delete", "deletecollection"):
-                assert _allowed(rules, "", "pods", verb), verb
-            assert _allowed(rules, "", "configmaps", "create")  # executor conf map
-            assert not _allowed(rules, "", "secrets", "get")
-            assert _allowed(rules, "", "persistentvolumeclaims", "create") == (
+                assert allows(rules, "", "pods", verb), verb
+            assert allows(rules, "", "configmaps", "create")  # executor conf map
+            assert not allows(rules, "", "secrets", "get")
+            assert allows(rules, "", "persistentvolumeclaims", "create") == (
                 variant == "namespaced"
             )
         # Roles only: a driver gets nothing outside its namespace.
@@ -815,33 +784,6 @@ def test_notes_with_ingress_use_the_public_url() -> None:
 # The commands and settings the chart uses exist in the package
 
 
-def _cli() -> Any:
-    """The click command behind the ``sparkglass`` console script, subcommands registered."""
-    typer_main = pytest.importorskip("typer.main")
-    from sparkglass import cli
-
-    # `main()` registers the subcommands on first use; other tests may have done it already.
-    if not (cli.app.registered_commands or cli.app.registered_groups):
-        cli._register()
-    return typer_main.get_command(cli.app)
-
-
-def _parse(argv: list[str]) -> Any:
-    """Parse ``sparkglass <argv>`` like the real CLI (types, ranges, unknown options) without
-    running it; returns the leaf command's click context."""
-    command = _cli()
-    path: list[str] = []
-    args = list(argv)
-    # Duck-typed: recent typer vendors its own click, whose Group is not click.Group.
-    while hasattr(command, "get_command") and args and not args[0].startswith("-"):
-        sub = command.get_command(command.context_class(command), args[0])
-        if sub is None:
-            pytest.skip(f"`sparkglass {' '.join([*path, args[0]])}` is not registered yet")
-        path.append(args.pop(0))
-        command = sub
-    return command.make_context(" ".join(["sparkglass", *path]), args)
-
-
 def test_console_script_is_declared() -> None:
     from importlib.metadata import entry_points
 
@@ -853,7 +795,7 @@ def test_console_script_is_declared() -> None:
 def test_operator_command_parses(rendered: Rendered, variant: str) -> None:
     container = _containers(one(rendered(variant), "Deployment", "sparkglass-operator"))[0]
     assert container["command"] == ["sparkglass"]
-    ctx = _parse(container["args"])
+    ctx = parse_cli(container["args"])
     params = ctx.params
     # Leader election, not standalone: the Lease in the release namespace (POD_NAMESPACE).
     assert params["standalone"] is False
@@ -878,7 +820,7 @@ def test_operator_command_parses(rendered: Rendered, variant: str) -> None:
     with pytest.MonkeyPatch.context() as env:
         for name, value in plain.items():
             env.setenv(name, value)
-        from_env = _parse(container["args"]).params
+        from_env = parse_cli(container["args"]).params
     accounts = plain["SPARKGLASS_ALLOWED_SERVICE_ACCOUNTS"].split(",")
     assert from_env["allowed_service_accounts"] == accounts
 
@@ -887,7 +829,7 @@ def test_operator_command_parses(rendered: Rendered, variant: str) -> None:
 def test_service_command_and_settings_exist(rendered: Rendered, variant: str) -> None:
     container = _containers(one(rendered(variant), "Deployment", "sparkglass-service"))[0]
     assert container["command"] == ["sparkglass"]
-    _parse(container["args"])
+    parse_cli(container["args"])
     from sparkglass.service.settings import Settings
 
     fields = {f"SPARKGLASS_{name.upper()}" for name in Settings.model_fields}

@@ -166,7 +166,7 @@ def test_copy_sources_exist_and_are_in_the_build_context() -> None:
 
 
 def test_cli_commands_in_run_steps_exist() -> None:
-    from .test_chart import _parse
+    from tests.support.cli_parse import parse_cli
 
     runs = [i.value[0] for i in instructions() if i.cmd == "RUN"]
     commands = [
@@ -179,7 +179,7 @@ def test_cli_commands_in_run_steps_exist() -> None:
     for argv in commands:
         if argv[1:] == ["--version"]:
             continue  # an eager option that exits: nothing to parse
-        _parse(argv[1:])  # skips with a reason while a subcommand is not registered yet
+        parse_cli(argv[1:])  # skips with a reason while a subcommand is not registered yet
 
 
 def test_tap_jar_is_readable_by_the_image_user() -> None:
@@ -355,9 +355,9 @@ def test_jar_build_step_works(tmp_path: Path) -> None:
     from sparkglass.runtime.sampling import jar
 
     out = tmp_path / "opt" / "sparkglass-tap.jar"
-    from .test_chart import _cli
+    from tests.support.cli_parse import cli_command
 
-    command = _cli()
+    command = cli_command()
     if command.get_command(command.context_class(command), "jar") is not None:
         proc = subprocess.run(
             [str(Path(sys.executable).parent / "sparkglass"), "jar", "build", "-o", str(out)],

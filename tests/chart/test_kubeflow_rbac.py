@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
+from tests.support.chart_rbac import allows, rules_for
+
 from .conftest import NAMESPACE, find, load_chart, manifests, render
-from .test_chart import _allowed, _rules_for
 
 GROUP, PLURAL = "sparkoperator.k8s.io", "sparkapplications"
 OPERATOR_SA = "sparkglass-operator"
@@ -26,7 +27,7 @@ def kubeflow_rules(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def test_off_by_default_no_right_on_kubeflow_applications() -> None:
     docs = manifests({})
     assert kubeflow_rules(docs) == []
-    assert not _allowed(_rules_for(docs, OPERATOR_SA, NAMESPACE), GROUP, PLURAL, "get")
+    assert not allows(rules_for(docs, OPERATOR_SA, NAMESPACE), GROUP, PLURAL, "get")
 
 
 @pytest.mark.parametrize(
@@ -49,16 +50,16 @@ def test_enabled_grants_read_only_where_the_operator_works(
 ) -> None:
     docs = manifests({**values, "kubeflow": {"enabled": True}})
     for namespace in namespaces:
-        rules = _rules_for(docs, OPERATOR_SA, namespace)
+        rules = rules_for(docs, OPERATOR_SA, namespace)
         for verb in ("get", "list", "watch"):
-            assert _allowed(rules, GROUP, PLURAL, verb), (namespace, verb)
+            assert allows(rules, GROUP, PLURAL, verb), (namespace, verb)
         for verb in ("create", "update", "patch", "delete", "deletecollection"):
-            assert not _allowed(rules, GROUP, PLURAL, verb), (namespace, verb)
+            assert not allows(rules, GROUP, PLURAL, verb), (namespace, verb)
         # Not its status or finalizers either: the operator writes nothing of theirs (its
         # Secret's owner reference has no blockOwnerDeletion, which would need finalizers).
         for sub in ("status", "finalizers"):
-            assert not _allowed(rules, GROUP, f"{PLURAL}/{sub}", "update")
-            assert not _allowed(rules, GROUP, f"{PLURAL}/{sub}", "patch")
+            assert not allows(rules, GROUP, f"{PLURAL}/{sub}", "update")
+            assert not allows(rules, GROUP, f"{PLURAL}/{sub}", "patch")
     holders = {
         role["kind"]
         for role in find(docs, "Role") + find(docs, "ClusterRole")

@@ -20,90 +20,18 @@ import yaml
 
 from sparkglass.operator import children, names, spark_conf
 from sparkglass.operator.specs import SparkApplicationSpec
+from tests.support.network_policy import Labels, reachable, selects
 
 from .conftest import NAMESPACE, VARIANTS, find, manifests, one
 
 Rendered = Callable[[str], list[dict[str, Any]]]
-Labels = dict[str, str]
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "flights-sparkapplication.yaml"
 DRIVER_NS = "spark-jobs"
 KUBE_VERSIONS = ("1.27", "1.33")
 
 
-# ---------------------------------------------------------------------------------- the model
-def _selects(selector: dict[str, Any] | None, labels: Labels) -> bool:
-    """A LabelSelector (matchLabels and matchExpressions) against ``labels``; {} selects all."""
-    selector = selector or {}
-    if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
-        return False
-    for expr in selector.get("matchExpressions") or []:
-        key, op, values = expr["key"], expr["operator"], expr.get("values") or []
-        ok = {
-            "In": key in labels and labels[key] in values,
-            "NotIn": key not in labels or labels[key] not in values,
-            "Exists": key in labels,
-            "DoesNotExist": key not in labels,
-        }[op]
-        if not ok:
-            return False
-    return True
-
-
-def _peer_admits(
-    peer: dict[str, Any], policy_ns: str, src_labels: Labels, src_ns: str, src_ns_labels: Labels
-) -> bool:
-    if "ipBlock" in peer:
-        return False  # sources here are Pods, addressed by selectors only
-    if "namespaceSelector" in peer:
-        in_ns = _selects(peer["namespaceSelector"], src_ns_labels)
-    else:
-        in_ns = src_ns == policy_ns  # a bare podSelector means the policy's own namespace
-    return in_ns and _selects(peer.get("podSelector"), src_labels)
-
-
-def _port_admits(rule_ports: list[dict[str, Any]] | None, port: int, pod: dict[str, Any]) -> bool:
-    if not rule_ports:
-        return True  # a rule without ports admits every port
-    named = {p["name"]: p["containerPort"] for c in pod["spec"]["containers"] for p in c["ports"]}
-    for p in rule_ports:
-        assert p.get("protocol", "TCP") == "TCP"
-        want = p.get("port")
-        if want is None or (named.get(want) if isinstance(want, str) else want) == port:
-            return True
-    return False
-
-
-def reachable(
-    policies: list[dict[str, Any]],
-    pod: dict[str, Any],
-    port: int,
-    src_labels: Labels,
-    src_ns: str,
-) -> bool:
-    """Whether a Pod labelled ``src_labels`` in ``src_ns`` may connect to ``pod`` on ``port``."""
-    dst_ns, dst_labels = pod["metadata"]["namespace"], pod["metadata"]["labels"]
-    src_ns_labels = {"kubernetes.io/metadata.name": src_ns}
-    applying = [
-        p
-        for p in policies
-        if p["metadata"]["namespace"] == dst_ns
-        and _selects(p["spec"]["podSelector"], dst_labels)
-        and "Ingress" in p["spec"].get("policyTypes", ["Ingress"])
-    ]
-    if not applying:
-        return True  # not isolated
-    for policy in applying:
-        for rule in policy["spec"].get("ingress") or []:
-            peers = rule.get("from")
-            source_ok = not peers or any(
-                _peer_admits(peer, dst_ns, src_labels, src_ns, src_ns_labels) for peer in peers
-            )
-            if source_ok and _port_admits(rule.get("ports"), port, pod):
-                return True
-    return False
-
-
+# ------------------------------------------- the model (tests/support/network_policy.py)
 def test_the_model_isolates_and_admits_as_the_api_defines() -> None:
     """The evaluator itself: an empty rule list denies, an empty `from` admits everyone."""
     pod = _driver_pod()
@@ -170,13 +98,13 @@ def test_policy_selects_the_driver_pods_the_operator_labels(rendered: Rendered) 
     assert labels[names.LABEL_MANAGED_BY] == names.MANAGED_BY
     for ns in ("spark-jobs", "spark-batch"):
         (policy,) = [p for p in _policies(docs) if p["metadata"]["namespace"] == ns]
-        assert _selects(policy["spec"]["podSelector"], labels)
+        assert selects(policy["spec"]["podSelector"], labels)
         assert policy["spec"]["policyTypes"] == ["Ingress"]
         # Executors are not isolated by it (the driver and other executors dial them).
-        assert not _selects(policy["spec"]["podSelector"], _executor_labels())
+        assert not selects(policy["spec"]["podSelector"], _executor_labels())
     # A Pod a user labels like a driver but without the operator's managed-by is not a driver.
     impostor = {k: v for k, v in labels.items() if k != names.LABEL_MANAGED_BY}
-    assert not _selects(_policies(docs)[0]["spec"]["podSelector"], impostor)
+    assert not selects(_policies(docs)[0]["spec"]["podSelector"], impostor)
 
 
 def test_only_operator_and_service_reach_the_control_port(rendered: Rendered) -> None:

@@ -16,11 +16,9 @@ import jsonschema
 import pytest
 import yaml
 
+from tests.support.crd_schema import CRDS, load_crd, schema_of, validate
+
 REPO = Path(__file__).resolve().parents[2]
-CRDS = {
-    "SparkApplication": REPO / "crds" / "sparkapplication.yaml",
-    "DataSample": REPO / "crds" / "datasample.yaml",
-}
 EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))
 #: Keys a structural schema node may carry (apiextensions.k8s.io/v1).
 _STRUCTURAL_KEYS = {
@@ -57,15 +55,6 @@ _STRUCTURAL_KEYS = {
 }
 
 
-def load_crd(kind: str) -> dict[str, Any]:
-    return yaml.safe_load(CRDS[kind].read_text())
-
-
-def schema_of(kind: str) -> dict[str, Any]:
-    (version,) = load_crd(kind)["spec"]["versions"]
-    return version["schema"]["openAPIV3Schema"]
-
-
 def walk(node: dict[str, Any], path: str = "") -> Iterator[tuple[str, dict[str, Any]]]:
     yield path or "<root>", node
     for name, child in (node.get("properties") or {}).items():
@@ -74,10 +63,6 @@ def walk(node: dict[str, Any], path: str = "") -> Iterator[tuple[str, dict[str, 
         yield from walk(node["items"], f"{path}[]")
     if isinstance(node.get("additionalProperties"), dict):
         yield from walk(node["additionalProperties"], f"{path}{{}}")
-
-
-def validate(kind: str, obj: dict[str, Any]) -> None:
-    jsonschema.Draft7Validator(schema_of(kind)).validate(obj)
 
 
 @pytest.mark.parametrize("kind", sorted(CRDS))

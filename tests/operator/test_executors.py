@@ -16,9 +16,7 @@ import pytest
 import yaml
 
 from sparkglass.operator import executors as ex
-
-from .conftest import NAMESPACE, OperatorProcess, StrictApiServer, eventually
-from .test_sparkapplication import (
+from tests.support.sparkapplications import (
     app_status,
     create,
     create_app,
@@ -26,6 +24,8 @@ from .test_sparkapplication import (
     set_pod_phase,
     state,
 )
+
+from .conftest import NAMESPACE, OperatorProcess, StrictApiServer, eventually
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import NAMESPACE, OperatorProcess, StrictApiServer, eventually
-from .test_datasample import (  # noqa: F401  (fixtures: driver, store_url)
+from tests.support.datasamples import (  # noqa: F401  (fixtures: driver, store_url)
     SERVICE_URL,
     ScriptedDriver,
     driver,
@@ -26,6 +25,8 @@ from .test_datasample import (  # noqa: F401  (fixtures: driver, store_url)
     store_url,
     wait_final,
 )
+
+from .conftest import NAMESPACE, OperatorProcess, StrictApiServer, eventually
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -22,11 +22,12 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.support.admission_webhook import Webhook, allowed, denied
+from tests.support.admission_webhook import operator_args as operator_args  # the fixtures, by name
+from tests.support.admission_webhook import webhook as webhook
+from tests.support.admission_webhook import webhook_tls as webhook_tls
+
 from .conftest import EXAMPLES_DIR, NAMESPACE, OperatorProcess, StrictApiServer, eventually
-from .test_admission import Webhook, allowed, denied
-from .test_admission import operator_args as operator_args  # the fixtures, by name
-from .test_admission import webhook as webhook
-from .test_admission import webhook_tls as webhook_tls
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(240)]
 

@@ -23,7 +23,7 @@ from sparkglass.operator.specs import (
     operator_owned,
 )
 from sparkglass.runtime.contract.errors import SamplingSettingsError
-from tests.operator.test_cel import evaluate, schema
+from tests.support.crd_cel import evaluate, schema
 
 PREFIX = "spark.sparkglass.control."
 PER_ADDRESS = PREFIX + "max-connections-per-address"

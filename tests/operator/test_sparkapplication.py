@@ -18,6 +18,17 @@ import pytest
 import yaml
 from cryptography import x509
 
+from tests.support.sparkapplications import (
+    APPS,
+    APPS_PATH,
+    app_status,
+    create_app,
+    example_app,
+    patch,
+    set_pod_phase,
+    state,
+)
+
 from .conftest import (
     EXAMPLES_DIR,
     NAMESPACE,
@@ -28,50 +39,6 @@ from .conftest import (
 )
 
 pytestmark = pytest.mark.timeout(300)  # a backstop: waits have their own deadlines
-
-APPS = "sparkglass.io/v1alpha1/sparkapplications"
-
-
-def example_app() -> dict[str, Any]:
-    return yaml.safe_load((EXAMPLES_DIR / "flights-sparkapplication.yaml").read_text())
-
-
-async def create(kube: StrictApiServer, plural_path: str, body: dict[str, Any]) -> None:
-    resp = await kube.post(plural_path, json=body)
-    assert resp.status in (200, 201), await resp.text()
-
-
-APPS = "sparkglass.io/v1alpha1/sparkapplications"
-APPS_PATH = f"/apis/sparkglass.io/v1alpha1/namespaces/{NAMESPACE}/sparkapplications"
-
-
-async def create_app(kube: StrictApiServer, body: dict[str, Any]) -> None:
-    await create(kube, APPS_PATH, body)
-
-
-async def patch(kube: StrictApiServer, path: str, body: dict[str, Any]) -> None:
-    resp = await kube.patch(
-        path, json=body, headers={"Content-Type": "application/merge-patch+json"}
-    )
-    assert resp.status == 200, await resp.text()
-
-
-async def set_pod_phase(kube: StrictApiServer, pod: str, phase: str, **status: Any) -> None:
-    """Play the kubelet: move the driver Pod to ``phase``."""
-    await patch(
-        kube,
-        f"/api/v1/namespaces/{NAMESPACE}/pods/{pod}/status",
-        {"status": {"phase": phase, **status}},
-    )
-
-
-def app_status(kube: StrictApiServer, name: str) -> dict[str, Any]:
-    obj = kube.stored(APPS, NAMESPACE, name)
-    return (obj or {}).get("status") or {}
-
-
-def state(kube: StrictApiServer, name: str) -> str | None:
-    return (app_status(kube, name).get("applicationState") or {}).get("state")
 
 
 def ready(kube: StrictApiServer, name: str) -> dict[str, Any]:

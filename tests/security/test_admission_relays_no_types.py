@@ -20,17 +20,17 @@ import aiohttp.web
 import pytest
 
 from tests.operator import conftest as operator_tests
-from tests.operator import test_admission as admission_tests
 from tests.operator.conftest import OperatorProcess, StrictApiServer
-from tests.operator.test_admission import Webhook, denied
-from tests.operator.test_datasample import ScriptedDriver, running_app, sample_body, serve_driver
+from tests.support import admission_webhook
+from tests.support.admission_webhook import Webhook, denied
+from tests.support.datasamples import ScriptedDriver, running_app, sample_body, serve_driver
 
 pytestmark = pytest.mark.timeout(180)
 
 operator = operator_tests.operator
-webhook_tls = admission_tests.webhook_tls
-operator_args = admission_tests.operator_args
-webhook = admission_tests.webhook
+webhook_tls = admission_webhook.webhook_tls
+operator_args = admission_webhook.operator_args
+webhook = admission_webhook.webhook
 
 _PLAN = (
     "\n'Project [to_json((ignoreNullFields,false), struct(carrier, carrier#132, flight, "

@@ -32,10 +32,10 @@ from sparkglass.operator.admission import (
     build_app,
 )
 from tests.operator import conftest as operator_tests
-from tests.operator import test_admission as admission_tests
 from tests.operator.conftest import NAMESPACE, OperatorProcess, StrictApiServer
-from tests.operator.test_admission import Webhook, allowed, denied
-from tests.operator.test_datasample import (
+from tests.support import admission_webhook
+from tests.support.admission_webhook import Webhook, allowed, denied
+from tests.support.datasamples import (
     APPS,
     ScriptedDriver,
     patch_status,
@@ -43,18 +43,17 @@ from tests.operator.test_datasample import (
     sample_body,
     secret_entry,
 )
-from tests.operator.test_datasample import driver as driver  # the fixture, by name
-
-from .test_operator_trust import Listener
-from .test_operator_trust import listener as listener  # the fixture, by name
+from tests.support.datasamples import driver as driver  # the fixture, by name
+from tests.support.http_listener import Listener
+from tests.support.http_listener import listener as listener  # the fixture, by name
 
 pytestmark = pytest.mark.timeout(180)
 
 # The operator tests' fixtures, bound here by name so that pytest finds them in this module.
 operator = operator_tests.operator
-webhook_tls = admission_tests.webhook_tls
-operator_args = admission_tests.operator_args
-webhook = admission_tests.webhook
+webhook_tls = admission_webhook.webhook_tls
+operator_args = admission_webhook.operator_args
+webhook = admission_webhook.webhook
 
 
 async def test_a_body_past_the_bound_is_refused_unread(webhook: Webhook) -> None:

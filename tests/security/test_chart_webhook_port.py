@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from tests.chart.conftest import API_SERVERS, NAMESPACE, VARIANTS, find, manifests, one, render
-from tests.chart.test_network_policies import reachable
+from tests.support.network_policy import reachable
 
 helm = pytest.importorskip("helm_python", reason="helm-python-sdk is a test extra")
 

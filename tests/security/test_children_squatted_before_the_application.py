@@ -37,7 +37,7 @@ import pytest
 from sparkglass.operator.certificates import issue_control_certificate
 from tests.operator import conftest as operator_tests
 from tests.operator.conftest import NAMESPACE, OperatorProcess, StrictApiServer, eventually
-from tests.operator.test_datasample import APPS, example, post
+from tests.support.datasamples import APPS, example, post
 from tests.support.pod_security import restricted
 
 pytestmark = pytest.mark.timeout(120)

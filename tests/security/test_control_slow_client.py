@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from sparkglass.runtime.control.client import ControlClient, ControlTLS
-from tests.security.test_control_endpoint import (
+from tests.support.control_endpoint import (
     TOKEN,
     Endpoint,
     closed_by_peer,
@@ -33,8 +33,8 @@ from tests.security.test_control_endpoint import (
 )
 
 # Fixtures, imported under their own names so that pytest finds them here.
-from tests.security.test_control_endpoint import certificates as certificates
-from tests.security.test_control_endpoint import serve as serve
+from tests.support.control_endpoint import certificates as certificates
+from tests.support.control_endpoint import serve as serve
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 

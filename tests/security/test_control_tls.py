@@ -30,9 +30,10 @@ from sparkglass.operator.certificates import issue_control_certificate
 from sparkglass.operator.spark_conf import DriverEnvironment
 from sparkglass.operator.specs import SparkApplicationSpec
 from tests.operator import conftest as operator_tests
-from tests.operator import test_datasample as datasample_tests
 from tests.operator.conftest import NAMESPACE, OperatorProcess, StrictApiServer, eventually
-from tests.operator.test_datasample import (
+from tests.security.impostor_certificates import other_ca_certificate
+from tests.support import datasamples, http_listener
+from tests.support.datasamples import (
     APPS,
     SAMPLES,
     ScriptedDriver,
@@ -46,16 +47,14 @@ from tests.operator.test_datasample import (
     status,
     wait_final,
 )
-from tests.security import test_operator_trust as operator_trust_tests
-from tests.security.impostor_certificates import other_ca_certificate
-from tests.security.test_operator_trust import Listener
+from tests.support.http_listener import Listener
 
 pytestmark = pytest.mark.timeout(240)
 
 # The operator tests' fixtures, bound here by name so that pytest finds them in this module.
 operator = operator_tests.operator
-driver = datasample_tests.driver
-listener = operator_trust_tests.listener  # a plain-HTTP listener recording every request
+driver = datasamples.driver
+listener = http_listener.listener  # a plain-HTTP listener recording every request
 SERVER_NAME = f"flights-driver.{NAMESPACE}.svc"
 
 

@@ -26,7 +26,6 @@ import yaml
 
 from tests.chart.conftest import find, manifests, one
 from tests.operator import conftest as operator_fixtures
-from tests.operator import test_datasample as datasample_tests
 from tests.operator.conftest import (
     NAMESPACE,
     Kubectl,
@@ -34,7 +33,8 @@ from tests.operator.conftest import (
     StrictApiServer,
     eventually,
 )
-from tests.operator.test_datasample import (
+from tests.support import datasamples
+from tests.support.datasamples import (
     SAMPLES,
     SERVICE_URL,
     ScriptedDriver,
@@ -47,7 +47,7 @@ from tests.operator.test_datasample import (
 # The operator tests' fixtures, found by pytest in this module's globals (a conftest here
 # would clash with the other security test files).
 operator = operator_fixtures.operator
-driver = datasample_tests.driver
+driver = datasamples.driver
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -117,8 +117,10 @@ async def test_records_stay_out_of_status_and_samples_expire_by_default(
     # The records are in the store, where the service's retention and authorization apply.
     from sparkglass.service.store import finished_result, open_store
 
+    uid = kube.stored(SAMPLES, NAMESPACE, "kept")["metadata"]["uid"]  # the store's key
+    assert st["resultsURL"].endswith(f"/rounds/{uid}")
     with open_store(store_url).begin() as session:
-        result = finished_result(session, st["roundId"])
+        result = finished_result(session, uid)
         assert result is not None
         records = [r for s in result.samples for r in s.records]
         assert len(records) == 10 and all(marker in r.data for r in records)

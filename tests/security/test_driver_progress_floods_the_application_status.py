@@ -23,16 +23,16 @@ import aiohttp.web
 import pytest
 
 from tests.operator import conftest as operator_tests
-from tests.operator import test_datasample as datasample_tests
 from tests.operator.conftest import NAMESPACE, OperatorProcess, StrictApiServer, eventually
-from tests.operator.test_datasample import APPS, ScriptedDriver, running_app
+from tests.support import datasamples
+from tests.support.datasamples import APPS, ScriptedDriver, running_app
 
 pytestmark = pytest.mark.timeout(120)
 
 operator = operator_tests.operator
-operator_args = datasample_tests.operator_args  # --progress-seconds 1
-store_url = datasample_tests.store_url
-driver = datasample_tests.driver
+operator_args = datasamples.operator_args  # --progress-seconds 1
+store_url = datasamples.store_url
+driver = datasamples.driver
 
 MADE_UP = 2000
 

@@ -24,7 +24,7 @@ from sparkglass.runtime.contract.redaction import KEY_CONF
 from sparkglass.runtime.contract.round_request import RoundRequest, round_request
 from sparkglass.runtime.contract.sample_result import SampleStatus
 from sparkglass.runtime.control.client import ControlClient, ControlRejected
-from tests.sampling.test_plain_streaming import TOKEN, Job, start_job
+from tests.support.streaming_job import TOKEN, Job, start_job
 
 pytestmark = pytest.mark.spark
 

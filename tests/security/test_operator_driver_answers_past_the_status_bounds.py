@@ -14,8 +14,8 @@ from __future__ import annotations
 import pytest
 
 from tests.operator import conftest as operator_tests
-from tests.operator import test_datasample as datasample_tests
-from tests.operator.test_datasample import (
+from tests.support import datasamples
+from tests.support.datasamples import (
     ScriptedDriver,
     post,
     running_app,
@@ -28,9 +28,9 @@ from tests.support.kube_apiserver import StrictApiServer
 pytestmark = pytest.mark.timeout(300)
 
 operator = operator_tests.operator
-driver = datasample_tests.driver
-store_url = datasample_tests.store_url
-operator_args = datasample_tests.operator_args
+driver = datasamples.driver
+store_url = datasamples.store_url
+operator_args = datasamples.operator_args
 
 
 async def test_a_negative_counter_ends_the_datasample_failed_without_a_refused_write(

@@ -31,11 +31,10 @@ from typing import Any
 import pytest
 
 from tests.operator import conftest as operator_tests
-from tests.operator import test_datasample as datasample_tests
-from tests.operator import test_kubeflow as kubeflow_tests
 from tests.operator.conftest import NAMESPACE, OperatorProcess, StrictApiServer, eventually
-from tests.operator.test_datasample import FINAL, SAMPLES, ScriptedDriver, status, wait_final
-from tests.operator.test_kubeflow import (
+from tests.support import datasamples, kubeflow_apps
+from tests.support.datasamples import FINAL, SAMPLES, ScriptedDriver, status, wait_final
+from tests.support.kubeflow_apps import (
     APP,
     create_kubeflow_app,
     driver_pod,
@@ -53,9 +52,9 @@ pytestmark = pytest.mark.timeout(240)
 
 # The operator tests' fixtures, bound here by name so that pytest finds them in this module.
 operator = operator_tests.operator
-crds_applied = kubeflow_tests.crds_applied
-driver = datasample_tests.driver
-store_url = datasample_tests.store_url
+crds_applied = kubeflow_apps.crds_applied
+driver = datasamples.driver
+store_url = datasamples.store_url
 
 
 @pytest.fixture()

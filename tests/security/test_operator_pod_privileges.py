@@ -26,8 +26,8 @@ import pytest
 from sparkglass.operator.pod_privileges import ALLOWED_SERVICE_ACCOUNTS_ENV
 from tests.operator import conftest as operator_tests
 from tests.operator.conftest import NAMESPACE, OperatorProcess, StrictApiServer, eventually
-from tests.operator.test_datasample import events_for
-from tests.operator.test_sparkapplication import (
+from tests.support.datasamples import events_for
+from tests.support.sparkapplications import (
     APPS,
     app_status,
     create_app,

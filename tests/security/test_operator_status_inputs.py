@@ -27,9 +27,9 @@ from typing import Any
 import pytest
 
 from tests.operator import conftest as operator_tests
-from tests.operator import test_datasample as datasample_tests
 from tests.operator.conftest import NAMESPACE, OperatorProcess, StrictApiServer, eventually
-from tests.operator.test_datasample import (
+from tests.support import datasamples
+from tests.support.datasamples import (
     SAMPLES,
     SERVICE_URL,
     ScriptedDriver,
@@ -45,7 +45,7 @@ from tests.operator.test_datasample import (
 pytestmark = pytest.mark.timeout(300)
 
 operator = operator_tests.operator
-driver = datasample_tests.driver
+driver = datasamples.driver
 
 
 @pytest.fixture()
@@ -196,15 +196,18 @@ async def test_a_planted_round_id_is_never_read_nor_stored(
     assert await wait_final(kube, "thief-live", operator) == "Complete", status(kube, "thief-live")
     # It finished its own round; the planted id was overwritten with it.
     live = status(kube, "thief-live")
-    assert live["roundId"] == own_round and live["resultsURL"].endswith(f"/rounds/{own_round}")
+    live_uid = kube.stored(SAMPLES, NAMESPACE, "thief-live")["metadata"]["uid"]
+    assert live["roundId"] == own_round and live["resultsURL"].endswith(f"/rounds/{live_uid}")
 
-    # The victim's round in the store is the victim's, saved by its own DataSample only.
+    # The victim's round in the store is the victim's (its uid), saved by its own DataSample.
     from sparkglass.service.store import get_round, open_store
 
+    victim_uid = kube.stored(SAMPLES, NAMESPACE, "victim")["metadata"]["uid"]
     with open_store(store_url).begin() as session:
-        row = get_round(session, victim_round)
+        row = get_round(session, victim_uid)
         assert row is not None and row.external_ref == "victim", row and row.external_ref
-        own = get_round(session, own_round)
+        own = get_round(session, live_uid)
         assert own is not None and own.external_ref == "thief-live"
-    assert status(kube, "victim")["resultsURL"].endswith(f"/rounds/{victim_round}")
+        assert get_round(session, victim_round) is None  # no row under the driver's id
+    assert status(kube, "victim")["resultsURL"].endswith(f"/rounds/{victim_uid}")
     assert status(kube, "victim")["totalRecordCount"] == 6

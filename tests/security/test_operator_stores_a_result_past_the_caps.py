@@ -22,9 +22,9 @@ from sqlalchemy import text
 
 from sparkglass.service.store import open_store
 from tests.operator import conftest as operator_tests
-from tests.operator import test_datasample as datasample_tests
 from tests.operator.conftest import OperatorProcess, StrictApiServer
-from tests.operator.test_datasample import (
+from tests.support import datasamples
+from tests.support.datasamples import (
     SERVICE_URL,
     ScriptedDriver,
     post,
@@ -37,8 +37,8 @@ from tests.operator.test_datasample import (
 pytestmark = pytest.mark.timeout(180)
 
 operator = operator_tests.operator
-driver = datasample_tests.driver
-store_url = datasample_tests.store_url
+driver = datasamples.driver
+store_url = datasamples.store_url
 
 
 @pytest.fixture()

@@ -45,7 +45,7 @@ from sparkglass.runtime.contract.sample_result import SampleStatus
 from sparkglass.runtime.control.client import ControlClient, ControlRejected
 from sparkglass.runtime.sampling.discovery import EXTENSIONS_CLASS
 from sparkglass.runtime.sampling.jar import PLUGIN_CLASS, sampling_jar
-from tests.sampling.test_plain_streaming import TOKEN, Job
+from tests.support.streaming_job import TOKEN, Job
 
 pytestmark = pytest.mark.spark
 

@@ -21,10 +21,10 @@ from sparkglass.service.settings import Settings
 from sparkglass.service.store import make_engine, migrate, open_store
 from sparkglass.service.store.orm import AuditEvent
 from sparkglass.service.store.repository import AuditRecord
+from tests.support.data_sample_api import BASE, poll_until_done, sample_url
 
 from .conftest import STORE_KEY, ServiceFactory, auth
 from .fake_driver import TOKEN, FakeDriver
-from .test_data_sample_api import BASE, poll_until_done, sample_url
 
 AUDIT = "/api/v1/namespaces/local/audit-events"
 

@@ -16,9 +16,9 @@ from sparkglass.runtime.contract.sample_result import DataSampleResult
 from sparkglass.service import result_body
 from sparkglass.service.content_coding import accept_encoding, accepts_gzip
 from sparkglass.service.result_body import entity_tag, not_modified
+from tests.support.data_sample_api import BASE, poll_until_done, sample_url
 
 from .conftest import ServiceFactory, auth
-from .test_data_sample_api import BASE, poll_until_done, sample_url
 
 
 def test_unchanged_result_answers_304_and_reads_no_store(

@@ -7,12 +7,12 @@ import time
 from typing import Any
 
 import pytest
-from fastapi.testclient import TestClient
+
+from tests.support.data_sample_api import BASE, poll_until_done, sample_url
 
 from .conftest import TOKENS, ServiceFactory, auth
 from .fake_driver import PIPELINE, FakeDriver
 
-BASE = "/api/v1/namespaces/local/applications/flights"
 BODY_KEYS = {
     "status",
     "endTimestamp",
@@ -30,25 +30,6 @@ BODY_KEYS = {
     "lastMicroBatchTimestamp",
     "materializedAt",
 }
-
-
-def sample_url(vertex: str) -> str:
-    return f"{BASE}/vertices/{vertex}/data-sample"
-
-
-def poll_until_done(
-    client: TestClient, vertex: str, role: str = "sampler", timeout: float = 60.0, **params: Any
-) -> dict[str, Any]:
-    """Poll like the page does until the answer is no longer PENDING or stale."""
-    deadline = time.monotonic() + timeout
-    while True:
-        r = client.get(sample_url(vertex), headers=auth(role), params=params)
-        assert r.status_code == 200, r.text
-        body = r.json()
-        if body["status"] != "PENDING" and not body["stale"]:
-            return body
-        assert time.monotonic() < deadline, f"still {body['status']} after {timeout}s"
-        time.sleep(0.05)
 
 
 def test_first_poll_triggers_then_result_is_cached(

@@ -21,11 +21,11 @@ from sparkglass.service import shared_rounds
 from sparkglass.service.lookups import application_or_404
 from sparkglass.service.shared_rounds import INTERIM_ANSWER_S
 from sparkglass.service.store import repository
+from tests.support.data_sample_api import poll_until_done, sample_url
+from tests.support.service_replicas import replicas
 
 from .conftest import ServiceFactory, auth
 from .fake_driver import FakeDriver, ServerThread
-from .test_data_sample_api import poll_until_done, sample_url
-from .test_shared_rounds import _replicas
 
 
 @contextmanager
@@ -135,7 +135,7 @@ def test_forgetting_an_application_drops_its_answers(make_service: ServiceFactor
 def test_pages_asking_for_a_new_body_at_once_read_its_records_once(
     db_url: str, tokens_file: Path, fake_driver: FakeDriver
 ) -> None:
-    first, second = _replicas(db_url, tokens_file, fake_driver, refresh=60)
+    first, second = replicas(db_url, tokens_file, fake_driver, refresh=60)
     pages = 24
     barrier = threading.Barrier(pages, timeout=60)
     with ServerThread(first) as a, ServerThread(second) as b:

@@ -10,44 +10,21 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
-from cryptography.fernet import Fernet
 
-from sparkglass.service.app import create_app
-from sparkglass.service.catalog import register_local_application
-from sparkglass.service.settings import Settings
 from sparkglass.service.store import claim_round, get_application, list_rounds, open_store
+from tests.support.service_replicas import replicas
 
 from .conftest import TOKENS
-from .fake_driver import TOKEN, FakeDriver, ServerThread
+from .fake_driver import FakeDriver, ServerThread
 
 URL = "/api/v1/namespaces/local/applications/flights/vertices/{v}/data-sample"
-STORE_KEY = Fernet.generate_key().decode()
-
-
-def _replicas(db_url: str, tokens_file: Path, driver: FakeDriver, refresh: float) -> list:
-    apps = []
-    for _ in range(2):
-        app = create_app(
-            Settings(
-                database_url=db_url,
-                tokens_file=tokens_file,
-                refresh_interval_seconds=refresh,
-                round_timeout_seconds=60,  # generous: no test here times a round out
-                round_grace_seconds=0,
-                poll_interval_seconds=0.05,
-                store_key=STORE_KEY,  # replicas sharing a store share its key
-            )
-        )
-        apps.append(app)
-    register_local_application(apps[0].state.sparkglass.sessions, "flights", driver.url, TOKEN)
-    return apps
 
 
 def test_concurrent_polls_share_one_round(
     db_url: str, tokens_file: Path, fake_driver: FakeDriver
 ) -> None:
     vertex = "slow"  # pending for 2 s: every poll below lands while the round runs
-    apps = _replicas(db_url, tokens_file, fake_driver, refresh=60)
+    apps = replicas(db_url, tokens_file, fake_driver, refresh=60)
     before = fake_driver.started.get(vertex, 0)
     with ServerThread(apps[0]) as a, ServerThread(apps[1]) as b:
         barrier = threading.Barrier(40)
@@ -87,7 +64,7 @@ def test_at_most_one_round_per_refresh_interval(
 ) -> None:
     refresh = 0.6
     vertex = "parse"
-    apps = _replicas(db_url, tokens_file, fake_driver, refresh=refresh)
+    apps = replicas(db_url, tokens_file, fake_driver, refresh=refresh)
     sessions = apps[0].state.sparkglass.sessions
     with sessions() as s:
         flights = get_application(s, "local", "flights")
