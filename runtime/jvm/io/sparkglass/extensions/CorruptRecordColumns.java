@@ -2,6 +2,7 @@ package io.sparkglass.extensions;
 
 import java.lang.reflect.Method;
 import java.util.ArrayList;
+import java.util.HashMap;
 import java.util.HashSet;
 import java.util.LinkedHashSet;
 import java.util.List;
@@ -13,9 +14,16 @@ import org.apache.spark.sql.catalyst.expressions.Alias;
 import org.apache.spark.sql.catalyst.expressions.Attribute;
 import org.apache.spark.sql.catalyst.expressions.ExprId;
 import org.apache.spark.sql.catalyst.expressions.Expression;
-import org.apache.spark.sql.catalyst.expressions.NamedExpression;
+import org.apache.spark.sql.catalyst.expressions.GetArrayStructFields;
+import org.apache.spark.sql.catalyst.expressions.GetStructField;
+import org.apache.spark.sql.catalyst.plans.logical.Aggregate;
+import org.apache.spark.sql.catalyst.plans.logical.Expand;
+import org.apache.spark.sql.catalyst.plans.logical.Generate;
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
-import org.apache.spark.sql.catalyst.plans.logical.Union;
+import org.apache.spark.sql.catalyst.plans.logical.Project;
+import org.apache.spark.sql.catalyst.plans.logical.SetOperation;
+import org.apache.spark.sql.catalyst.plans.logical.UnionBase;
+import org.apache.spark.sql.catalyst.plans.logical.Window;
 import scala.jdk.javaapi.CollectionConverters;
 
 /**
@@ -28,11 +36,17 @@ import scala.jdk.javaapi.CollectionConverters;
  * <p>Found in the analysed plan, not by name alone: at each leaf the option is read from the
  * relation's options (a streaming source's {@code DataSource}, a file relation's, a v2
  * relation's), the leaf's column of that name is marked, and the mark follows it up the plan
- * through renames and expressions built from it (an alias of anything that reads a marked
- * column is marked; so is a column a node makes from marked inputs without naming them, a
- * {@code Generate}'s or a {@code Union}'s). Columns named like a declared corrupt-record
- * column (an option of a leaf or of an expression such as {@code from_json}, or the session's
- * default) are included too. Read once per tap, on the driver; never per row.
+ * through renames and expressions built from it: an alias (of a {@code Project},
+ * {@code Aggregate}, {@code Window}) of anything that reads a marked column; column i of a
+ * set operation ({@code Union}, {@code Intersect}, {@code Except}: they keep the first child's
+ * ids) when column i of any child is marked; a {@code Generate}'s generated columns when its
+ * generator reads one; column i of an {@code Expand} (rollup, cube) when any of its
+ * projections' expression i reads one; any other column a node makes when the node reads one
+ * (a mapInPandas: all of it). Extracting a struct field named like a declared
+ * corrupt-record column ({@code from_json(...).raw}) counts as reading one. Columns named like
+ * a declared corrupt-record column (an option of a leaf or of an expression such as
+ * {@code from_json}, or the session's default) are included too. Read once per tap, on the
+ * driver; never per row.
  */
 public final class CorruptRecordColumns {
   /** The reader option naming the column. */
@@ -101,48 +115,143 @@ public final class CorruptRecordColumns {
         inherited.add(a.exprId());
       }
     }
-    Set<ExprId> aliased = new HashSet<>();
+    List<Attribute> output = CollectionConverters.asJava(plan.output());
+    if (positional(plan, children, output)) {
+      // Union, Intersect, Except, a recursive CTE's loop: column i is column i of every
+      // child, under the first child's id; raw input in any child makes it raw input.
+      for (int i = 0; i < output.size(); i++) {
+        for (LogicalPlan child : children) {
+          List<Attribute> childOutput = CollectionConverters.asJava(child.output());
+          if (i < childOutput.size() && marked.contains(childOutput.get(i).exprId())) {
+            marked.add(output.get(i).exprId());
+          }
+        }
+      }
+      return;
+    }
+    if (plan instanceof Generate) {
+      // explode/posexplode/inline...: the generated columns come from the generator alone.
+      Generate generate = (Generate) plan;
+      if (readsMarked((Expression) (Object) generate.generator(), marked, declared)) {
+        for (Attribute a : CollectionConverters.asJava(generate.generatorOutput())) {
+          marked.add(a.exprId());
+        }
+      }
+      return;
+    }
+    if (plan instanceof Expand) {
+      // rollup/cube/grouping sets: output i is projection i of every grouping set.
+      Expand expand = (Expand) plan;
+      for (scala.collection.Seq<Expression> projection
+          : CollectionConverters.asJava(expand.projections())) {
+        List<Expression> row = CollectionConverters.asJava(projection);
+        for (int i = 0; i < row.size() && i < output.size(); i++) {
+          if (readsMarked(row.get(i), marked, declared)) {
+            marked.add(output.get(i).exprId());
+          }
+        }
+      }
+      return;
+    }
+    boolean aliasing = plan instanceof Project || plan instanceof Aggregate
+        || plan instanceof Window;
+    Map<ExprId, Alias> aliases = new HashMap<>();
     boolean readsMarked = false;
     for (Expression e : CollectionConverters.asJava(plan.expressions())) {
-      boolean reads = readsMarked(e, marked);
+      boolean reads = readsMarked(e, marked, declared);
       readsMarked |= reads;
-      if (e instanceof NamedExpression) {
-        aliased.add(((NamedExpression) e).exprId());
-        if (e instanceof Alias && reads) {
+      if (e instanceof Alias) {
+        aliases.put(((Alias) e).exprId(), (Alias) e);
+        if (aliasing && reads) {
           marked.add(((Alias) e).exprId());
         }
       }
     }
-    List<Attribute> output = CollectionConverters.asJava(plan.output());
-    for (int i = 0; i < output.size(); i++) {
-      ExprId id = output.get(i).exprId();
-      if (inherited.contains(id) || aliased.contains(id)) {
+    if (!readsMarked) {
+      // What a node consumes beyond its expressions (an object consumer reads its child).
+      for (Attribute a : CollectionConverters.asJava(plan.references().toSeq())) {
+        readsMarked |= marked.contains(a.exprId());
+      }
+    }
+    for (Attribute a : output) {
+      ExprId id = a.exprId();
+      if (inherited.contains(id) || marked.contains(id)) {
         continue;
       }
-      // A column this node makes without an alias of its own.
-      if (plan instanceof Union) {
-        for (LogicalPlan child : children) {
-          List<Attribute> childOutput = CollectionConverters.asJava(child.output());
-          if (i < childOutput.size() && marked.contains(childOutput.get(i).exprId())) {
-            marked.add(id);
-          }
-        }
-      } else if (readsMarked) {
+      // A column this node makes: from its own alias when it has one, else (mapInPandas,
+      // a typed map, a script transform...) from anything the node reads.
+      Alias alias = aliases.get(id);
+      if (alias != null ? readsMarked(alias, marked, declared) : readsMarked) {
         marked.add(id);
       }
     }
   }
 
-  private static boolean readsMarked(Expression e, Set<ExprId> marked) {
-    if (marked.isEmpty()) {
+  /** True for a node whose column i is column i of each child (set operations). */
+  private static boolean positional(LogicalPlan plan, List<LogicalPlan> children,
+      List<Attribute> output) {
+    if (plan instanceof UnionBase || plan instanceof SetOperation) {
+      return true;
+    }
+    if (children.size() < 2) {
       return false;
     }
-    for (Attribute a : CollectionConverters.asJava(e.references().toSeq())) {
-      if (marked.contains(a.exprId())) {
+    List<Attribute> first = CollectionConverters.asJava(children.get(0).output());
+    if (first.size() != output.size()) {
+      return false;
+    }
+    for (int i = 0; i < output.size(); i++) {
+      if (!first.get(i).exprId().equals(output.get(i).exprId())) {
+        return false;
+      }
+    }
+    for (LogicalPlan child : children) {
+      if (child.output().size() != output.size()) {
+        return false;
+      }
+    }
+    return true;
+  }
+
+  /**
+   * True when {@code e} reads a marked column, or extracts a struct field named like a
+   * declared corrupt-record column ({@code from_json(...).raw}).
+   */
+  private static boolean readsMarked(Expression e, Set<ExprId> marked, Set<String> declared) {
+    if (!marked.isEmpty()) {
+      for (Attribute a : CollectionConverters.asJava(e.references().toSeq())) {
+        if (marked.contains(a.exprId())) {
+          return true;
+        }
+      }
+    }
+    return extractsDeclared(e, declared);
+  }
+
+  private static boolean extractsDeclared(Expression e, Set<String> declared) {
+    String field = null;
+    if (e instanceof GetStructField) {
+      field = fieldName((GetStructField) e);
+    } else if (e instanceof GetArrayStructFields) {
+      field = ((GetArrayStructFields) e).field().name();
+    }
+    if (field != null && declared.contains(field.toLowerCase(Locale.ROOT))) {
+      return true;
+    }
+    for (Expression child : CollectionConverters.asJava(e.children())) {
+      if (extractsDeclared(child, declared)) {
         return true;
       }
     }
     return false;
+  }
+
+  private static String fieldName(GetStructField get) {
+    try {
+      return get.extractFieldName();
+    } catch (RuntimeException e) {
+      return get.name().isDefined() ? get.name().get() : null;
+    }
   }
 
   /** Objects of a leaf that may hold reader options (found by accessor name, any version). */
