@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from tests.support.cel_cost import (
     PER_CRD_LIMIT,
@@ -24,6 +23,7 @@ from tests.support.cel_cost import (
     crd_cost_errors,
     rule_costs,
 )
+from tests.support.crd_schema import yaml_documents
 from tests.support.structural import crd_errors
 
 REPO = Path(__file__).resolve().parents[2]
@@ -119,7 +119,7 @@ def test_the_estimator_gives_upstreams_own_figures(
 
 
 def _schema(name: str) -> dict[str, Any]:
-    crd = yaml.safe_load(CRDS[name].read_text())
+    crd = yaml_documents(CRDS[name])[0]
     (version,) = crd["spec"]["versions"]
     return version["schema"]["openAPIV3Schema"]
 
@@ -132,7 +132,7 @@ def test_every_rule_is_within_the_api_servers_limits(name: str) -> None:
     assert not over, over
     assert sum(c.total for c in costs) <= PER_CRD_LIMIT
     assert crd_cost_errors(_schema(name)) == []
-    assert crd_errors(yaml.safe_load(CRDS[name].read_text())) == []
+    assert crd_errors(yaml_documents(CRDS[name])[0]) == []
 
 
 def test_an_unbounded_rule_is_refused_with_the_api_servers_words() -> None:

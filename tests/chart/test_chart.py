@@ -17,6 +17,7 @@ import yaml
 
 from tests.support.chart_rbac import allows, rules_for
 from tests.support.cli_parse import parse_cli
+from tests.support.crd_schema import yaml_documents
 
 from .conftest import (
     CHART,
@@ -738,7 +739,7 @@ def test_chart_loads_its_crds() -> None:
 def test_crds_validate_as_kubernetes_objects() -> None:
     kv = pytest.importorskip("kubernetes_validate")
     for path in sorted((CHART / "crds").glob("*.yaml")):
-        for doc in yaml.safe_load_all(path.read_text()):
+        for doc in yaml_documents(path):
             if doc:
                 kv.validate(doc, KUBE_VERSIONS[0], strict=True)
 
@@ -749,7 +750,7 @@ def test_crds_validate_as_kubernetes_objects() -> None:
 
 def _crd_schema(plural: str) -> dict[str, Any]:
     for path in (CHART / "crds").glob("*.yaml"):
-        for doc in yaml.safe_load_all(path.read_text()):
+        for doc in yaml_documents(path):
             if doc and doc["spec"]["names"]["plural"] == plural:
                 return dict(doc["spec"]["versions"][0]["schema"]["openAPIV3Schema"])
     raise AssertionError(f"no CRD for {plural}")

@@ -14,8 +14,8 @@ from typing import Any
 import httpx
 import kmock
 import pytest
-import yaml
 
+from tests.support.crd_schema import yaml_documents
 from tests.support.kube_apiserver import StrictApiServer
 
 from .conftest import CHART, NAMESPACE, VARIANTS, manifests
@@ -42,7 +42,7 @@ async def test_every_rendered_object_is_accepted(kube: StrictApiServer, variant:
         kind="ServiceMonitor", namespaced=True, verbs={"create", "get", "list"}
     )
     docs = manifests(VARIANTS[variant])
-    crds = [yaml.safe_load(p.read_text()) for p in sorted((CHART / "crds").glob("*.yaml"))]
+    crds = [yaml_documents(p)[0] for p in sorted((CHART / "crds").glob("*.yaml"))]
     async with httpx.AsyncClient(base_url=str(kube.url).rstrip("/"), timeout=60) as api:
         for obj in [*crds, *docs]:
             if obj["metadata"].get("namespace"):

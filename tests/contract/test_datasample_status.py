@@ -10,7 +10,6 @@ from typing import Any
 
 import jsonschema
 import pytest
-import yaml
 
 from sparkglass.runtime.contract.datasample_status import (
     ABANDONED,
@@ -28,6 +27,7 @@ from sparkglass.runtime.contract.sample_result import (
     SampleStatus,
     SubtaskSamples,
 )
+from tests.support.crd_schema import yaml_documents
 
 CRD = Path(__file__).resolve().parents[2] / "crds" / "datasample.yaml"
 RID = "round-7f3a"
@@ -35,7 +35,7 @@ BIG = 1_000_000
 
 
 def _status_schema() -> dict[str, Any]:
-    crd = yaml.safe_load(CRD.read_text(encoding="utf-8"))
+    crd = yaml_documents(CRD)[0]
     (version,) = crd["spec"]["versions"]
     schema: dict[str, Any] = version["schema"]["openAPIV3Schema"]["properties"]["status"]
     # OpenAPI v3 schemas are draft-4 JSON Schema plus x-kubernetes-* keys (ignored here).

@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from pydantic import ValidationError
 
 from sparkglass.operator.specs import (
@@ -41,6 +40,7 @@ from sparkglass.runtime.contract.durations import (
 from sparkglass.runtime.contract.errors import InvalidParameterError, SamplingSettingsError
 from sparkglass.runtime.contract.sampling_settings import RANGES, SamplingSettings
 from sparkglass.service.settings import Settings
+from tests.support.crd_schema import yaml_documents
 
 try:
     import celpy
@@ -112,7 +112,7 @@ Outcome = int | str
 
 def _schemas() -> Iterator[tuple[str, dict[str, Any]]]:
     for path in CRD_FILES:
-        for crd in yaml.safe_load_all(path.read_text()):
+        for crd in yaml_documents(path):
             if not crd or crd["spec"]["group"] != "sparkglass.io":
                 continue
             for version in crd["spec"]["versions"]:

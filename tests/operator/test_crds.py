@@ -14,9 +14,8 @@ from typing import Any
 
 import jsonschema
 import pytest
-import yaml
 
-from tests.support.crd_schema import CRDS, load_crd, schema_of, validate
+from tests.support.crd_schema import CRDS, load_crd, schema_of, validate, yaml_documents
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))
@@ -140,7 +139,7 @@ def test_bounds_from_the_design() -> None:
 def _examples() -> list[tuple[str, dict[str, Any]]]:
     docs = []
     for path in EXAMPLES:
-        for doc in yaml.safe_load_all(path.read_text()):
+        for doc in yaml_documents(path):
             # Kubeflow spark-operator objects (examples/kubeflow-*.yaml) have no schema here;
             # tests/operator/test_kubeflow_units.py checks that example.
             if doc and not str(doc.get("apiVersion", "")).startswith("sparkoperator.k8s.io/"):

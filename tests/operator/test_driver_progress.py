@@ -21,7 +21,6 @@ from typing import Any
 
 import jsonschema
 import pytest
-import yaml
 
 from sparkglass.operator import driver_progress
 from sparkglass.operator.driver_access import DriverAccess
@@ -38,13 +37,14 @@ from sparkglass.runtime.contract.pipeline_metrics import (
     PipelineMetrics,
     VertexMetrics,
 )
+from tests.support.crd_schema import yaml_documents
 
 REPO = Path(__file__).resolve().parents[2]
 CRD = REPO / "crds" / "sparkapplication.yaml"
 
 
 def status_schema() -> dict[str, Any]:
-    (version,) = yaml.safe_load(CRD.read_text())["spec"]["versions"]
+    (version,) = yaml_documents(CRD)[0]["spec"]["versions"]
     return dict(version["schema"]["openAPIV3Schema"]["properties"]["status"])
 
 

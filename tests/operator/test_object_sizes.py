@@ -13,18 +13,17 @@ import json
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from sparkglass.runtime.contract.datasample_status import MAX_STATUS_BYTES, encode
 from sparkglass.runtime.contract.sample_result import DataSampleResult
 from tests.support import structural
+from tests.support.crd_schema import yaml_documents
 
 REPO = Path(__file__).resolve().parents[2]
 ETCD_LIMIT = 1536 * 1024
 
 
 def _schema(name: str) -> dict[str, Any]:
-    crd = yaml.safe_load((REPO / "crds" / f"{name}.yaml").read_text())
+    crd = yaml_documents(REPO / "crds" / f"{name}.yaml")[0]
     return crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
 
 

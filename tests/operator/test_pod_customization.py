@@ -22,6 +22,7 @@ from sparkglass.operator import children
 from sparkglass.operator.pod_customization import EXECUTOR_TEMPLATE_KEY
 from sparkglass.operator.spark_conf import DriverEnvironment, spark_properties
 from sparkglass.operator.specs import SparkApplicationSpec
+from tests.support.crd_schema import yaml_documents
 from tests.support.pod_security import restricted_violations
 
 REPO = Path(__file__).resolve().parents[2]
@@ -109,7 +110,7 @@ def render(raw: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], dict[st
 
 
 def crd_spec_schema() -> dict[str, Any]:
-    crd = yaml.safe_load((REPO / "crds" / "sparkapplication.yaml").read_text())
+    crd = yaml_documents(REPO / "crds" / "sparkapplication.yaml")[0]
     (version,) = crd["spec"]["versions"]
     return version["schema"]["openAPIV3Schema"]["properties"]["spec"]
 

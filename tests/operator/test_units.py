@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any, get_args, get_origin
 
 import pytest
-import yaml
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
@@ -25,6 +24,7 @@ from sparkglass.operator.specs import (
 )
 from sparkglass.runtime.contract.durations import parse_duration_ms
 from sparkglass.runtime.contract.sampling_settings import RANGES, SamplingSettings
+from tests.support.crd_schema import yaml_documents
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -60,7 +60,7 @@ _OPERATOR_ONLY_DEFAULTS = {
 
 
 def _crd_spec_schema(kind: str) -> dict[str, Any]:
-    crd = yaml.safe_load((REPO / "crds" / f"{kind.lower()}.yaml").read_text())
+    crd = yaml_documents(REPO / "crds" / f"{kind.lower()}.yaml")[0]
     (version,) = crd["spec"]["versions"]
     return version["schema"]["openAPIV3Schema"]["properties"]["spec"]
 

@@ -9,8 +9,8 @@ every 0.3 s, each with a line the reader cannot parse, and prints JSON lines (``
 
 ``$SG_JOB_MODE``: ``serve`` (default) runs the query ``flights`` (the source's ``raw_line``
 renamed ``payload``) over the temporary view ``flights_in`` and serves rounds until the file
-``$SG_JOB_COMMANDS`` says ``stop``; ``attach`` only calls ``attach`` and reports what it
-raised.
+``$SG_JOB_COMMANDS`` says ``stop``; ``attach`` only calls ``attach``, once per rule set of
+``$SG_JOB_ATTACH_RULES``, and reports what each raised.
 """
 
 from __future__ import annotations
@@ -58,12 +58,17 @@ def feed(folder: Path, stop: threading.Event) -> None:
 
 
 def attach_only(spark: SparkSession) -> None:
-    try:
-        sparkglass.runtime.attach(spark)
-    except Exception as exc:  # reported, the test judges it
-        emit("attach", error=type(exc).__name__, message=str(exc))
-    else:
-        emit("attach", error=None, message=None)
+    """One ``attach`` per rule set of ``$SG_JOB_ATTACH_RULES`` (a JSON list of rule texts),
+    each after setting it as the application's redaction rules (attach reads them from the
+    runtime conf; a refused attach leaves nothing behind), so one JVM judges them all."""
+    for case, rules in enumerate(json.loads(os.environ["SG_JOB_ATTACH_RULES"])):
+        spark.conf.set("spark.sparkglass.sampling.redact", rules)
+        try:
+            sparkglass.runtime.attach(spark)
+        except Exception as exc:  # reported, the test judges it
+            emit("attach", case=case, error=type(exc).__name__, message=str(exc))
+        else:
+            emit("attach", case=case, error=None, message=None)
 
 
 def serve(spark: SparkSession) -> None:

@@ -66,10 +66,16 @@ class SubmittedJob(Job):
 
 
 def start(
-    conf: dict[str, str], workdir: Path, *, master: str = "local[2]", mode: str = "serve"
+    conf: dict[str, str],
+    workdir: Path,
+    *,
+    master: str = "local[2]",
+    mode: str = "serve",
+    attach_rules: list[str] | None = None,
 ) -> SubmittedJob:
     """``spark-submit`` ``redaction_job.py`` with the sampling jar, plugin, extension and
-    ``conf``; its stdout lines are the job's events."""
+    ``conf``; its stdout lines are the job's events (``attach_rules``: the rule sets the
+    ``attach`` mode tries, in order)."""
     command_file = workdir / "command"
     src = str(Path(sparkglass.__file__).resolve().parents[1])
     repo = str(Path(__file__).resolve().parents[2])
@@ -81,6 +87,7 @@ def start(
         "SG_JOB_COMMANDS": str(command_file),
         "SG_JOB_INPUT": str(workdir / "input"),
         "SG_JOB_MODE": mode,
+        "SG_JOB_ATTACH_RULES": json.dumps(attach_rules or []),
     }
     env.pop("SPARKGLASS_REDACTION_KEY", None)
     args = [
@@ -246,35 +253,51 @@ def test_hash_is_keyed_and_the_key_shows_nowhere(
     assert KEY not in "".join(started.stderr) + "".join(started.stdout)
 
 
-def test_hash_rules_without_a_key_fail_at_attach_outside_local_mode(tmp_path: Path) -> None:
+#: Rule sets judged at attach by one job outside local mode (one JVM for every case).
+ATTACH_CASES = {
+    "hash without a key": REDACT,
+    "nested field": json.dumps([{"columns": ["id", "customer.email"], "action": "mask"}]),
+}
+
+
+@pytest.fixture(scope="module")
+def attached(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    """What ``attach`` raised for each rule set of ``ATTACH_CASES``, in a job on
+    ``local-cluster`` (executors in other JVMs, as on a cluster) with no key anywhere."""
+    job = start(
+        {},
+        tmp_path_factory.mktemp("attach"),
+        master="local-cluster[1,1,1024]",
+        mode="attach",
+        attach_rules=list(ATTACH_CASES.values()),
+    )
+    try:
+        events = [job.event("attach", timeout=240) for _ in ATTACH_CASES]
+    finally:
+        job.stop()
+    assert [e["case"] for e in events] == list(range(len(ATTACH_CASES))), events
+    return dict(zip(ATTACH_CASES, events, strict=True))
+
+
+def test_hash_rules_without_a_key_fail_at_attach_outside_local_mode(
+    attached: dict[str, dict[str, Any]],
+) -> None:
     """Attack surface: a job hashing columns with no key anywhere (a cluster, executors in
     other JVMs) used to sample unkeyed hashes; now attach refuses, naming the conf and the
     environment variable, and no key is made up on the driver."""
-    job = start(
-        {"spark.sparkglass.sampling.redact": REDACT},
-        tmp_path,
-        master="local-cluster[1,1,1024]",
-        mode="attach",
-    )
-    try:
-        attached = job.event("attach", timeout=240)
-    finally:
-        job.stop()
-    assert attached["error"] == "SamplingSettingsError", attached
-    assert KEY_CONF in attached["message"] and "SPARKGLASS_REDACTION_KEY" in attached["message"]
+    answer = attached["hash without a key"]
+    assert answer["error"] == "SamplingSettingsError", answer
+    assert KEY_CONF in answer["message"] and "SPARKGLASS_REDACTION_KEY" in answer["message"]
 
 
-def test_a_rule_naming_a_nested_field_is_refused_at_attach(tmp_path: Path) -> None:
+def test_a_rule_naming_a_nested_field_is_refused_at_attach(
+    attached: dict[str, dict[str, Any]],
+) -> None:
     """Attack: ``customer.email`` was accepted and redacted nothing (rules match top-level
     columns only), so the e-mail inside the struct was sampled in clear. Now attach refuses
     the rule, naming it and what is supported."""
-    nested = json.dumps([{"columns": ["id", "customer.email"], "action": "mask"}])
-    job = start({"spark.sparkglass.sampling.redact": nested}, tmp_path, mode="attach")
-    try:
-        attached = job.event("attach")
-    finally:
-        job.stop()
-    assert attached["error"] == "SamplingSettingsError", attached
-    message = attached["message"]
+    answer = attached["nested field"]
+    assert answer["error"] == "SamplingSettingsError", answer
+    message = answer["message"]
     assert "[0].columns" in message and "'customer.email'" in message, message
     assert "top-level" in message and "'customer'" in message, message

@@ -16,7 +16,6 @@ import http.server
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any, ClassVar
 
 import httpx
@@ -71,9 +70,11 @@ def targets() -> Iterator[dict[str, str]]:
         server.server_close()
 
 
-@pytest.fixture
-def service(tmp_path: Path) -> Iterator[ServiceProcess]:
-    with ServiceProcess(tmp_path, None) as svc:
+@pytest.fixture(scope="module")
+def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceProcess]:
+    # One process for the file: every registration here is refused, so none changes what
+    # the next test meets (the audit test reads all of them, and holds for each).
+    with ServiceProcess(tmp_path_factory.mktemp("service"), None) as svc:
         yield svc
 
 

@@ -176,8 +176,11 @@ def test_two_workers_share_one_round_per_refresh_interval(
         # 7 s of polling with a 2 s refresh interval: about 4 rounds (the first at once); one
         # per worker per interval would be about 8.
         assert 2 <= started <= 5, (started, len(answers))
-        # A PENDING answer while another worker holds the round's claim names no round yet.
-        assert len({rid for _, rid in answers if rid is not None}) == started
+        # Every round id answered is one the driver started (a PENDING answer while another
+        # worker holds the claim names none); the round started last may still be pending
+        # when the polls end, on a busy machine, so it may not have been seen yet.
+        seen = {rid for _, rid in answers if rid is not None}
+        assert started - 1 <= len(seen) <= started, (seen, started)
     finally:
         proc.terminate()
         proc.wait(timeout=30)

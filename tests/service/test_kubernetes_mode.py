@@ -16,6 +16,7 @@ from fastapi.testclient import TestClient
 from sparkglass.service.app import create_app
 from sparkglass.service.catalog import register_local_application
 from sparkglass.service.settings import Settings
+from tests.support.crd_schema import yaml_documents
 
 from .fake_driver import TOKEN, FakeDriver
 from .kube_fixtures import ReviewingEmulator, install
@@ -156,12 +157,11 @@ TEAM_A = "/api/v1/namespaces/team-a/applications/flights"
 
 def _validate_against_crd(obj: dict[str, Any]) -> None:
     import jsonschema
-    import yaml
 
     crd_path = Path(__file__).parents[2] / "crds" / "datasample.yaml"
     if not crd_path.exists():
         return
-    crd = yaml.safe_load(crd_path.read_text())
+    crd = yaml_documents(crd_path)[0]
     schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     jsonschema.validate(obj, schema)
 

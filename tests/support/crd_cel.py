@@ -11,17 +11,15 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import yaml
 
 from tests.support import structural
-from tests.support.crd_schema import CRDS
+from tests.support.crd_schema import schema_of
 
 celpy = pytest.importorskip("celpy")
 
 
 def schema(kind: str) -> dict[str, Any]:
-    (version,) = yaml.safe_load(CRDS[kind].read_text())["spec"]["versions"]
-    return version["schema"]["openAPIV3Schema"]
+    return schema_of(kind)
 
 
 def defaulted(node: dict[str, Any], value: Any) -> Any:
@@ -44,8 +42,7 @@ def rules(node: dict[str, Any], value: Any, path: str = "") -> Iterator[tuple[st
 
 
 def evaluate(rule: str, value: Any, old: Any = None) -> bool:
-    env = celpy.Environment()
-    program = env.program(env.compile(rule))
+    program = structural.compiled_rule(rule)
     activation = {"self": celpy.json_to_cel(value)}
     activation["oldSelf"] = celpy.json_to_cel(value if old is None else old)
     return bool(program.evaluate(activation))

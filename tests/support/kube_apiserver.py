@@ -47,12 +47,12 @@ import attrs
 import jsonpatch
 import jsonpointer
 import kmock
-import yaml
 from kmock._internal import dicts as kmock_dicts
 from kmock._internal import enums as kmock_enums
 from kmock._internal import k8s as kmock_k8s
 
 from . import pod_security, structural
+from .crd_schema import yaml_documents
 
 #: Namespace label that turns on Pod Security enforcement (and its level).
 ENFORCE_LABEL = "pod-security.kubernetes.io/enforce"
@@ -544,7 +544,7 @@ class StrictApiServer(kmock.KubernetesEmulator):
     def declare_crds(self, paths: Iterable[Path]) -> None:
         """Establish the CRDs of these files without a client (as if applied before)."""
         for path in paths:
-            for crd in yaml.safe_load_all(Path(path).read_text()):
+            for crd in yaml_documents(Path(path)):
                 errors = structural.crd_errors(crd)
                 assert not errors, f"{path}: the API server would refuse this CRD: {errors}"
                 self.register_crd(crd)

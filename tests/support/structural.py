@@ -368,7 +368,8 @@ def _list_type_errors(schema: dict[str, Any], value: list[Any], at: str) -> Iter
 
 # ------------------------------------------------------------------------- CEL rules
 @lru_cache(maxsize=1024)
-def _program(rule: str) -> Any:
+def compiled_rule(rule: str) -> Any:
+    """The CEL program of ``rule``, compiled once per process."""
     env = celpy.Environment()
     return env.program(env.compile(rule))
 
@@ -432,7 +433,7 @@ def _cel(
         if old is not None:
             activation["oldSelf"] = celpy.json_to_cel(old)
         try:
-            ok = bool(_program(rule).evaluate(activation))
+            ok = bool(compiled_rule(rule).evaluate(activation))
         except celpy.CELEvalError as exc:
             out.append(
                 FieldError(at, "Invalid value", f"{_value(_schema_type_name(schema))}: {exc}")
@@ -630,6 +631,16 @@ def crd_errors(crd: dict[str, Any]) -> list[str]:
     """Why the API server refuses ``crd`` (empty: it accepts it): its schemas must be
     structural, defaults pruned and valid, list-map keys required, the root only what the
     status subresource allows, and the rules' estimated cost within the limits."""
+    # Judged once per content: every test's API server establishes the same CRDs.
+    return list(_crd_errors_of(json.dumps(crd, sort_keys=True)))
+
+
+@lru_cache(maxsize=64)
+def _crd_errors_of(text: str) -> tuple[str, ...]:
+    return tuple(_judge_crd(json.loads(text)))
+
+
+def _judge_crd(crd: dict[str, Any]) -> list[str]:
     errors: list[str] = []
     spec = crd.get("spec") or {}
     names = spec.get("names") or {}
