@@ -916,6 +916,7 @@ class _Step:
                     uid=uid or self.name,
                     name=self.name,
                     started_at_ms=int((self.record.opened_at or 0) * 1000) or None,
+                    request_key=spec.round_request().key(),
                 )
             except RoundIdConflict as exc:
                 await self._finish("Failed", "RoundIdConflict", f"saving the result: {exc}")

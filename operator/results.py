@@ -61,13 +61,23 @@ class ResultStore:
         uid: str,
         name: str,
         started_at_ms: int | None,
+        request_key: str = "",
     ) -> str:
         """Save (or replace) the result of the DataSample ``name`` of ``metadata.uid``
-        ``uid``; returns the store's round id (module docstring). Raises
+        ``uid``; returns the store's round id (module docstring). ``request_key``: the
+        DataSample's request (``RoundRequest.key()``, empty for a plain round). Raises
         :class:`RoundIdConflict` (nothing written) when that round belongs to another
         application or vertex, and whatever the database raises (transient)."""
         return await asyncio.to_thread(
-            self._save_sync, namespace, application, vertex, result, uid, name, started_at_ms
+            self._save_sync,
+            namespace,
+            application,
+            vertex,
+            result,
+            uid,
+            name,
+            started_at_ms,
+            request_key,
         )
 
     def _save_sync(
@@ -79,6 +89,7 @@ class ResultStore:
         uid: str,
         name: str,
         started_at_ms: int | None,
+        request_key: str,
     ) -> str:
         sessions = self._open()
         # Imported after _open(), which imports SQLAlchemy under its lock: saves run in
@@ -107,6 +118,7 @@ class ResultStore:
                         external_ref=name,
                         triggered_by="sparkglass-operator",
                         started_at=started_at_ms,
+                        request_key=request_key,
                     )
                 except repository.RoundOwnershipError as exc:
                     raise RoundIdConflict(str(exc)) from None

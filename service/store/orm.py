@@ -136,6 +136,10 @@ class Round(Base):
     datasample_uid: Mapped[str | None] = mapped_column(
         String(253), nullable=True, unique=True, index=True
     )
+    #: What the round was asked for: ``None`` for a plain round, else the request's
+    #: :meth:`~sparkglass.runtime.contract.round_request.RoundRequest.key` (a DataSample
+    #: with ``kind``, ``filter`` or ``columns``). Plain polls answer only with plain rounds.
+    request_key: Mapped[str | None] = mapped_column(Text, nullable=True)
 
 
 class SampleRecord(Base):

@@ -366,6 +366,7 @@ def save_round(
     triggered_by: str | None = None,
     started_at: int | None = None,
     samples: Iterable[SubtaskSamples] | None = None,
+    request_key: str | None = None,
 ) -> str:
     """Save a round's full result (all records) and return the store's round id.
 
@@ -378,6 +379,9 @@ def save_round(
     ``samples``, when given, are the records instead of ``result.samples``; they are consumed
     and written one subtask at a time, so a caller can fetch them piecewise (whatever the
     iterable raises propagates, and the caller's transaction then writes nothing).
+    ``request_key``: the DataSample's narrowed request
+    (:meth:`~sparkglass.runtime.contract.round_request.RoundRequest.key`), empty or ``None``
+    for a plain round; plain polls never answer with a narrowed one.
 
     Raises :class:`RoundOwnershipError` (nothing written) when the row ``round_id`` belongs to
     another application or vertex: round ids are not secret (REST bodies, ``resultsURL``), so
@@ -413,6 +417,7 @@ def save_round(
     row.no_data_reason = result.no_data_reason.value if result.no_data_reason else None
     row.last_micro_batch_timestamp = result.last_micro_batch_timestamp
     row.materialized_at = result.materialized_at
+    row.request_key = request_key or None
     if external_ref is not None:
         row.external_ref = external_ref
     session.execute(delete(SampleRecord).where(SampleRecord.round_id == rid))
@@ -445,13 +450,15 @@ def get_round(session: Session, round_id: str) -> Round | None:
 
 
 def latest_finished_round(session: Session, application_id: int, vertex: str) -> Round | None:
-    """The most recently ended round of ``vertex`` (any status but ``PENDING``)."""
+    """The most recently ended plain round of ``vertex`` (any status but ``PENDING``; a
+    DataSample's narrowed round is not an answer to a plain poll)."""
     return session.scalar(
         select(Round)
         .where(
             Round.application_id == application_id,
             Round.vertex == vertex,
             Round.status != SampleStatus.PENDING.value,
+            Round.request_key.is_(None),
         )
         .order_by(Round.end_timestamp.desc(), Round.started_at.desc())
         .limit(1)
@@ -470,6 +477,7 @@ def running_round(
             Round.vertex == vertex,
             Round.status == SampleStatus.PENDING.value,
             Round.started_at > started_after,
+            Round.request_key.is_(None),
         )
         .order_by(Round.started_at.desc())
         .limit(1)

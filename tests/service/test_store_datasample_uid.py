@@ -13,12 +13,14 @@ service has bound the round, the binding adopts that result. On SQLite and Postg
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
-from sqlalchemy import inspect
+from sqlalchemy import delete, inspect
 from sqlalchemy.exc import IntegrityError
 
 from sparkglass.operator.results import ResultStore
+from sparkglass.runtime.contract.round_request import round_request
 from sparkglass.runtime.contract.sample_result import DataSampleResult
 from sparkglass.service.execution.kubernetes import datasample_name, store_lookup
 from sparkglass.service.store import (
@@ -31,7 +33,12 @@ from sparkglass.service.store import (
     open_store,
     upsert_application,
 )
-from sparkglass.service.store.repository import adopt_datasample_round
+from sparkglass.service.store.orm import Round
+from sparkglass.service.store.repository import (
+    adopt_datasample_round,
+    get_application,
+    latest_finished_round,
+)
 
 NS, APP, VERTEX, ROUND = "team-a", "flights", "parse", "0123456789abcdef"
 NAME = datasample_name(APP, VERTEX, ROUND)
@@ -182,3 +189,41 @@ def test_no_adoption_across_vertices(db_url: str) -> None:
         assert not adopt_datasample_round(session, ROUND, SERVICE_UID)
         row = get_round(session, ROUND)
         assert row is not None and (row.status, row.datasample_uid) == ("PENDING", None)
+
+
+def test_a_plain_poll_never_answers_with_a_datasamples_narrowed_round(db_url: str) -> None:
+    """A ``kubectl`` DataSample with a filter (or kind, or columns) is saved like any other,
+    but it is not what the page or a plain REST poll asked for: the newest round a plain poll
+    may answer with stays the newest plain one, and the narrowed one is still found by its
+    id (its ``resultsURL``)."""
+    narrowed = round_request(filter="dep_delay > 60", columns="carrier,dep_delay").key()
+    plain_id = operator_save(db_url, SERVICE_UID, "plain")
+    narrowed_id = asyncio.run(
+        ResultStore(db_url).save(
+            namespace=NS,
+            application=APP,
+            vertex=VERTEX,
+            # Ended after the plain round: the newest round of the vertex.
+            result=result("late-departures-only").model_copy(
+                update={"end_timestamp": int(time.time() * 1000) + 60_000}
+            ),
+            uid=TWIN_UID,
+            name="late-departures",
+            started_at_ms=None,
+            request_key=narrowed,
+        )
+    )
+    with open_store(db_url).begin() as session:
+        app = get_application(session, NS, APP)
+        assert app is not None
+        latest = latest_finished_round(session, app.id, VERTEX)
+        assert latest is not None and latest.id == plain_id, latest and latest.id
+        stored = get_round(session, narrowed_id)
+        assert stored is not None and stored.request_key == narrowed
+    assert records(db_url, narrowed_id) == ['{"who":"late-departures-only"}']
+    # Only narrowed rounds: no plain answer at all (the poll starts a plain round instead).
+    with open_store(db_url).begin() as session:
+        session.execute(delete(Round).where(Round.id == plain_id))
+    with open_store(db_url).begin() as session:
+        app = get_application(session, NS, APP)
+        assert app is not None and latest_finished_round(session, app.id, VERTEX) is None
