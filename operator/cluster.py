@@ -8,6 +8,11 @@ describe. Patches are JSON merge patches (``None`` deletes a key).
 
 Errors: :class:`NotFound` (404), :class:`Conflict` (409) and :class:`ApiError` (anything
 else, with ``status``); network failures surface as :class:`ApiError` with status 0.
+
+A 429 (API Priority and Fairness throttling the operator's flow) is retried here, after the
+``Retry-After`` the API server gives (capped at :data:`MAX_RETRY_AFTER_S`), up to
+:data:`THROTTLED_ATTEMPTS` times, waiting without holding a thread; past that the caller gets
+it, with :attr:`ApiError.transient` true, as for status 0, 5xx and a ResourceQuota's 403.
 """
 
 from __future__ import annotations
@@ -20,17 +25,34 @@ from typing import Any
 
 import kubernetes
 from kubernetes.client.exceptions import ApiException
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
 from . import names
 from .metrics import API_REQUESTS
 
+#: Attempts of a call the API server throttles (429) before the caller sees the 429.
+THROTTLED_ATTEMPTS = 5
+#: The longest ``Retry-After`` honoured between two of them, seconds.
+MAX_RETRY_AFTER_S = 10.0
+
 
 class ApiError(Exception):
-    """A Kubernetes API call failed; ``status`` is the HTTP status (0: no answer)."""
+    """A Kubernetes API call failed; ``status`` is the HTTP status (0: no answer);
+    ``retry_after`` the seconds of its ``Retry-After`` header, when it had one."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, *, retry_after: float | None = None) -> None:
         super().__init__(f"HTTP {status}: {message}" if status else message)
         self.status = status
+        self.retry_after = retry_after
+
+    @property
+    def transient(self) -> bool:
+        """The API server's or the cluster's passing state, not a refusal of the request:
+        no answer, a 5xx, throttling (429), or a ResourceQuota that has no room yet (a 403
+        "exceeded quota": room comes back as other Pods end). Worth retrying later."""
+        if self.status == 0 or self.status == 429 or self.status >= 500:
+            return True
+        return self.status == 403 and "exceeded quota" in str(self)
 
 
 class NotFound(ApiError):
@@ -180,7 +202,17 @@ class Cluster:
         query: list[tuple[str, str]] | None = None,
         content_type: str = "application/json",
     ) -> dict[str, Any]:
-        return await asyncio.to_thread(self._call_sync, method, path, body, query, content_type)
+        async for attempt in AsyncRetrying(
+            retry=retry_if_exception(lambda e: isinstance(e, ApiError) and e.status == 429),
+            wait=_retry_after,
+            stop=stop_after_attempt(THROTTLED_ATTEMPTS),
+            reraise=True,
+        ):
+            with attempt:
+                return await asyncio.to_thread(
+                    self._call_sync, method, path, body, query, content_type
+                )
+        raise AssertionError("unreachable: AsyncRetrying re-raises the last error")
 
     def _call_sync(
         self,
@@ -217,7 +249,7 @@ class Cluster:
                 raise NotFound(status, message)
             if status == 409:
                 raise Conflict(status, message)
-            raise ApiError(status, message)
+            raise ApiError(status, message, retry_after=_seconds(response.getheader("Retry-After")))
         raw = response.data
         if not raw:
             return {}
@@ -248,6 +280,24 @@ def request_labels(
         "DELETE": "delete",
     }.get(method, method.lower())
     return verb, resource
+
+
+def _seconds(header: str | None) -> float | None:
+    """A ``Retry-After`` in seconds (the API server sends whole seconds; an HTTP date or
+    garbage counts as none)."""
+    try:
+        return max(0.0, float(header)) if header else None
+    except ValueError:
+        return None
+
+
+def _retry_after(state: RetryCallState) -> float:
+    """Wait before retrying a 429: its ``Retry-After`` (capped), else 1 s doubling."""
+    exc = state.outcome.exception() if state.outcome else None
+    given = exc.retry_after if isinstance(exc, ApiError) else None
+    if given is not None:
+        return min(given, MAX_RETRY_AFTER_S)
+    return min(2.0 ** (state.attempt_number - 1), MAX_RETRY_AFTER_S)
 
 
 def _status_message(body: object) -> str | None:

@@ -416,8 +416,13 @@ async def _submit(
     except Conflict:
         return  # another pass created it; its Pod event brings us back
     except ApiError as exc:
-        if exc.status == 0 or exc.status >= 500:
-            raise  # the API server's trouble, not the Pod's: retried
+        if exc.transient:
+            # The API server's trouble or the namespace's quota, not the Pod's: retried (a
+            # batch platform queues on its quota; failing the run would lose it).
+            raise kopf.TemporaryError(
+                f"could not create the driver Pod yet: {exc}",
+                delay=max(exc.retry_after or 0.0, ctx.config.resync_seconds),
+            ) from None
         await _submission_failed(
             ctx, app, spec, new, f"could not create the driver Pod: {exc}", restarts=restarts
         )

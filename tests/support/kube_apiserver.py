@@ -167,6 +167,17 @@ class StrictApiServer(kmock.KubernetesEmulator):
     refused: list[tuple[str, str, int, str]] = attrs.field(factory=list, init=False)
     #: The TokenReviews and SubjectAccessReviews asked, in order (other requests are not kept).
     reviews: list[Any] = attrs.field(factory=list, init=False)
+    #: API Priority and Fairness, scripted: (method, path) → [answers left, Retry-After s];
+    #: those requests are answered 429 until none are left (see :meth:`throttle`).
+    throttled: dict[tuple[str, str], list[int]] = attrs.field(factory=dict, init=False)
+    #: A ResourceQuota on Pods per namespace (``count/pods`` as ``hard: {pods: N}``): a Pod
+    #: created past it is refused with the quota admission plugin's 403.
+    pod_quota: dict[str, int] = attrs.field(factory=dict, init=False)
+
+    def throttle(self, method: str, path: str, *, times: int, retry_after: int = 1) -> None:
+        """Answer the next ``times`` ``method`` requests of ``path`` with a 429 and a
+        ``Retry-After`` of ``retry_after`` seconds, as APF does for a flow over its share."""
+        self.throttled[method.upper(), path] = [times, retry_after]
 
     def next_rv(self) -> str:
         self._rv += 1
@@ -183,11 +194,48 @@ class StrictApiServer(kmock.KubernetesEmulator):
                 "RequestEntityTooLarge",
                 f"Request entity too large: limit is {structural.MAX_REQUEST_BYTES}",
             )
+        rule = self.throttled.get((raw_request.method, raw_request.path))
+        if rule is not None and rule[0] > 0:
+            rule[0] -= 1
+            response = self._status_response(
+                429, "TooManyRequests", "Too many requests, please try again later."
+            )
+            response.headers["Retry-After"] = str(rule[1])
+            return response
+        refused = await self._over_pod_quota(raw_request)
+        if refused is not None:
+            return refused
         if raw_request.path.rstrip("/").startswith("/api/v1/namespaces") and (
             raw_request.path.rstrip("/").count("/") <= 4
         ):
             return await self._serve_namespaces(raw_request)
         return await super().__call__(raw_request)
+
+    async def _over_pod_quota(self, raw_request: Any) -> Any:
+        """The quota plugin's 403 for a Pod create past the namespace's ``pod_quota``
+        (Pods that ended, Succeeded or Failed, no longer count, as in the real plugin)."""
+        parts = raw_request.path.strip("/").split("/")
+        if raw_request.method != "POST" or len(parts) != 5 or parts[4] != "pods":
+            return None
+        namespace = parts[3]
+        hard = self.pod_quota.get(namespace)
+        if hard is None:
+            return None
+        used = 0
+        for name in self.names("v1/pods", namespace):
+            pod = self.stored("v1/pods", namespace, name) or {}
+            if (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
+                used += 1
+        if used < hard:
+            return None
+        body = await raw_request.json()
+        name = str((body.get("metadata") or {}).get("name") or "")
+        return self._status_response(
+            403,
+            "Forbidden",
+            f'pods "{name}" is forbidden: exceeded quota: compute, requested: pods=1, '
+            f"used: pods={used}, limited: pods={hard}",
+        )
 
     @staticmethod
     def _status_response(code: int, reason: str, message: str) -> Any:
