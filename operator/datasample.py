@@ -94,7 +94,7 @@ from sparkglass.runtime.control.client import (
 
 from . import children, kubeflow, names, sample_fit
 from .certificates import RENEWAL_MARGIN, read_stored_certificate
-from .cluster import APPS, PODS, SAMPLES, ApiError
+from .cluster import APPS, PODS, SAMPLES, ApiError, NotFound
 from .conditions import set_condition
 from .context import OperatorContext, SampleRecord
 from .driver_access import DriverAccess, control_endpoint, driver_access
@@ -201,11 +201,7 @@ async def on_sample_event(event: Any, body: kopf.Body, memo: Any, **kwargs: Any)
         ctx.engine_task = start_engine(ctx)
     namespace, name = body.metadata.namespace or "", body.metadata.name or ""
     if event.get("type") == "DELETED":
-        ctx.samples.remove(namespace, name)
-        ctx.driver_access.pop((namespace, name), None)
-        ctx.records.pop(str(body.metadata.uid), None)
-        if ctx.queue is not None:
-            ctx.queue.forget((namespace, name))
+        _forget_sample(ctx, namespace, name, body.metadata.uid)
         return
     if ctx.samples.observe(dict(body)) and ctx.queue is not None:
         ctx.queue.add((namespace, name))
@@ -291,6 +287,24 @@ async def _ensure_kubeflow_secret(ctx: OperatorContext, app: dict[str, Any]) -> 
     ctx.kubeflow_secrets[str(meta["uid"])] = max(due, time.time() + MAX_RETRY_DELAY_SECONDS)
 
 
+def _forget_sample(ctx: OperatorContext, namespace: str, name: str, uid: object) -> None:
+    """Drop everything kept for a deleted DataSample (cache, driver access, record, queue)."""
+    ctx.samples.remove(namespace, name)
+    ctx.driver_access.pop((namespace, name), None)
+    ctx.records.pop(str(uid), None)
+    if ctx.queue is not None:
+        ctx.queue.forget((namespace, name))
+
+
+async def _deleted(ctx: OperatorContext, namespace: str, name: str) -> bool:
+    """True when the API server says the DataSample no longer exists (not when it cannot
+    say: an error then is no proof)."""
+    try:
+        return await ctx.cluster.find(SAMPLES, namespace, name) is None
+    except ApiError:
+        return False
+
+
 def wake_application(ctx: OperatorContext, namespace: str, app: str) -> int:
     """Queue a step now for every unfinished DataSample of ``namespace/app``; how many."""
     if ctx.queue is None:
@@ -340,6 +354,17 @@ async def reconcile(ctx: OperatorContext, namespace: str, name: str) -> float | 
         step = _Step(ctx, namespace, name)
         try:
             await step.run()
+        except NotFound as exc:
+            # Deleted while the watch was away (a 410 Gone relist never reports what went in
+            # the gap): a ghost in the cache, whose every write is a 404. Asked once, forgotten.
+            if await _deleted(ctx, namespace, name):
+                uid = (ctx.samples.get(namespace, name) or {}).get("metadata", {}).get("uid")
+                _forget_sample(ctx, namespace, name, uid)
+                ctx.forget(names.SAMPLE_KIND, namespace, name)
+                log.info("datasample gone", namespace=namespace, name=name)
+                return None
+            RECONCILES.labels(names.SAMPLE_KIND, "error").inc()
+            raise kopf.TemporaryError(f"Kubernetes API call failed: {exc}", delay=2) from None
         except ApiError as exc:
             RECONCILES.labels(names.SAMPLE_KIND, "error").inc()
             raise kopf.TemporaryError(f"Kubernetes API call failed: {exc}", delay=2) from None

@@ -5,15 +5,27 @@ stand-in answers both as the API server does: ``StrictApiServer.throttle``, ``po
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
+import yaml
 
-from tests.support.sparkapplications import create_app, example_app, state
+from tests.support.sparkapplications import (
+    APPS_PATH,
+    create,
+    create_app,
+    example_app,
+    patch,
+    state,
+)
 
-from .conftest import NAMESPACE, OperatorProcess, StrictApiServer, eventually
+from .conftest import EXAMPLES_DIR, NAMESPACE, OperatorProcess, StrictApiServer, eventually
 
 pytestmark = pytest.mark.timeout(300)  # a backstop: waits have their own deadlines
 
 PODS_PATH = f"/api/v1/namespaces/{NAMESPACE}/pods"
+SAMPLES = "sparkglass.io/v1alpha1/datasamples"
+SAMPLES_PATH = f"/apis/sparkglass.io/v1alpha1/namespaces/{NAMESPACE}/datasamples"
 
 
 def pod_creates(kube: StrictApiServer) -> int:
@@ -49,3 +61,29 @@ async def test_a_full_quota_queues_the_driver_instead_of_failing_the_run(
     del kube.pod_quota[NAMESPACE]  # room again (another run ended)
     await eventually(lambda: state(kube, "queued") == "SUBMITTED", operator=operator)
     assert kube.stored("v1/pods", NAMESPACE, "queued-driver") is not None
+
+
+async def test_a_datasample_deleted_while_the_watch_was_away_is_forgotten(
+    kube: StrictApiServer, operator: OperatorProcess
+) -> None:
+    """A delete in a watch's 410 gap leaves a ghost in the operator's cache: it was stepped
+    again and again, each status write a 404 turned into a retry every 2 s, forever. Now one
+    404 on its own object, confirmed by a read, forgets it."""
+    await create_app(kube, example_app())  # never started: the DataSample waits for it
+    sample = yaml.safe_load((EXAMPLES_DIR / "flights-datasample.yaml").read_text())
+    sample["metadata"]["name"] = "ghost"
+    sample["spec"]["applicationRef"] = {"name": "flights"}
+    await create(kube, SAMPLES_PATH, sample)
+    await eventually(
+        lambda: (kube.stored(SAMPLES, NAMESPACE, "ghost") or {}).get("status"),
+        what="the DataSample's first status",
+        operator=operator,
+    )
+    kube.vanish(SAMPLES, NAMESPACE, "ghost")
+    writes = f"{SAMPLES_PATH}/ghost/status"
+    # Woken by its application (a step is due anyway while it waits): one write, a 404.
+    await patch(kube, f"{APPS_PATH}/flights", {"metadata": {"labels": {"touched": "yes"}}})
+    await eventually(lambda: "datasample gone" in operator.output(), operator=operator)
+    settled = kube.served["PATCH", writes]
+    await asyncio.sleep(5)  # what must not happen: no condition to wait for, only a span
+    assert kube.served["PATCH", writes] == settled

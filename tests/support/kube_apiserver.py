@@ -680,6 +680,11 @@ class StrictApiServer(kmock.KubernetesEmulator):
             return None
         return None if obj.deleted else copy.deepcopy(obj.raw)
 
+    def vanish(self, resource: str, namespace: str, name: str) -> None:
+        """Remove an object without a watch event: what a client sees of a delete that
+        happened while its watch was away (after a 410 Gone, a relist never reports it)."""
+        del self._objects[kmock.resource(resource), namespace, name]
+
     def names(self, resource: str, namespace: str) -> set[str]:
         """Names of the live objects of ``resource`` in ``namespace``."""
         res = kmock.resource(resource)
