@@ -90,7 +90,7 @@ def register(registry: kopf.OperatorRegistry, resync_seconds: float) -> None:
     kopf.on.resume(*res, registry=registry, id="reconcile")(on_application)
     kopf.on.create(*res, registry=registry, id="reconcile")(on_application)
     kopf.on.update(*res, field="spec", registry=registry, id="reconcile")(on_application)
-    kopf.timer(*res, interval=resync_seconds, registry=registry, id="resync")(on_application)
+    kopf.timer(*res, interval=resync_seconds, registry=registry, id="resync")(on_resync)
     kopf.on.event(
         "",
         "v1",
@@ -127,6 +127,35 @@ async def on_application(namespace: str | None, name: str, memo: Any, **kwargs: 
     _adopt_executor_index(memo, kwargs)
     if namespace:
         await reconcile(memo, namespace, name)
+
+
+async def on_resync(
+    body: kopf.Body, namespace: str | None, name: str, memo: Any, **kwargs: Any
+) -> None:
+    """The resync timer: a pass for a live application; none, and no API request, for one
+    that ended and has nothing due (see :func:`settled`). Its events still bring passes: a
+    spec change (the update handler), its driver or executor Pods changing or going."""
+    if settled(dict(body), time.time()):
+        return
+    await on_application(namespace, name, memo, **kwargs)
+
+
+def settled(app: dict[str, Any], now: float) -> bool:
+    """True for an application whose run ended (``COMPLETED``, ``FAILED``,
+    ``SUBMISSION_FAILED``) with its current spec observed, and whose ``timeToLiveSeconds``
+    (if any) is not yet due at ``now`` (epoch seconds): a pass would change nothing. Without
+    this, every ended application kept by a batch platform cost the same API requests per
+    resync as a running one."""
+    status = app.get("status") or {}
+    if _state(status) not in {s.value for s in TERMINAL}:
+        return False
+    if status.get("observedGeneration") != (app.get("metadata") or {}).get("generation"):
+        return False
+    ttl = (app.get("spec") or {}).get("timeToLiveSeconds")
+    if ttl is None:
+        return True
+    ended = epoch_or_zero(status.get("terminationTime"))
+    return bool(ended) and now < ended + float(ttl)
 
 
 async def on_driver_pod(body: kopf.Body, memo: Any, **kwargs: Any) -> None:

@@ -1,7 +1,9 @@
-"""The operator under a real API server's throttling and quota: a 429 from API Priority and
-Fairness is retried after its ``Retry-After``, and a ResourceQuota with no room for the
-driver Pod queues the application instead of ending it as ``SUBMISSION_FAILED`` (the
-stand-in answers both as the API server does: ``StrictApiServer.throttle``, ``pod_quota``)."""
+"""The operator under a real API server's load and faults: a 429 from API Priority and
+Fairness is retried after its ``Retry-After``; a ResourceQuota with no room for the driver
+Pod queues the application instead of ending it as ``SUBMISSION_FAILED`` (the stand-in
+answers both as the API server does: ``StrictApiServer.throttle``, ``pod_quota``); a
+DataSample deleted in a watch gap is forgotten; an ended application costs no request per
+resync."""
 
 from __future__ import annotations
 
@@ -11,11 +13,13 @@ import pytest
 import yaml
 
 from tests.support.sparkapplications import (
+    APPS,
     APPS_PATH,
     create,
     create_app,
     example_app,
     patch,
+    set_pod_phase,
     state,
 )
 
@@ -87,3 +91,49 @@ async def test_a_datasample_deleted_while_the_watch_was_away_is_forgotten(
     settled = kube.served["PATCH", writes]
     await asyncio.sleep(5)  # what must not happen: no condition to wait for, only a span
     assert kube.served["PATCH", writes] == settled
+
+
+def requests_naming(kube: StrictApiServer, app: str) -> int:
+    """Requests the stand-in served on ``app``'s objects and children (any method)."""
+    return sum(
+        n
+        for (_, path), n in kube.served.items()
+        if any(part == app or part.startswith(f"{app}-") for part in path.split("/"))
+    )
+
+
+async def test_an_ended_application_costs_no_request_per_resync(
+    kube: StrictApiServer, operator: OperatorProcess
+) -> None:
+    """Each resync used to make the same GETs (the application, its ConfigMap, Secret,
+    Service and driver Pod) for a COMPLETED application as for a running one. Now an ended
+    one with its spec observed and no TTL due gets none, while a running one beside it keeps
+    its passes (the witness that resyncs happened: --resync-seconds 1 in these tests)."""
+    for name in ("done", "live"):
+        body = example_app()
+        body["metadata"]["name"] = name
+        await create_app(kube, body)
+        await eventually(lambda n=name: state(kube, n) == "SUBMITTED", operator=operator)
+        await set_pod_phase(kube, f"{name}-driver", "Running", podIP="10.0.0.9")
+        await eventually(lambda n=name: state(kube, n) == "RUNNING", operator=operator)
+    await set_pod_phase(kube, "done-driver", "Succeeded")
+    await eventually(lambda: state(kube, "done") == "COMPLETED", operator=operator)
+
+    def live_gets() -> int:
+        return kube.served["GET", f"{APPS_PATH}/live"]
+
+    start_live = live_gets()
+    await eventually(lambda: live_gets() >= start_live + 1, operator=operator)
+    before = requests_naming(kube, "done")
+    start_live = live_gets()
+    await eventually(lambda: live_gets() >= start_live + 3, what="3 passes", operator=operator)
+    assert requests_naming(kube, "done") == before
+    assert state(kube, "done") == "COMPLETED"
+    # Its events still count: a spec change brings a pass, and a TTL once due its deletion.
+    await patch(kube, f"{APPS_PATH}/done", {"spec": {"timeToLiveSeconds": 1}})
+    await eventually(
+        lambda: kube.stored(APPS, NAMESPACE, "done") is None,
+        what="TTL deletion once due",
+        timeout=60,
+        operator=operator,
+    )
