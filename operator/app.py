@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import logging
 import urllib.parse
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import aiohttp.web
@@ -98,7 +99,7 @@ async def operate(config: OperatorConfig, *, stop_flag: asyncio.Event | None = N
     election, first wait to lead. Raises ``SystemExit(1)`` when leadership is lost."""
     if not config.standalone and config.election is None:
         raise ValueError("no leader election Lease configured: give election, or standalone")
-    cluster = Cluster()
+    cluster = Cluster(qps=config.api_qps)
     store = ResultStore(config.store_url) if config.store_url else None
     memo = OperatorContext(config=config, cluster=cluster, store=store)
     if config.metrics_port:
@@ -131,7 +132,14 @@ async def _lead_and_operate(
     elector = None
     if not config.standalone:
         assert config.election is not None  # checked by operate()
-        elector = LeaderElector(cluster, config.election)
+        # Renewals on a client of their own: their own thread and connection, never queued
+        # behind reconcile calls nor held by the QPS limit, and a 429 left to the elector's
+        # own retry period (a Retry-After could outlast the renew deadline).
+        lease_cluster = Cluster(
+            executor=ThreadPoolExecutor(1, thread_name_prefix="sparkglass-lease"),
+            throttled_attempts=1,
+        )
+        elector = LeaderElector(lease_cluster, config.election)
         health = await _serve_candidate_health(config.liveness_endpoint)
         try:
             await elector.acquire()

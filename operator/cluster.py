@@ -18,14 +18,19 @@ it, with :attr:`ApiError.transient` true, as for status 0, 5xx and a ResourceQuo
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import functools
 import json
 import os
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any
 
 import kubernetes
+from aiolimiter import AsyncLimiter
 from kubernetes.client.exceptions import ApiException
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
+from urllib3.util.retry import Retry
 
 from . import names
 from .metrics import API_REQUESTS
@@ -101,8 +106,34 @@ def load_client_config() -> kubernetes.client.Configuration:
 class Cluster:
     """Awaitable CRUD on namespaced objects as dicts (see the module docstring for errors)."""
 
-    def __init__(self, configuration: kubernetes.client.Configuration | None = None) -> None:
-        self._api = kubernetes.client.ApiClient(configuration or load_client_config())
+    def __init__(
+        self,
+        configuration: kubernetes.client.Configuration | None = None,
+        *,
+        executor: Executor | None = None,
+        throttled_attempts: int = THROTTLED_ATTEMPTS,
+        qps: float | None = None,
+    ) -> None:
+        """``executor``: the threads the blocking calls run in (default: the event loop's
+        pool); ``throttled_attempts``: tries of a call answered 429 (1: none retried here);
+        ``qps``: the most requests started per second (a bucket of as many tokens, refilled
+        evenly; ``None``: no limit), as client-go's ``QPS`` and ``Burst``."""
+        configuration = configuration or load_client_config()
+        # One retry policy, this class's: urllib3 would otherwise retry a 429 or 503 itself,
+        # three times per call, asleep in a worker thread for each Retry-After.
+        configuration.retries = Retry(
+            total=3,
+            connect=3,
+            read=0,
+            status=0,
+            other=0,
+            respect_retry_after_header=False,
+            raise_on_status=False,
+        )
+        self._api = kubernetes.client.ApiClient(configuration)
+        self._executor = executor
+        self._throttled_attempts = max(1, throttled_attempts)
+        self._limiter = AsyncLimiter(qps, 1.0) if qps else None
 
     def close(self) -> None:
         self._api.close()
@@ -202,16 +233,27 @@ class Cluster:
         query: list[tuple[str, str]] | None = None,
         content_type: str = "application/json",
     ) -> dict[str, Any]:
+        # The caller's context variables travel with the call, as asyncio.to_thread does.
+        call = functools.partial(
+            contextvars.copy_context().run,
+            self._call_sync,
+            method,
+            path,
+            body,
+            query,
+            content_type,
+        )
+        loop = asyncio.get_running_loop()
         async for attempt in AsyncRetrying(
             retry=retry_if_exception(lambda e: isinstance(e, ApiError) and e.status == 429),
             wait=_retry_after,
-            stop=stop_after_attempt(THROTTLED_ATTEMPTS),
+            stop=stop_after_attempt(self._throttled_attempts),
             reraise=True,
         ):
             with attempt:
-                return await asyncio.to_thread(
-                    self._call_sync, method, path, body, query, content_type
-                )
+                if self._limiter is not None:
+                    await self._limiter.acquire()
+                return await loop.run_in_executor(self._executor, call)
         raise AssertionError("unreachable: AsyncRetrying re-raises the last error")
 
     def _call_sync(

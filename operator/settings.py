@@ -60,6 +60,9 @@ class OperatorConfig:
     metrics_port: int | None = 9090
     metrics_address: str = "0.0.0.0"
     resync_seconds: float = 10.0
+    #: Kubernetes API requests started per second at most (bursts as many); the Lease's
+    #: renewals have their own client, outside this limit.
+    api_qps: float = 20.0
     #: How often a running driver's metrics are copied into ``status.progress`` (0: never).
     progress_seconds: float = 10.0
     poll_seconds: float = 1.0

@@ -8,10 +8,14 @@ resync."""
 from __future__ import annotations
 
 import asyncio
+import time
+from typing import Any
 
+import kubernetes
 import pytest
 import yaml
 
+from sparkglass.operator.cluster import PODS, ApiError, Cluster
 from tests.support.sparkapplications import (
     APPS,
     APPS_PATH,
@@ -137,3 +141,59 @@ async def test_an_ended_application_costs_no_request_per_resync(
         timeout=60,
         operator=operator,
     )
+
+
+def client(kube: StrictApiServer, **options: Any) -> Cluster:
+    """The operator's own API client, pointed at the stand-in."""
+    configuration = kubernetes.client.Configuration()
+    configuration.host = str(kube.url).rstrip("/")
+    return Cluster(configuration, **options)
+
+
+async def test_the_client_keeps_to_its_qps_and_bursts(kube: StrictApiServer) -> None:
+    """``--api-qps``: at 10 per second, 30 requests at once take at least 2 s (10 at once
+    from the full bucket, then 10 per second), and all are answered."""
+    cluster = client(kube, qps=10)
+    started = time.monotonic()
+    answers = await asyncio.gather(*(cluster.find(PODS, NAMESPACE, "none") for _ in range(30)))
+    elapsed = time.monotonic() - started
+    cluster.close()
+    assert answers == [None] * 30
+    assert elapsed >= 1.8, elapsed  # 20 past the burst at 10/s (the bucket's leak is even)
+
+
+async def test_a_429_storm_ends_after_the_attempts_with_a_transient_error(
+    kube: StrictApiServer,
+) -> None:
+    """A call throttled past its attempts reaches the caller as a transient 429 carrying the
+    Retry-After; one attempt (the Lease's client) waits for none."""
+    path = f"/api/v1/namespaces/{NAMESPACE}/pods/none"
+    kube.throttle("GET", path, times=100, retry_after=0)
+    cluster = client(kube, throttled_attempts=3)
+    with pytest.raises(ApiError) as caught:
+        await cluster.get(PODS, NAMESPACE, "none")
+    assert caught.value.status == 429 and caught.value.transient
+    assert caught.value.retry_after == 0
+    assert kube.served["GET", path] == 3
+    lease_like = client(kube, throttled_attempts=1)
+    with pytest.raises(ApiError):
+        await lease_like.get(PODS, NAMESPACE, "none")
+    assert kube.served["GET", path] == 4
+    cluster.close()
+    lease_like.close()
+
+
+@pytest.mark.parametrize(
+    ("status", "message", "transient"),
+    [
+        (0, "connection refused", True),
+        (503, "unavailable", True),
+        (429, "Too many requests", True),
+        (403, 'pods "x" is forbidden: exceeded quota: compute, requested: pods=1', True),
+        (403, 'pods "x" is forbidden: violates PodSecurity "restricted:latest"', False),
+        (403, "forbidden: User cannot create resource pods", False),
+        (422, "Pod is invalid", False),
+    ],
+)
+def test_what_is_worth_retrying(status: int, message: str, transient: bool) -> None:
+    assert ApiError(status, message).transient is transient

@@ -140,6 +140,16 @@ def run(
     resync: float = typer.Option(
         10.0, "--resync-seconds", min=0.2, max=3600, help="SparkApplication resync interval."
     ),
+    api_qps: float = typer.Option(
+        20.0,
+        "--api-qps",
+        min=1,
+        max=1000,
+        envvar="SPARKGLASS_API_QPS",
+        help="Most Kubernetes API requests the operator starts per second (bursts up to as "
+        "many), as client-go's QPS: its flow stays inside its API Priority and Fairness "
+        "share. Leader-election renewals are not counted.",
+    ),
     progress: float = typer.Option(
         10.0,
         "--progress-seconds",
@@ -287,6 +297,7 @@ def run(
         metrics_port=metrics_port or None,
         metrics_address=bind,
         resync_seconds=resync,
+        api_qps=api_qps,
         progress_seconds=progress,
         poll_seconds=poll,
         max_status_bytes=max_status_bytes,
