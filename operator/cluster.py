@@ -21,7 +21,9 @@ import asyncio
 import contextvars
 import functools
 import json
+import math
 import os
+import re
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any
@@ -34,6 +36,15 @@ from urllib3.util.retry import Retry
 
 from . import names
 from .metrics import API_REQUESTS
+
+#: The quota admission plugin's refusals (plugin/pkg/admission/resourcequota), anchored
+#: at the start: ``<resource> "<name>" is forbidden: exceeded quota: <quota>, requested:
+#: <r>=<q>,…, used: …, limited: …``, and its wait for a quota's first status.
+_QUOTA_EXCEEDED = re.compile(
+    r'^\S+ "[^"]*" is forbidden: exceeded quota: [^,]+, requested: [^ ]+, '
+    r"used: (?P<used>[^ ]+), limited: "
+)
+_QUOTA_UNKNOWN = re.compile(r'^\S+ "[^"]*" is forbidden: status unknown for quota: ')
 
 #: Attempts of a call the API server throttles (429) before the caller sees the 429.
 THROTTLED_ATTEMPTS = 5
@@ -53,11 +64,22 @@ class ApiError(Exception):
     @property
     def transient(self) -> bool:
         """The API server's or the cluster's passing state, not a refusal of the request:
-        no answer, a 5xx, throttling (429), or a ResourceQuota that has no room yet (a 403
-        "exceeded quota": room comes back as other Pods end). Worth retrying later."""
+        no answer, a 5xx, throttling (429), or a ResourceQuota with no room yet (the quota
+        plugin's 403 "exceeded quota" while other objects use some of it: room comes back as
+        they end; or its "status unknown for quota" while the quota controller catches up).
+        A request over the quota with nothing else using it can never fit: not transient."""
         if self.status == 0 or self.status == 429 or self.status >= 500:
             return True
-        return self.status == 403 and "exceeded quota" in str(self)
+        if self.status != 403:
+            return False
+        message = str(self).removeprefix(f"HTTP {self.status}: ")
+        if _QUOTA_UNKNOWN.search(message):
+            return True
+        exceeded = _QUOTA_EXCEEDED.search(message)
+        if exceeded is None:
+            return False
+        used = [q.split("=", 1)[-1] for q in exceeded.group("used").split(",")]
+        return any(q.strip() not in ("0", "") for q in used)
 
 
 class NotFound(ApiError):
@@ -325,12 +347,15 @@ def request_labels(
 
 
 def _seconds(header: str | None) -> float | None:
-    """A ``Retry-After`` in seconds (the API server sends whole seconds; an HTTP date or
-    garbage counts as none)."""
+    """A ``Retry-After`` in seconds, within 0 to :data:`MAX_RETRY_AFTER_S` (the API server
+    sends whole seconds; an HTTP date, garbage, ``inf`` or ``nan`` count as none)."""
     try:
-        return max(0.0, float(header)) if header else None
+        value = float(header) if header else None
     except ValueError:
         return None
+    if value is None or not math.isfinite(value):
+        return None
+    return min(max(0.0, value), MAX_RETRY_AFTER_S)
 
 
 def _retry_after(state: RetryCallState) -> float:
@@ -338,7 +363,7 @@ def _retry_after(state: RetryCallState) -> float:
     exc = state.outcome.exception() if state.outcome else None
     given = exc.retry_after if isinstance(exc, ApiError) else None
     if given is not None:
-        return min(given, MAX_RETRY_AFTER_S)
+        return min(max(given, 0.5), MAX_RETRY_AFTER_S)  # never a burst of instant retries
     return min(2.0 ** (state.attempt_number - 1), MAX_RETRY_AFTER_S)
 
 

@@ -61,11 +61,13 @@ class ResultStore:
         uid: str,
         name: str,
         started_at_ms: int | None,
-        request_key: str = "",
+        request_key: str,
     ) -> str:
         """Save (or replace) the result of the DataSample ``name`` of ``metadata.uid``
         ``uid``; returns the store's round id (module docstring). ``request_key``: the
-        DataSample's request (``RoundRequest.key()``, empty for a plain round). Raises
+        DataSample's ``RoundRequest.key()``: a round of the DataSample's own (not one the
+        service started and bound to it) is stored as its answer, never a plain poll's
+        (whatever it asked: its limits alone may narrow it). Raises
         :class:`RoundIdConflict` (nothing written) when that round belongs to another
         application or vertex, and whatever the database raises (transient)."""
         return await asyncio.to_thread(
@@ -118,7 +120,12 @@ class ResultStore:
                         external_ref=name,
                         triggered_by="sparkglass-operator",
                         started_at=started_at_ms,
-                        request_key=request_key,
+                        # The service's round stays the plain round it started.
+                        request_key=(
+                            None
+                            if bound is not None
+                            else repository.datasample_round_key(request_key)
+                        ),
                     )
                 except repository.RoundOwnershipError as exc:
                     raise RoundIdConflict(str(exc)) from None

@@ -136,9 +136,11 @@ class Round(Base):
     datasample_uid: Mapped[str | None] = mapped_column(
         String(253), nullable=True, unique=True, index=True
     )
-    #: What the round was asked for: ``None`` for a plain round, else the request's
-    #: :meth:`~sparkglass.runtime.contract.round_request.RoundRequest.key` (a DataSample
-    #: with ``kind``, ``filter`` or ``columns``). Plain polls answer only with plain rounds.
+    #: Whose answer the round is: ``""`` for a round the service started (a plain poll's,
+    #: the only rounds a plain poll answers with), else ``datasample:<request key>`` for a
+    #: ``kubectl`` DataSample's (its own filter, kind, columns, or limits such as
+    #: ``maxRecords`` and ``subtaskIndex``: never the page's answer). ``None`` only while a
+    #: migration is under way.
     request_key: Mapped[str | None] = mapped_column(Text, nullable=True)
 
 

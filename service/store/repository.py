@@ -229,6 +229,16 @@ def claim_round(
     return bool(getattr(result, "rowcount", 0) == 1)
 
 
+#: ``Round.request_key`` of a round the service started: the only answers to a plain poll.
+PLAIN_ROUND = ""
+
+
+def datasample_round_key(request_key: str) -> str:
+    """``Round.request_key`` of a ``kubectl`` DataSample's own round (``request_key``: its
+    ``RoundRequest.key()``, empty for no kind, filter or columns)."""
+    return f"datasample:{request_key}"
+
+
 def create_round(
     session: Session,
     round_id: str,
@@ -238,7 +248,8 @@ def create_round(
     triggered_by: str | None,
     at: int | None = None,
 ) -> Round:
-    """Insert a ``PENDING`` round row."""
+    """Insert a ``PENDING`` round row (a plain round: ``request_key`` empty; a DataSample's
+    own round is marked by :func:`save_round`)."""
     row = Round(
         id=round_id,
         application_id=application_id,
@@ -251,6 +262,7 @@ def create_round(
         dropped_by_rate_limit=0,
         failed_subtasks=[],
         triggered_by=triggered_by,
+        request_key=PLAIN_ROUND,
     )
     session.add(row)
     session.flush()
@@ -309,8 +321,12 @@ def round_of_datasample(session: Session, uid: str) -> Round | None:
 
 
 #: Columns of a round's outcome (what :func:`adopt_datasample_round` carries over).
+#: What adoption moves from the operator's round into the service's: the outcome, not who
+#: started the round, when, nor whose answer it is.
 _OUTCOME_COLUMNS = tuple(
-    c.key for c in Round.__table__.columns if c.key not in ("id", "application_id", "vertex")
+    c.key
+    for c in Round.__table__.columns
+    if c.key not in ("id", "application_id", "vertex", "triggered_by", "started_at", "request_key")
 )
 
 
@@ -379,9 +395,8 @@ def save_round(
     ``samples``, when given, are the records instead of ``result.samples``; they are consumed
     and written one subtask at a time, so a caller can fetch them piecewise (whatever the
     iterable raises propagates, and the caller's transaction then writes nothing).
-    ``request_key``: the DataSample's narrowed request
-    (:meth:`~sparkglass.runtime.contract.round_request.RoundRequest.key`), empty or ``None``
-    for a plain round; plain polls never answer with a narrowed one.
+    ``request_key``: whose answer the round is (``Round.request_key``); ``None`` keeps the
+    row's (a round the service started stays plain).
 
     Raises :class:`RoundOwnershipError` (nothing written) when the row ``round_id`` belongs to
     another application or vertex: round ids are not secret (REST bodies, ``resultsURL``), so
@@ -417,7 +432,8 @@ def save_round(
     row.no_data_reason = result.no_data_reason.value if result.no_data_reason else None
     row.last_micro_batch_timestamp = result.last_micro_batch_timestamp
     row.materialized_at = result.materialized_at
-    row.request_key = request_key or None
+    if request_key is not None:
+        row.request_key = request_key
     if external_ref is not None:
         row.external_ref = external_ref
     session.execute(delete(SampleRecord).where(SampleRecord.round_id == rid))
@@ -458,7 +474,7 @@ def latest_finished_round(session: Session, application_id: int, vertex: str) ->
             Round.application_id == application_id,
             Round.vertex == vertex,
             Round.status != SampleStatus.PENDING.value,
-            Round.request_key.is_(None),
+            Round.request_key == PLAIN_ROUND,
         )
         .order_by(Round.end_timestamp.desc(), Round.started_at.desc())
         .limit(1)
@@ -477,7 +493,7 @@ def running_round(
             Round.vertex == vertex,
             Round.status == SampleStatus.PENDING.value,
             Round.started_at > started_after,
-            Round.request_key.is_(None),
+            Round.request_key == PLAIN_ROUND,
         )
         .order_by(Round.started_at.desc())
         .limit(1)

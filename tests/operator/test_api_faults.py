@@ -19,6 +19,7 @@ from sparkglass.operator.cluster import PODS, ApiError, Cluster
 from tests.support.sparkapplications import (
     APPS,
     APPS_PATH,
+    app_status,
     create,
     create_app,
     example_app,
@@ -40,6 +41,9 @@ def pod_creates(kube: StrictApiServer) -> int:
     return kube.served["POST", PODS_PATH]
 
 
+# A long resync: a create retried only by kopf (TemporaryError, delay at least the resync)
+# would come a minute later, past the deadlines below.
+@pytest.mark.parametrize("operator_args", [["--resync-seconds", "60"]])
 async def test_a_throttled_driver_pod_create_is_retried_after_retry_after(
     kube: StrictApiServer, operator: OperatorProcess
 ) -> None:
@@ -47,28 +51,64 @@ async def test_a_throttled_driver_pod_create_is_retried_after_retry_after(
     body = example_app()
     body["metadata"]["name"] = "throttled"
     await create_app(kube, body)
-    await eventually(lambda: state(kube, "throttled") == "SUBMITTED", operator=operator)
+    await eventually(
+        lambda: state(kube, "throttled") == "SUBMITTED", timeout=30, operator=operator
+    )
     assert kube.throttled["POST", PODS_PATH][0] == 0  # both 429s were answered
     assert pod_creates(kube) == 3  # two throttled, then the one that created the Pod
     assert kube.stored("v1/pods", NAMESPACE, "throttled-driver") is not None
-    assert "SUBMISSION_FAILED" not in operator.output()
+    output = operator.output()
+    assert "SUBMISSION_FAILED" not in output and "failed temporarily" not in output
 
 
-async def test_a_full_quota_queues_the_driver_instead_of_failing_the_run(
+@pytest.mark.parametrize("operator_args", [["--resync-seconds", "60"]])
+async def test_a_throttled_read_is_retried_in_the_client(
     kube: StrictApiServer, operator: OperatorProcess
 ) -> None:
-    kube.pod_quota[NAMESPACE] = 0
+    """A GET answered 429 (the driver Pod's, read on every pass) is retried in the client,
+    not left to a pass a resync later."""
     body = example_app()
-    body["metadata"]["name"] = "queued"
+    body["metadata"]["name"] = "read"
+    kube.throttle("GET", f"{PODS_PATH}/read-driver", times=2, retry_after=1)
     await create_app(kube, body)
+    await eventually(lambda: state(kube, "read") == "SUBMITTED", timeout=30, operator=operator)
+    assert kube.throttled["GET", f"{PODS_PATH}/read-driver"][0] == 0
+    assert "failed temporarily" not in operator.output()
+
+
+async def test_a_full_quota_queues_the_driver_until_another_run_ends(
+    kube: StrictApiServer, operator: OperatorProcess
+) -> None:
+    kube.pod_quota[NAMESPACE] = 1
+    first = example_app()
+    first["metadata"]["name"] = "first"
+    await create_app(kube, first)
+    await eventually(lambda: state(kube, "first") == "SUBMITTED", operator=operator)
+    queued = example_app()
+    queued["metadata"]["name"] = "queued"
+    await create_app(kube, queued)
     # Refused by the quota at least twice: retried, and the run is not over.
-    await eventually(lambda: pod_creates(kube) >= 2, what="a second create", operator=operator)
+    await eventually(lambda: pod_creates(kube) >= 3, what="a second create", operator=operator)
     assert state(kube, "queued") != "SUBMISSION_FAILED"
     assert "exceeded quota" in operator.output()
     assert kube.stored("v1/pods", NAMESPACE, "queued-driver") is None
-    del kube.pod_quota[NAMESPACE]  # room again (another run ended)
+    await set_pod_phase(kube, "first-driver", "Succeeded")  # room again: the first run ended
     await eventually(lambda: state(kube, "queued") == "SUBMITTED", operator=operator)
     assert kube.stored("v1/pods", NAMESPACE, "queued-driver") is not None
+
+
+async def test_a_driver_over_the_quota_on_its_own_fails_the_submission(
+    kube: StrictApiServer, operator: OperatorProcess
+) -> None:
+    """Nothing else uses the quota and the driver still does not fit: waiting would never
+    end, so the submission fails, naming the quota."""
+    kube.pod_quota[NAMESPACE] = 0
+    body = example_app()
+    body["metadata"]["name"] = "toobig"
+    await create_app(kube, body)
+    await eventually(lambda: state(kube, "toobig") == "SUBMISSION_FAILED", operator=operator)
+    message = app_status(kube, "toobig")["applicationState"]["errorMessage"]
+    assert "exceeded quota" in message, message
 
 
 async def test_a_datasample_deleted_while_the_watch_was_away_is_forgotten(
@@ -189,7 +229,20 @@ async def test_a_429_storm_ends_after_the_attempts_with_a_transient_error(
         (0, "connection refused", True),
         (503, "unavailable", True),
         (429, "Too many requests", True),
-        (403, 'pods "x" is forbidden: exceeded quota: compute, requested: pods=1', True),
+        (
+            403,
+            'pods "x" is forbidden: exceeded quota: compute, requested: pods=1, used: pods=1, '
+            "limited: pods=1",
+            True,
+        ),
+        (
+            403,
+            'pods "x" is forbidden: exceeded quota: compute, requested: limits.cpu=8,pods=1, '
+            "used: limits.cpu=0,pods=0, limited: limits.cpu=4,pods=10",
+            False,  # the request alone is over: it never fits
+        ),
+        (403, 'pods "x" is forbidden: status unknown for quota: compute, resources: pods', True),
+        (403, 'admission webhook "v" denied the request: exceeded quota: ours', False),
         (403, 'pods "x" is forbidden: violates PodSecurity "restricted:latest"', False),
         (403, "forbidden: User cannot create resource pods", False),
         (422, "Pod is invalid", False),

@@ -874,3 +874,25 @@ async def test_a_running_drivers_metrics_are_published_in_the_application_status
     )
     # Only with the application's own token: no 401 was ever answered.
     assert driver.auth_failures == 0
+
+
+async def test_a_kubectl_datasamples_round_is_stored_as_its_own_not_the_pages(
+    kube: StrictApiServer,
+    operator: OperatorProcess,
+    driver: ScriptedDriver,
+    store_url: str,
+) -> None:
+    """The operator stores a ``kubectl`` DataSample's result under what it asked, so the
+    service's plain polls (the page) never answer with it (``rounds.request_key``)."""
+    from sparkglass.runtime.contract.round_request import round_request
+    from sparkglass.service.store import get_round, open_store
+
+    await running_app(kube, operator, driver)
+    body = sample_body("late", "parse", filter="dep_delay > 60")
+    await post(kube, "datasamples", body)
+    await assert_final(kube, "late", operator, "Complete")
+    uid = kube.stored(SAMPLES, NAMESPACE, "late")["metadata"]["uid"]
+    with open_store(store_url).begin() as session:
+        row = get_round(session, uid)
+        assert row is not None
+        assert row.request_key == f"datasample:{round_request(filter='dep_delay > 60').key()}"

@@ -50,6 +50,7 @@ def test_first_rounds_of_an_application_saved_at_once_both_land(
                     uid="second",  # no round bound to it: saved under the uid
                     name="ds-2",
                     started_at_ms=None,
+                    request_key="",
                 ),
             )  # fmt: skip
 

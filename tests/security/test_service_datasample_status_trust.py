@@ -166,6 +166,7 @@ async def play_operator(
                             uid=uid,
                             name=meta["name"],
                             started_at_ms=None,
+                            request_key="",
                         )
                     if saved is not None:
                         saved.set()

@@ -84,6 +84,7 @@ def operator_save(url: str, uid: str, tag: str, *, driver_round: str | None = No
             uid=uid,
             name=NAME,
             started_at_ms=None,
+            request_key="",
         )
     )
 
@@ -182,7 +183,7 @@ def test_no_adoption_across_vertices(db_url: str) -> None:
     asyncio.run(
         ResultStore(db_url).save(
             namespace=NS, application=APP, vertex="other", result=result("x"),
-            uid=SERVICE_UID, name=NAME, started_at_ms=None,
+            uid=SERVICE_UID, name=NAME, started_at_ms=None, request_key="",
         )
     )  # fmt: skip
     with open_store(db_url).begin() as session:
@@ -191,39 +192,61 @@ def test_no_adoption_across_vertices(db_url: str) -> None:
         assert row is not None and (row.status, row.datasample_uid) == ("PENDING", None)
 
 
-def test_a_plain_poll_never_answers_with_a_datasamples_narrowed_round(db_url: str) -> None:
-    """A ``kubectl`` DataSample with a filter (or kind, or columns) is saved like any other,
-    but it is not what the page or a plain REST poll asked for: the newest round a plain poll
-    may answer with stays the newest plain one, and the narrowed one is still found by its
-    id (its ``resultsURL``)."""
-    narrowed = round_request(filter="dep_delay > 60", columns="carrier,dep_delay").key()
-    plain_id = operator_save(db_url, SERVICE_UID, "plain")
-    narrowed_id = asyncio.run(
-        ResultStore(db_url).save(
-            namespace=NS,
-            application=APP,
-            vertex=VERTEX,
-            # Ended after the plain round: the newest round of the vertex.
-            result=result("late-departures-only").model_copy(
-                update={"end_timestamp": int(time.time() * 1000) + 60_000}
-            ),
-            uid=TWIN_UID,
-            name="late-departures",
-            started_at_ms=None,
-            request_key=narrowed,
+def test_a_plain_poll_answers_only_with_rounds_the_service_started(db_url: str) -> None:
+    """A ``kubectl`` DataSample is saved as a round of its vertex like the service's own,
+    but it is not what the page or a plain REST poll asked for, whether it narrows the
+    round by a filter or only by its limits (``maxRecords`` defaults to 100, the service's
+    DataSample asks for 5,000): the newest round a plain poll may answer with stays the
+    newest one the service started. A DataSample's own round is still found by its id
+    (its ``resultsURL``) and listed."""
+    open_round(db_url, uid=SERVICE_UID)
+    assert operator_save(db_url, SERVICE_UID, "plain") == ROUND
+    later = int(time.time() * 1000) + 60_000  # both end after the service's round
+    for uid, asked in (
+        (TWIN_UID, round_request(filter="dep_delay > 60", columns="carrier,dep_delay")),
+        ("33333333-3333-4333-8333-333333333333", round_request()),  # its limits only
+    ):
+        own = asyncio.run(
+            ResultStore(db_url).save(
+                namespace=NS,
+                application=APP,
+                vertex=VERTEX,
+                result=result(f"own-{uid[:1]}").model_copy(update={"end_timestamp": later}),
+                uid=uid,
+                name=f"kubectl-{uid[:1]}",
+                started_at_ms=None,
+                request_key=asked.key(),
+            )
         )
-    )
+        assert own == uid
+        with open_store(db_url).begin() as session:
+            app = get_application(session, NS, APP)
+            assert app is not None
+            latest = latest_finished_round(session, app.id, VERTEX)
+            assert latest is not None and latest.id == ROUND, latest and latest.id
+            stored = get_round(session, own)
+            assert stored is not None and stored.request_key == f"datasample:{asked.key()}"
+        assert records(db_url, own) == [f'{{"who":"own-{uid[:1]}"}}']
+    # Without the service's round there is no plain answer at all: the poll starts one.
     with open_store(db_url).begin() as session:
-        app = get_application(session, NS, APP)
-        assert app is not None
-        latest = latest_finished_round(session, app.id, VERTEX)
-        assert latest is not None and latest.id == plain_id, latest and latest.id
-        stored = get_round(session, narrowed_id)
-        assert stored is not None and stored.request_key == narrowed
-    assert records(db_url, narrowed_id) == ['{"who":"late-departures-only"}']
-    # Only narrowed rounds: no plain answer at all (the poll starts a plain round instead).
-    with open_store(db_url).begin() as session:
-        session.execute(delete(Round).where(Round.id == plain_id))
+        session.execute(delete(Round).where(Round.id == ROUND))
     with open_store(db_url).begin() as session:
         app = get_application(session, NS, APP)
         assert app is not None and latest_finished_round(session, app.id, VERTEX) is None
+
+
+def test_adoption_keeps_the_service_round_plain_and_its_author(db_url: str) -> None:
+    """The operator saved first (its own round, marked as a DataSample's); the binding then
+    moves the outcome into the service's round, which stays a plain round started by whoever
+    polled, and is the plain answer."""
+    open_round(db_url, uid=None)
+    assert operator_save(db_url, SERVICE_UID, "early") == SERVICE_UID
+    assert store_lookup(open_store(db_url)).bind(ROUND, SERVICE_UID)
+    with open_store(db_url).begin() as session:
+        row = get_round(session, ROUND)
+        assert row is not None
+        assert (row.request_key, row.triggered_by, row.status) == ("", "alice", "COMPLETE")
+        app = get_application(session, NS, APP)
+        assert app is not None
+        latest = latest_finished_round(session, app.id, VERTEX)
+        assert latest is not None and latest.id == ROUND
