@@ -23,7 +23,9 @@ CRDS = {
 def _parsed(path: Path, mtime_ns: int, size: int) -> tuple[Any, ...]:
     # libyaml's loader: the pure-Python one took about 1.7 s per CRD file, and the operator
     # tests read the CRDs for every API server they start and every rule they check.
-    return tuple(yaml.load_all(path.read_text(), Loader=yaml.CSafeLoader))
+    return tuple(
+        yaml.load_all(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    )
 
 
 def yaml_documents(path: Path) -> list[Any]:
