@@ -450,17 +450,22 @@ def _field(response: httpx.Response) -> str | None:
 
 
 def _poll(
-    read: Callable[[], DataSampleResult], timeout_s: float, poll_interval_s: float
+    read: Callable[[], DataSampleResult],
+    timeout_s: float,
+    poll_interval_s: float,
+    *,
+    fresh: bool = False,
 ) -> DataSampleResult:
-    """``read()`` now, then every ``poll_interval_s`` while ``PENDING`` and before the
-    deadline ``timeout_s`` from now; the last answer (``PENDING`` when time ran out)."""
+    """``read()`` now, then every ``poll_interval_s`` while ``PENDING`` (with ``fresh``,
+    also while the answer is the previous round's, ``stale``) and before the deadline
+    ``timeout_s`` from now; the last answer (``PENDING`` or stale when time ran out)."""
     if not timeout_s >= 0:
         raise ValueError(f"timeout_s: expected seconds >= 0, got {timeout_s!r}")
     if not poll_interval_s > 0:
         raise ValueError(f"poll_interval_s: expected seconds > 0, got {poll_interval_s!r}")
     deadline = time.monotonic() + timeout_s
     result = read()
-    while result.status is SampleStatus.PENDING:
+    while result.status is SampleStatus.PENDING or (fresh and result.stale):
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             break
@@ -627,13 +632,15 @@ class ControlClient:
         request: RoundRequest | None = None,
     ) -> DataSampleResult:
         """:meth:`data_sample` polled like :meth:`wait_for_round` (the first call may start
-        the round)."""
+        the round), also while the answer is the previous round's (``stale``): a stale
+        answer is returned only when ``timeout_s`` ran out before a fresh one."""
         return _poll(
             lambda: self.data_sample(
                 vertex, subtask_index=subtask_index, max_records=max_records, request=request
             ),
             timeout_s,
             poll_interval_s,
+            fresh=True,
         )
 
 

@@ -399,3 +399,21 @@ def test_default_trust_is_one_verifying_context_shared_by_every_client() -> None
     second = ControlClient("https://driver.example:4045", "t")._protocol.verify()
     assert first is second and isinstance(first, ssl.SSLContext)
     assert first.verify_mode is ssl.CERT_REQUIRED and first.check_hostname
+
+
+def test_waiting_for_a_data_sample_never_ends_on_the_previous_rounds_answer() -> None:
+    """``sparkglass sample`` printed the previous round (``stale``) and exited 0 when the
+    driver answered with it while the new round ran. The wait for a data sample goes on
+    past stale answers until a fresh one, or the deadline (then the stale one, marked)."""
+    from sparkglass.runtime.control.client import _poll
+
+    previous = DataSampleResult(status=SampleStatus.COMPLETE, round_id="r1", stale=True)
+    fresh = DataSampleResult(status=SampleStatus.COMPLETE, round_id="r2")
+    answers = iter([previous, previous, fresh])
+    got = _poll(lambda: next(answers), 10, 0.01, fresh=True)
+    assert got.round_id == "r2" and not got.stale
+    start = time.monotonic()
+    last = _poll(lambda: previous, 0.2, 0.02, fresh=True)
+    assert last.stale and last.round_id == "r1" and time.monotonic() - start >= 0.2
+    # A named round is waited for while PENDING only (stale does not apply to it).
+    assert _poll(lambda: previous, 10, 0.01).round_id == "r1"

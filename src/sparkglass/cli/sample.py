@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import RenderableType
@@ -118,8 +118,7 @@ def sample(
             typer.echo(json.dumps(body, indent=2))
         else:
             _print_table(vertex, body)
-        if body.get("status") in ("FAILED", "PENDING"):
-            raise typer.Exit(1)
+        _exit_unless_fresh(vertex, wait, body)
         return
     if not endpoint:
         raise fail("give --endpoint (a driver control endpoint) or --service (the service)")
@@ -142,6 +141,19 @@ def sample(
         typer.echo(json.dumps(body, indent=2))
     else:
         _print_table(vertex, body)
+    _exit_unless_fresh(vertex, wait, body)
+
+
+def _exit_unless_fresh(vertex: str, wait: float, body: dict[str, Any]) -> None:
+    """Exit 1 unless ``body`` is the answer of a round that ended: a failed or still pending
+    round, or the previous round's answer (``stale``) when no new one ended in time."""
+    if body.get("stale"):
+        typer.echo(
+            f"no new round of {vertex!r} ended within --wait {wait:g} s: the answer above is "
+            "the previous round's (raise --wait, or see why the vertex has no data)",
+            err=True,
+        )
+        raise typer.Exit(1)
     if body.get("status") in ("FAILED", "PENDING"):
         raise typer.Exit(1)
 
