@@ -656,17 +656,22 @@ class RoundCoordinator:
         self, rnd: _Round, output: MaterializedOutput, settings: SamplingSettings
     ) -> None:
         """A round on a materialized vertex: its written rows, each at most once, within the
-        caps (1000 per subtask, 5000 per response; no rate limit: nothing runs per row)."""
+        caps (1000 per subtask, 5000 per response; no rate limit: nothing runs per row). Rows
+        left out by a cap set ``totalTruncated``."""
         try:
-            rows = output.read(MAX_RECORDS_PER_RESPONSE, settings.max_record_length)
+            # One row past the cap: whether the output holds more than a response returns.
+            rows = output.read(MAX_RECORDS_PER_RESPONSE + 1, settings.max_record_length)
         except Exception as exc:  # a sampling failure never fails the pipeline
             log.warning("reading the materialized output of %s failed: %s", rnd.tap.vertex, exc)
             self._finish(rnd, None, {}, ErrorCode.INTERNAL_ERROR, set())
             return
+        cut = len(rows) > MAX_RECORDS_PER_RESPONSE
         by_partition: dict[int, list[dict[str, Any]]] = {}
-        for partition, data in rows:
+        for partition, data in rows[:MAX_RECORDS_PER_RESPONSE]:
             kept = by_partition.setdefault(partition, [])
-            if len(kept) < MAX_RECORDS_PER_SUBTASK:
+            if len(kept) >= MAX_RECORDS_PER_SUBTASK:
+                cut = True  # a cap, not a sample: said in totalTruncated
+            else:
                 kept.append(
                     {
                         "sampleTimestamp": output.written_at_ms,
@@ -675,7 +680,7 @@ class RoundCoordinator:
                     }
                 )
         reports = {"driver": [{"subtaskIndex": p, "records": r} for p, r in by_partition.items()]}
-        self._finish(rnd, None, reports, None, set())
+        self._finish(rnd, None, reports, None, set(), truncated=cut)
 
     def _check(self, rnd: _Round) -> None:
         if rnd.tap.materialized is not None or not rnd.launched:
@@ -742,6 +747,8 @@ class RoundCoordinator:
         reports: dict[str, list[dict[str, Any]]],
         error: ErrorCode | None,
         failed_executors: set[str],
+        *,
+        truncated: bool = False,
     ) -> None:
         with self._lock:
             if self._running.get(rnd.round_id) is not rnd:
@@ -749,6 +756,8 @@ class RoundCoordinator:
         result = assemble_result(
             rnd.round_id, rnd.data_type or rnd.tap.data_type, reports, kind=rnd.request.kind
         )
+        if truncated:
+            result.total_truncated = True
         if rnd.tap.materialized is not None:
             result.materialized_at = rnd.tap.materialized.written_at_ms
         progress: dict[str, list[int]] = (status or {}).get("progress", {})

@@ -462,15 +462,38 @@ def test_round_on_a_materialized_vertex_reads_each_written_row_once(transport):
     rid = c.start_round("busiest-origins").round_id
     result = c.wait(rid, 5)
     assert rid not in transport.rounds  # no executor round: the rows are read from the files
-    assert asked == [(5000, 8)]  # rows are cut on the executors, not on the driver
+    assert asked == [(5001, 8)]  # rows are cut on the executors; one more says "there is more"
     assert result.status is SampleStatus.COMPLETE
     assert result.materialized_at == 1_700_000_000_000
     assert [len(s.records) for s in result.samples] == [1000, 3]
+    assert result.total_truncated  # 200 rows of partition 0 left out by the cap: said
     first = result.samples[0].records
     assert [r.data for r in first[:2]] == ['{"i":0}', '{"i":1}']
     assert not first[0].truncated and first[0].sample_timestamp == 1_700_000_000_000
     assert first[100].data == '{"i":100' and first[100].truncated  # max-record-length 8
     assert len({r.data for r in first}) == 1000  # each row once
+
+
+def test_a_materialized_round_says_when_a_cap_left_rows_out(transport):
+    """A read within every cap is whole (``totalTruncated`` false); one past the response's
+    cap says so, though no subtask passed its own."""
+    rows = {
+        "few": [(p, '{"i":1}') for p in range(10)] * 3,
+        "many": [(p % 10, "{}") for p in range(6000)],  # 500 per subtask in the first 5000
+    }
+
+    def reader(name: str) -> MaterializedOutput:
+        return MaterializedOutput(lambda limit, max_chars: rows[name][:limit], 1)
+
+    c = make(transport)
+    for name in rows:
+        c.register_tap(
+            TapInfo(name, f"p/{name}/m", "struct<i:int>", materialized=reader(name))
+        )
+    few = c.wait(c.start_round("few").round_id, 5)
+    assert few.total_record_count == 30 and not few.total_truncated
+    many = c.wait(c.start_round("many").round_id, 5)
+    assert many.total_record_count == 5000 and many.total_truncated
 
 
 def test_materialized_round_that_cannot_read_fails_without_raising(transport):
