@@ -49,7 +49,7 @@ install: $(VENV)/.installed
 install-test: $(VENV)/.installed-test
 
 java-check:
-	@command -v java >/dev/null || [ -x "$$JAVA_HOME/bin/java" ] || { echo "error: Java not found: Spark needs Java 17+; install one (Debian/Ubuntu: apt-get install openjdk-17-jre-headless) or set JAVA_HOME" >&2; exit 1; }
+	@command -v java >/dev/null || [ -x "$$JAVA_HOME/bin/java" ] || { echo "error: Java not found: Spark needs Java 17+; install a JDK, whose javac builds the sampling jar (Debian/Ubuntu: apt-get install openjdk-17-jdk-headless), or set JAVA_HOME" >&2; exit 1; }
 
 demo: install java-check
 	$(BIN)/sparkglass demo $(DEMO_ARGS)

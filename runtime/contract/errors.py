@@ -56,8 +56,8 @@ class PlanError(SparkglassError):
 
 #: What to do when no usable Java is found (Spark and ``javac`` need 17+).
 JAVA_FIX = (
-    "install a Java 17+ runtime (Debian/Ubuntu: `apt-get install openjdk-17-jre-headless`) "
-    "or set JAVA_HOME to one"
+    "install a Java 17+ JDK, which has the `javac` that builds the sampling jar on first use "
+    "(Debian/Ubuntu: `apt-get install openjdk-17-jdk-headless`), or set JAVA_HOME to one"
 )
 
 
