@@ -197,3 +197,29 @@ def test_operator_config_no_longer_reads_the_environment(monkeypatch: pytest.Mon
     assert OperatorConfig().allowed_service_accounts == ("spark-driver",)
     with pytest.raises(ValueError, match="allowed_service_accounts: 'a b'"):
         OperatorConfig(allowed_service_accounts=("a b",))
+
+
+def test_serve_on_a_busy_port_says_so_before_minting_a_token(tmp_path: Path) -> None:
+    """The port is checked first: a busy one is one line naming it, and no admin token (nor
+    page link holding one) is printed for a service that never ran."""
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        out = run(
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--database-url",
+            f"sqlite:///{tmp_path / 'serve.db'}",
+            timeout=120,
+        )
+    assert out.returncode != 0
+    assert f"--port {port}" in out.stderr and "pick another port" in out.stderr, out.stderr
+    assert "token" not in out.stdout and "#token=" not in out.stderr, out.stdout
+    assert "Traceback" not in out.stderr
+    assert not (tmp_path / "serve.db").exists()  # nothing migrated either

@@ -96,6 +96,9 @@ def serve(
         settings = Settings(**overrides)  # type: ignore[arg-type]
     except ValueError as exc:
         raise fail(str(exc)) from None
+    problem = _port_problem(settings.host, settings.port)
+    if problem is not None:  # before anything is migrated, registered or minted
+        raise fail(problem)
     app = create_app(settings)
     state = app.state.sparkglass
     for spec in drivers:  # checked while parsing (urls.driver_specs)
@@ -140,3 +143,21 @@ def serve(
         log_level="info",
         proxy_headers=False,
     )
+
+
+def _port_problem(host: str, port: int) -> str | None:
+    """Why ``host:port`` cannot be served (one line), or ``None`` when a listener could bind
+    it now (port 0, any free port, always can). Checked the way uvicorn binds: SO_REUSEADDR."""
+    import socket
+
+    if port == 0:
+        return None
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            reason = exc.strerror or str(exc)
+            return f"--port {port}: cannot listen on {host}:{port} ({reason}); pick another port"
+    return None
