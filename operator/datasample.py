@@ -354,18 +354,15 @@ async def reconcile(ctx: OperatorContext, namespace: str, name: str) -> float | 
         step = _Step(ctx, namespace, name)
         try:
             await step.run()
-        except NotFound as exc:
+        except ApiError as exc:
             # Deleted while the watch was away (a 410 Gone relist never reports what went in
             # the gap): a ghost in the cache, whose every write is a 404. Asked once, forgotten.
-            if await _deleted(ctx, namespace, name):
+            if isinstance(exc, NotFound) and await _deleted(ctx, namespace, name):
                 uid = (ctx.samples.get(namespace, name) or {}).get("metadata", {}).get("uid")
                 _forget_sample(ctx, namespace, name, uid)
                 ctx.forget(names.SAMPLE_KIND, namespace, name)
                 log.info("datasample gone", namespace=namespace, name=name)
                 return None
-            RECONCILES.labels(names.SAMPLE_KIND, "error").inc()
-            raise kopf.TemporaryError(f"Kubernetes API call failed: {exc}", delay=2) from None
-        except ApiError as exc:
             RECONCILES.labels(names.SAMPLE_KIND, "error").inc()
             raise kopf.TemporaryError(f"Kubernetes API call failed: {exc}", delay=2) from None
         RECONCILES.labels(names.SAMPLE_KIND, "ok").inc()

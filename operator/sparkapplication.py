@@ -147,7 +147,7 @@ def settled(app: dict[str, Any], now: float) -> bool:
     this, every ended application kept by a batch platform cost the same API requests per
     resync as a running one."""
     status = app.get("status") or {}
-    if _state(status) not in {s.value for s in TERMINAL}:
+    if AppState(_state(status)) not in TERMINAL:
         return False
     if status.get("observedGeneration") != (app.get("metadata") or {}).get("generation"):
         return False

@@ -320,9 +320,9 @@ def round_of_datasample(session: Session, uid: str) -> Round | None:
     return session.scalars(select(Round).where(Round.datasample_uid == uid)).first()
 
 
-#: Columns of a round's outcome (what :func:`adopt_datasample_round` carries over).
-#: What adoption moves from the operator's round into the service's: the outcome, not who
-#: started the round, when, nor whose answer it is.
+#: Columns of a round's outcome (what :func:`adopt_datasample_round` carries over from the
+#: operator's round into the service's): not who started the round, when, nor whose answer
+#: it is.
 _OUTCOME_COLUMNS = tuple(
     c.key
     for c in Round.__table__.columns
