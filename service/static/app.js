@@ -3,7 +3,8 @@
 "use strict";
 
 const POLL_MS = 3000;
-const NODE_W = 144, NODE_H = 76, COL_W = 178, ROW_H = 96, PAD = 14;
+// COL_W - NODE_W: the gap between columns fits an edge's "blocking" label (about 40 px).
+const NODE_W = 144, NODE_H = 76, COL_W = 196, ROW_H = 96, PAD = 14;
 const SVG_NS = "http://www.w3.org/2000/svg";
 
 // Only one page of rows is in the DOM: thousands of rows at once make the page sluggish,
@@ -366,6 +367,7 @@ function drawGraph(detail) {
   g.style.maxWidth = width + "px";
   g.setAttribute("viewBox", `0 0 ${width} ${height}`);
 
+  const labels = []; // drawn after the nodes, so that no node covers them
   for (const e of detail.edges) {
     const a = pos.get(e.from), b = pos.get(e.to);
     if (!a || !b) continue;
@@ -382,9 +384,7 @@ function drawGraph(detail) {
       fill: e.kind === "blocking" ? "#b91c1c" : "#8c96a8",
     }, g);
     if (e.kind === "blocking") {
-      const t = svg("text", { x: mx, y: (y1 + y2) / 2 - 5, "text-anchor": "middle",
-                              class: "edge-label" }, g);
-      t.textContent = "blocking";
+      labels.push([mx, (y1 + y2) / 2 - 5, `edge-label-${e.from}-${e.to}`]);
     }
   }
   for (const v of detail.vertices) {
@@ -422,6 +422,10 @@ function drawGraph(detail) {
     svg("title", {}, node).textContent = tip.join("\n");
     svg("title", { class: "metrics-title" }, metrics);
     if (v.kind !== "sink") node.addEventListener("click", () => selectVertex(v.name));
+  }
+  for (const [x, y, testid] of labels) {
+    svg("text", { x, y, "text-anchor": "middle", class: "edge-label", "data-testid": testid },
+        g).textContent = "blocking";
   }
 }
 
@@ -620,6 +624,128 @@ function renderSubtasks(r) {
   select.value = state.subtask;
 }
 
+// ------------------------------------------------------------------ lossless JSON
+// A record keeps every digit: a number that a double cannot hold (a bigint beyond 2^53, a
+// long decimal, a timestamp in nanoseconds) is read as an ExactNumber with its text, which
+// the grid, the raw view and the exports write as it came. JSON.parse hands a reviver each
+// number's source text where the browser supports it (Chromium, Firefox); elsewhere a small
+// parser reads the records that have a long number.
+class ExactNumber {
+  constructor(text) { this.text = text; }
+  toString() { return this.text; }
+}
+
+// The significant digits of a number's text: "-0012.3400e5" -> "1234".
+function significant(text) {
+  return text.replace(/[eE].*/, "").replace(/[-.]/g, "").replace(/^0+|0+$/g, "");
+}
+
+// `value` (the double JSON.parse read from `text`) when it shows every digit of the text in
+// its notation ("25.0" shows as 25, "1.0E10" as 1.0E10), else the text as an ExactNumber.
+function numberOf(text, value) {
+  const shown = String(value);
+  if (shown === text) return value;
+  const exponent = /[eE]/;
+  return significant(shown) === significant(text) &&
+    exponent.test(shown) === exponent.test(text) ? value : new ExactNumber(text);
+}
+
+const SOURCE_TEXT = (() => {
+  let source = null;
+  try {
+    JSON.parse("[1]", (key, value, context) => {
+      if (key === "0") source = context && context.source;
+      return value;
+    });
+  } catch (e) { /* no reviver context */ }
+  return source === "1";
+})();
+
+function reviveExact(key, value, context) {
+  return typeof value === "number" ? numberOf(context.source, value) : value;
+}
+
+// A record's JSON text as values; throws when it is not JSON (like JSON.parse).
+function parseRecord(text) {
+  if (SOURCE_TEXT) return JSON.parse(text, reviveExact);
+  const value = JSON.parse(text);
+  // A double shows every number of up to 15 significant digits as written, unless it is
+  // written with an exponent or String() gives it one (below 1e-6, from 1e21 on): only a
+  // text with one of these needs the lossless parser.
+  return /\d[\d.]{15}|[eE][+-]?\d|0\.0{5}/.test(text) ? parseLossless(text) : value;
+}
+
+// Reads a JSON text that JSON.parse accepted, as JSON.parse does, numbers through numberOf.
+function parseLossless(text) {
+  const NUMBER = /-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?/y;
+  const WORDS = [["true", true], ["false", false], ["null", null]];
+  let i = 0;
+  const skip = () => { while (i < text.length && " \t\n\r".includes(text[i])) i++; };
+  const string = () => {
+    const start = i++;
+    while (text[i] !== '"') i += text[i] === "\\" ? 2 : 1;
+    return JSON.parse(text.slice(start, ++i));
+  };
+  const value = () => {
+    skip();
+    const c = text[i];
+    if (c === "{") {
+      const o = {};
+      i++; skip();
+      if (text[i] === "}") { i++; return o; }
+      for (;;) {
+        skip();
+        const key = string();
+        skip(); i++; // the colon
+        // defineProperty: a key "__proto__" is a field, as in JSON.parse.
+        Object.defineProperty(o, key, { value: value(), enumerable: true, writable: true,
+                                        configurable: true });
+        skip();
+        if (text[i++] === "}") return o; // else a comma
+      }
+    }
+    if (c === "[") {
+      const a = [];
+      i++; skip();
+      if (text[i] === "]") { i++; return a; }
+      for (;;) {
+        a.push(value());
+        skip();
+        if (text[i++] === "]") return a; // else a comma
+      }
+    }
+    if (c === '"') return string();
+    for (const [word, v] of WORDS) {
+      if (text.startsWith(word, i)) { i += word.length; return v; }
+    }
+    NUMBER.lastIndex = i;
+    const number = NUMBER.exec(text)[0];
+    i += number.length;
+    return numberOf(number, Number(number));
+  };
+  return value();
+}
+
+// The JSON text of a parsed value, an ExactNumber as its text: compact, or indented by
+// `step` as JSON.stringify(v, null, step) does.
+function toJson(v, step = "", indent = "") {
+  if (v instanceof ExactNumber) return v.text;
+  if (!isObject(v)) return JSON.stringify(v);
+  const inner = indent + step;
+  const items = Array.isArray(v) ? v.map((x) => toJson(x, step, inner))
+    : Object.keys(v).map((k) => JSON.stringify(k) + (step ? ": " : ":") +
+                                toJson(v[k], step, inner));
+  const [open, close] = Array.isArray(v) ? ["[", "]"] : ["{", "}"];
+  if (!items.length || !step) return open + items.join(",") + close;
+  return `${open}\n${inner}${items.join(",\n" + inner)}\n${indent}${close}`;
+}
+
+// A sort key of an ExactNumber: integers exact (a BigInt compares with doubles exactly),
+// decimals as the nearest double (ties keep the time order).
+function exactKey(v) {
+  return /^-?\d+$/.test(v.text) ? BigInt(v.text) : Number(v.text);
+}
+
 // ------------------------------------------------------------------ the records grid
 // Top-level field names of a Spark type string "struct<a:int,b:struct<c:string>>".
 function structFields(type) {
@@ -648,15 +774,17 @@ function structFields(type) {
   return names;
 }
 
-function isObject(v) { return v !== null && typeof v === "object"; }
+function isObject(v) {
+  return v !== null && typeof v === "object" && !(v instanceof ExactNumber);
+}
 
-// The rows of a result: every record parsed once (JSON.parse), kept with its raw text.
+// The rows of a result: every record parsed once (losslessly), kept with its raw text.
 function loadRecords(r) {
   const rows = [];
   for (const s of (r && r.samples) || []) {
     for (const rec of s.records) {
       let parsed, ok = true;
-      try { parsed = JSON.parse(rec.data); } catch (e) { ok = false; }
+      try { parsed = parseRecord(rec.data); } catch (e) { ok = false; }
       rows.push({ sub: s.subtaskIndex, ts: rec.sampleTimestamp, rec, raw: rec.data,
                   parsed, ok, object: ok && isObject(parsed) && !Array.isArray(parsed),
                   lower: null, keys: new Map() });
@@ -697,7 +825,7 @@ function fieldValue(row, column) {
 }
 
 function compactJson(v) {
-  const text = JSON.stringify(v);
+  const text = toJson(v);
   return text.length > COMPACT_CHARS ? text.slice(0, COMPACT_CHARS - 1) + "…" : text;
 }
 
@@ -709,9 +837,10 @@ function sortKey(row, column) {
   const v = fieldValue(row, column);
   if (v === undefined || v === null) k = [9, 0];
   else if (typeof v === "number") k = [0, v];
+  else if (v instanceof ExactNumber) k = [0, exactKey(v)];
   else if (typeof v === "string") k = [1, v];
   else if (typeof v === "boolean") k = [2, v ? 1 : 0];
-  else k = [3, JSON.stringify(v)];
+  else k = [3, toJson(v)];
   row.keys.set(column, k);
   return k;
 }
@@ -779,7 +908,7 @@ function valueCell(v) {
     const summary = document.createElement("summary");
     summary.textContent = compactJson(v);
     const pre = document.createElement("pre");
-    pre.textContent = JSON.stringify(v, null, 2);
+    pre.textContent = toJson(v, "  ");
     details.append(summary, pre);
     td.appendChild(details);
   } else if (typeof v === "string" && v.length > COMPACT_CHARS) {
@@ -792,13 +921,13 @@ function valueCell(v) {
     td.appendChild(details);
   } else {
     td.textContent = String(v);
-    if (typeof v === "number") td.className = "num";
+    if (typeof v === "number" || v instanceof ExactNumber) td.className = "num";
   }
   return td;
 }
 
 function recordJson(row) {
-  return row.ok ? JSON.stringify(row.parsed, null, 2) : row.raw;
+  return row.ok ? toJson(row.parsed, "  ") : row.raw;
 }
 
 function truncatedMark() {
@@ -967,13 +1096,13 @@ async function copyText(text) {
 // JSON Lines: one record per line as it was sampled (compact JSON); a record cut by
 // max-record-length is not JSON any more and is written as a JSON string of its text.
 function toJsonLines(rows) {
-  return rows.map((row) => (row.ok ? JSON.stringify(row.parsed) : JSON.stringify(row.raw)))
+  return rows.map((row) => (row.ok ? toJson(row.parsed) : JSON.stringify(row.raw)))
     .join("\n") + (rows.length ? "\n" : "");
 }
 
 function csvCell(v) {
   if (v === undefined || v === null) return "";
-  let text = isObject(v) ? JSON.stringify(v) : String(v);
+  let text = isObject(v) ? toJson(v) : String(v);
   // A cell starting with = + - @ would run as a formula in a spreadsheet (CSV injection).
   if (typeof v === "string" && /^[=+\-@\t\r]/.test(text)) text = "'" + text;
   return /[",\r\n]/.test(text) ? '"' + text.replaceAll('"', '""') + '"' : text;

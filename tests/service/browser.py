@@ -45,3 +45,44 @@ def chromium_page() -> Iterator[Any]:
             yield page
         finally:
             browser.close()
+
+
+# ------------------------------------------------------------------ the page's records grid
+def open_vertex(page: Any, vertex: str, status: str = "COMPLETE") -> None:
+    page.wait_for_selector(f"[data-testid=vertex-{vertex}]")
+    page.click(f"[data-testid=vertex-{vertex}]")
+    page.wait_for_function(
+        f"() => document.querySelector('[data-testid=status]').textContent === '{status}'",
+        timeout=20000,
+    )
+    page.wait_for_selector("[data-testid=record]")
+
+
+def column(page: Any, name: str) -> list[str]:
+    """The texts of column ``name`` in the shown rows (detail rows skipped)."""
+    return page.evaluate(
+        """(name) => {
+            const heads = [...document.querySelectorAll('#records thead th')];
+            const i = heads.findIndex((th) => th.dataset.column === name);
+            if (i < 0) throw new Error('no column ' + name);
+            return [...document.querySelectorAll('#records tbody tr[data-testid=record]')]
+              .map((tr) => tr.children[i] ? tr.children[i].textContent : null);
+        }""",
+        name,
+    )
+
+
+def headers(page: Any) -> list[str]:
+    return page.evaluate(
+        "() => [...document.querySelectorAll('#records thead th')]"
+        ".map((th) => th.dataset.column || '')"
+    )
+
+
+def downloaded(page: Any, testid: str) -> tuple[str, str]:
+    with page.expect_download() as info:
+        page.click(f"[data-testid={testid}]")
+    download = info.value
+    path = download.path()
+    assert path is not None
+    return download.suggested_filename, Path(path).read_text(encoding="utf-8")

@@ -17,7 +17,7 @@ import pytest
 
 from sparkglass.service.local import LocalService, start_local_service
 
-from .browser import artifacts_dir, chromium_page
+from .browser import artifacts_dir, chromium_page, column, downloaded, headers, open_vertex
 from .fake_driver import NESTED_RECORDS, TOKEN, FakeDriver
 
 pytestmark = pytest.mark.browser
@@ -34,46 +34,6 @@ def service(tmp_path: Path, fake_driver: FakeDriver) -> Iterator[LocalService]:
     )
     yield svc
     svc.stop()
-
-
-def open_vertex(page: Any, vertex: str, status: str = "COMPLETE") -> None:
-    page.wait_for_selector(f"[data-testid=vertex-{vertex}]")
-    page.click(f"[data-testid=vertex-{vertex}]")
-    page.wait_for_function(
-        f"() => document.querySelector('[data-testid=status]').textContent === '{status}'",
-        timeout=20000,
-    )
-    page.wait_for_selector("[data-testid=record]")
-
-
-def column(page: Any, name: str) -> list[str]:
-    """The texts of column ``name`` in the shown rows (detail rows skipped)."""
-    return page.evaluate(
-        """(name) => {
-            const heads = [...document.querySelectorAll('#records thead th')];
-            const i = heads.findIndex((th) => th.dataset.column === name);
-            if (i < 0) throw new Error('no column ' + name);
-            return [...document.querySelectorAll('#records tbody tr[data-testid=record]')]
-              .map((tr) => tr.children[i] ? tr.children[i].textContent : null);
-        }""",
-        name,
-    )
-
-
-def headers(page: Any) -> list[str]:
-    return page.evaluate(
-        "() => [...document.querySelectorAll('#records thead th')]"
-        ".map((th) => th.dataset.column || '')"
-    )
-
-
-def downloaded(page: Any, testid: str) -> tuple[str, str]:
-    with page.expect_download() as info:
-        page.click(f"[data-testid={testid}]")
-    download = info.value
-    path = download.path()
-    assert path is not None
-    return download.suggested_filename, Path(path).read_text(encoding="utf-8")
 
 
 def test_grid_sort_search_raw_json_copy_and_export(service: LocalService) -> None:
@@ -131,7 +91,12 @@ def test_grid_sort_search_raw_json_copy_and_export(service: LocalService) -> Non
         rows = list(csv.DictReader(io.StringIO(text)))
         assert len(rows) == 9
         assert list(rows[0]) == [
-            "sampleTime", "subtask", "truncated", "carrier", "flight", "dep_delay",
+            "sampleTime",
+            "subtask",
+            "truncated",
+            "carrier",
+            "flight",
+            "dep_delay",
         ]
         assert [int(r["dep_delay"]) for r in rows] == delays
         assert sum(r["truncated"] == "true" for r in rows) == 1
@@ -166,6 +131,7 @@ def test_grid_sort_search_raw_json_copy_and_export(service: LocalService) -> Non
 def test_nested_values_and_markup_render_as_text(service: LocalService) -> None:
     with chromium_page() as page:
         dialogs: list[str] = []
+
         def on_dialog(dialog: Any) -> None:
             dialogs.append(dialog.message)
             dialog.dismiss()
@@ -174,7 +140,15 @@ def test_nested_values_and_markup_render_as_text(service: LocalService) -> None:
         page.goto(service.page_url)
         open_vertex(page, "nested")
         assert headers(page) == [
-            "@time", "@subtask", "carrier", "route", "tags", "delay", "note", "formula", "",
+            "@time",
+            "@subtask",
+            "carrier",
+            "route",
+            "tags",
+            "delay",
+            "note",
+            "formula",
+            "",
         ]
         # Markup in records is text: no element was created from it, no script ran.
         assert page.evaluate("() => window.__xss") is None
@@ -268,9 +242,7 @@ def test_five_thousand_records_render_and_sort_under_a_second(service: LocalServ
         )
 
 
-def test_live_metrics_on_the_graph(
-    service: LocalService, fake_driver: FakeDriver
-) -> None:
+def test_live_metrics_on_the_graph(service: LocalService, fake_driver: FakeDriver) -> None:
     with chromium_page() as page:
         page.goto(service.page_url)
         page.wait_for_selector("[data-testid=query-state]:not(:empty)", timeout=15000)
