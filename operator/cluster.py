@@ -13,6 +13,11 @@ A 429 (API Priority and Fairness throttling the operator's flow) is retried here
 ``Retry-After`` the API server gives (capped at :data:`MAX_RETRY_AFTER_S`), up to
 :data:`THROTTLED_ATTEMPTS` times, waiting without holding a thread; past that the caller gets
 it, with :attr:`ApiError.transient` true, as for status 0, 5xx and a ResourceQuota's 403.
+
+Requests start at most ``qps`` per second, in bursts of at most ``burst`` (client-go's token
+bucket: ``burst`` tokens, refilled at ``qps`` per second; a request takes one or waits).
+Every attempt is counted in ``sparkglass_operator_api_requests_total`` by verb, resource
+and the status code answered (:mod:`.metrics`).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import json
 import math
 import os
 import re
+import time
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any
@@ -35,7 +41,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_aft
 from urllib3.util.retry import Retry
 
 from . import names
-from .metrics import API_REQUESTS
+from .metrics import API_RATE_LIMIT_WAIT_SECONDS, API_REQUEST_SECONDS, API_REQUESTS
 
 #: The quota admission plugin's refusals (plugin/pkg/admission/resourcequota), anchored
 #: at the start: ``<resource> "<name>" is forbidden: exceeded quota: <quota>, requested:
@@ -54,12 +60,28 @@ MAX_RETRY_AFTER_S = 10.0
 
 class ApiError(Exception):
     """A Kubernetes API call failed; ``status`` is the HTTP status (0: no answer);
-    ``retry_after`` the seconds of its ``Retry-After`` header, when it had one."""
+    ``retry_after`` the seconds of its ``Retry-After`` header, when it had one; ``verb`` and
+    ``resource`` what was asked (as :func:`request_labels` names them), when known."""
 
-    def __init__(self, status: int, message: str, *, retry_after: float | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        retry_after: float | None = None,
+        verb: str = "",
+        resource: str = "",
+    ) -> None:
         super().__init__(f"HTTP {status}: {message}" if status else message)
         self.status = status
         self.retry_after = retry_after
+        self.verb = verb
+        self.resource = resource
+
+    @property
+    def message(self) -> str:
+        """The API server's own message (or the transport's), without the status."""
+        return str(self).removeprefix(f"HTTP {self.status}: ")
 
     @property
     def transient(self) -> bool:
@@ -72,7 +94,7 @@ class ApiError(Exception):
             return True
         if self.status != 403:
             return False
-        message = str(self).removeprefix(f"HTTP {self.status}: ")
+        message = self.message
         if _QUOTA_UNKNOWN.search(message):
             return True
         exceeded = _QUOTA_EXCEEDED.search(message)
@@ -135,11 +157,13 @@ class Cluster:
         executor: Executor | None = None,
         throttled_attempts: int = THROTTLED_ATTEMPTS,
         qps: float | None = None,
+        burst: int | None = None,
     ) -> None:
         """``executor``: the threads the blocking calls run in (default: the event loop's
         pool); ``throttled_attempts``: tries of a call answered 429 (1: none retried here);
-        ``qps``: the most requests started per second (a bucket of as many tokens, refilled
-        evenly; ``None``: no limit), as client-go's ``QPS`` and ``Burst``."""
+        ``qps``: the most requests started per second (``None``: no limit) and ``burst``
+        how many may start at once (default: ``qps``, at least 1), as client-go's ``QPS``
+        and ``Burst``."""
         configuration = configuration or load_client_config()
         # One retry policy, this class's: urllib3 would otherwise retry a 429 or 503 itself,
         # three times per call, asleep in a worker thread for each Retry-After.
@@ -155,7 +179,13 @@ class Cluster:
         self._api = kubernetes.client.ApiClient(configuration)
         self._executor = executor
         self._throttled_attempts = max(1, throttled_attempts)
-        self._limiter = AsyncLimiter(qps, 1.0) if qps else None
+        self._limiter = None
+        if qps:
+            bucket = max(1, burst if burst is not None else math.ceil(qps))
+            # aiolimiter allows max_rate acquisitions per time_period, all at once if the
+            # bucket is full, and drains it evenly: a bucket of ``bucket`` tokens drained
+            # over bucket/qps seconds refills at qps per second.
+            self._limiter = AsyncLimiter(bucket, bucket / qps)
 
     def close(self) -> None:
         self._api.close()
@@ -274,7 +304,9 @@ class Cluster:
         ):
             with attempt:
                 if self._limiter is not None:
+                    waiting = time.monotonic()
                     await self._limiter.acquire()
+                    API_RATE_LIMIT_WAIT_SECONDS.observe(time.monotonic() - waiting)
                 return await loop.run_in_executor(self._executor, call)
         raise AssertionError("unreachable: AsyncRetrying re-raises the last error")
 
@@ -286,7 +318,9 @@ class Cluster:
         query: list[tuple[str, str]] | None,
         content_type: str,
     ) -> dict[str, Any]:
-        API_REQUESTS.labels(*request_labels(method, path, query)).inc()
+        verb, resource = request_labels(method, path, query)
+        started = time.monotonic()
+        code = 0
         try:
             request = self._api.param_serialize(
                 method,
@@ -298,22 +332,35 @@ class Cluster:
             )
             response = self._api.call_api(*request, _request_timeout=30)
             response.read()
+            code = int(response.status)
         except ApiException as exc:  # the client raises these for transport failures
-            raise ApiError(int(exc.status or 0), f"{method} {path}: {exc.reason}") from None
+            code = int(exc.status or 0)
+            raise ApiError(
+                code, f"{method} {path}: {exc.reason}", verb=verb, resource=resource
+            ) from None
         except OSError as exc:  # connection refused, DNS, TLS: the API server is unreachable
-            raise ApiError(0, f"{method} {path}: {exc}") from None
+            raise ApiError(0, f"{method} {path}: {exc}", verb=verb, resource=resource) from None
         except Exception as exc:  # urllib3 wraps network errors in its own (non-OSError) types
             if type(exc).__module__.startswith("urllib3"):
-                raise ApiError(0, f"{method} {path}: {exc}") from None
+                raise ApiError(0, f"{method} {path}: {exc}", verb=verb, resource=resource) from None
             raise
-        status = int(response.status)
+        finally:
+            API_REQUESTS.labels(verb, resource, str(code)).inc()
+            API_REQUEST_SECONDS.labels(verb).observe(time.monotonic() - started)
+        status = code
         if status >= 400:
             message = _status_message(response.data) or str(response.reason)
             if status == 404:
-                raise NotFound(status, message)
+                raise NotFound(status, message, verb=verb, resource=resource)
             if status == 409:
-                raise Conflict(status, message)
-            raise ApiError(status, message, retry_after=_seconds(response.getheader("Retry-After")))
+                raise Conflict(status, message, verb=verb, resource=resource)
+            raise ApiError(
+                status,
+                message,
+                retry_after=_seconds(response.getheader("Retry-After")),
+                verb=verb,
+                resource=resource,
+            )
         raw = response.data
         if not raw:
             return {}

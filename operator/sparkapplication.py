@@ -21,14 +21,27 @@ Steps of a pass:
    under the restart policy, ``PENDING_RERUN`` with exponential back-off;
 5. ``timeToLiveSeconds`` after ``COMPLETED`` / ``FAILED`` the application is deleted (its
    children follow through owner references).
+
+A driver Pod the API server cannot create yet (a ResourceQuota without room, throttling past
+the client's retries, no answer or a 5xx) leaves the state as it was: the ``Submitted`` and
+``Ready`` conditions say why, with the API server's message, and the create is retried until
+``startTimeoutSeconds`` have passed since the first refusal; then the submission failed.
+
+A 403 the operator cannot fix itself (its RBAC lacks a verb, an admission webhook refuses a
+child) sets ``Ready=False`` reason ``Forbidden`` naming the verb and resource, and the
+application's passes back off (5 s doubling to 5 min) instead of repeating the refused
+requests every few seconds. That back-off is the one state kept in this process: a restarted
+operator tries at once.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import re
 import secrets
 import time
+from dataclasses import dataclass
 from typing import Any, cast
 
 import kopf
@@ -56,7 +69,12 @@ from .driver_state import (
     start_waiting,
     state_of,
 )
-from .metrics import APPLICATION_TRANSITIONS, DRIVER_PODS_CREATED, RECONCILES
+from .metrics import (
+    APPLICATION_TRANSITIONS,
+    DRIVER_PODS_CREATED,
+    RECONCILES,
+    SUBMISSION_SECONDS,
+)
 from .pipeline_status import InvalidPipeline, resolve
 from .pod_privileges import (
     PodPrivilegeRefused,
@@ -82,6 +100,38 @@ _READY: dict[AppState, tuple[bool | None, str, str]] = {
     AppState.INVALIDATING: (False, "SpecChanged", "replacing the driver after a spec change"),
     AppState.SUSPENDED: (True, "Suspended", "suspended by spec.suspend"),
 }
+
+#: The Submitted condition: True once the current run's driver Pod was created; False while
+#: the API server cannot create it yet (a reason of :data:`WAITING_REASONS`), or once the
+#: submission failed (``SubmissionFailed``).
+SUBMITTED = "Submitted"
+#: Why a driver Pod create waits, from the API server's answer, and what that means.
+WAITING_REASONS: dict[str, str] = {
+    "QuotaExceeded": "a ResourceQuota of the namespace has no room for it yet",
+    "Throttled": "the API server throttles the operator (429 Too Many Requests)",
+    "ApiUnavailable": "the API server did not answer or failed",
+}
+
+#: The first and the longest wait before another pass of an application whose pass got a
+#: 403 the operator cannot fix (doubling in between): a Role is fixed by a person, in
+#: minutes, and every pass before that only repeats the refused requests.
+FORBIDDEN_FIRST_DELAY_S = 5.0
+FORBIDDEN_MAX_DELAY_S = 300.0
+#: The RBAC authorizer's refusal: ``User "…" cannot <verb> resource "<resource>" …``.
+_RBAC_REFUSAL = re.compile(r'\bcannot [a-z]+ resource "')
+
+
+@dataclass
+class _Refused:
+    """Consecutive forbidden passes of one application, and when the next one may run
+    (``time.monotonic()``)."""
+
+    passes: int
+    retry_at: float
+
+
+#: Applications whose last pass was forbidden, by ``(namespace, name)``.
+_forbidden: dict[tuple[str, str], _Refused] = {}
 
 
 def register(registry: kopf.OperatorRegistry, resync_seconds: float) -> None:
@@ -137,7 +187,9 @@ async def on_resync(
     spec change (the update handler), its driver or executor Pods changing or going."""
     if settled(dict(body), time.time()):
         return
-    await on_application(namespace, name, memo, **kwargs)
+    _adopt_executor_index(memo, kwargs)
+    if namespace:
+        await reconcile(memo, namespace, name, resync=True)
 
 
 def settled(app: dict[str, Any], now: float) -> bool:
@@ -189,22 +241,87 @@ async def on_executor_pod(body: kopf.Body, memo: Any, **kwargs: Any) -> None:
     await reconcile(memo, namespace, app)
 
 
-async def reconcile(ctx: OperatorContext, namespace: str, name: str) -> None:
-    """One pass for ``namespace/name``; API failures raise ``kopf.TemporaryError``."""
+async def reconcile(
+    ctx: OperatorContext, namespace: str, name: str, *, resync: bool = False
+) -> None:
+    """One pass for ``namespace/name``; API failures raise ``kopf.TemporaryError``. After a
+    forbidden pass, passes until its back-off ends return at once (no request). A
+    ``resync`` pass stops after reading the application when it is :func:`settled`."""
+    key = (namespace, name)
     async with ctx.lock(names.APP_KIND, namespace, name):
+        refused = _forbidden.get(key)
+        if refused is not None and time.monotonic() < refused.retry_at:
+            return
         try:
-            await _reconcile(ctx, namespace, name)
+            await _reconcile(ctx, namespace, name, resync=resync)
         except ApiError as exc:
             RECONCILES.labels(names.APP_KIND, "error").inc()
+            if exc.status == 403 and not exc.transient:
+                delay = await _forbidden_pass(ctx, namespace, name, exc)
+                raise kopf.TemporaryError(f"forbidden: {exc}", delay=delay) from None
             raise kopf.TemporaryError(f"Kubernetes API call failed: {exc}", delay=5) from None
+        _forbidden.pop(key, None)
         RECONCILES.labels(names.APP_KIND, "ok").inc()
 
 
-async def _reconcile(ctx: OperatorContext, namespace: str, name: str) -> None:
+async def _forbidden_pass(ctx: OperatorContext, namespace: str, name: str, exc: ApiError) -> float:
+    """A pass got a 403 that waiting will not fix: back off (returns the delay) and say in
+    ``Ready`` (reason ``Forbidden``) which verb on which resource was refused. The
+    application is read again for that (its status write may be forbidden too: then the
+    log and the back-off are all there is)."""
+    key = (namespace, name)
+    previous = _forbidden.get(key)
+    passes = previous.passes + 1 if previous is not None else 1
+    delay = min(FORBIDDEN_FIRST_DELAY_S * 2 ** min(passes - 1, 16), FORBIDDEN_MAX_DELAY_S)
+    _forbidden[key] = _Refused(passes, time.monotonic() + delay)
+    message = f"{forbidden_message(exc, namespace)}; next attempt in {delay:.0f} s"
+    if passes == 1:
+        log.warning("forbidden", namespace=namespace, name=name, error=str(exc))
+    with contextlib.suppress(ApiError):
+        app = await ctx.cluster.find(APPS, namespace, name)
+        if app is None:
+            _forbidden.pop(key, None)
+            return delay
+        if passes == 1:
+            _event(app, "Warning", "Forbidden", message)
+        conditions = set_condition(
+            (app.get("status") or {}).get("conditions"),
+            type="Ready",
+            status=False,
+            reason="Forbidden",
+            message=message,
+            generation=app["metadata"].get("generation"),
+        )
+        await _patch_if_changed(ctx, app, {"conditions": conditions})
+    return delay
+
+
+def forbidden_message(exc: ApiError, namespace: str) -> str:
+    """What a 403 that is no quota's means, naming the verb and resource refused."""
+    what = f"{exc.verb or 'call'} {exc.resource or 'an object'} in namespace {namespace!r}"
+    if rbac_refusal(exc):
+        return (
+            f"the operator may not {what}: its ServiceAccount's Role or ClusterRole lacks "
+            f"that verb (RBAC); the API server said: {exc.message}"
+        )
+    return f"the API server forbade the operator to {what}: {exc.message}"
+
+
+def rbac_refusal(exc: ApiError) -> bool:
+    """Whether ``exc`` is the RBAC authorizer refusing the operator's own request."""
+    return exc.status == 403 and _RBAC_REFUSAL.search(exc.message) is not None
+
+
+async def _reconcile(ctx: OperatorContext, namespace: str, name: str, *, resync: bool) -> None:
     cluster = ctx.cluster
     app = await cluster.find(APPS, namespace, name)
     if app is None or app["metadata"].get("deletionTimestamp"):
         ctx.forget(names.APP_KIND, namespace, name)
+        _forbidden.pop((namespace, name), None)
+        return
+    if resync and settled(app, time.time()):
+        # The timer saw the application before the pass that ended it (it waited for that
+        # pass's lock): the rest of this pass would read four children for nothing.
         return
     meta = app["metadata"]
     status: dict[str, Any] = app.get("status") or {}
@@ -364,6 +481,11 @@ async def _reconcile(ctx: OperatorContext, namespace: str, name: str) -> None:
     await _write(
         ctx, app, new, pod_state, f"waiting for the driver Pod: {waiting}" if waiting else None
     )
+    first_run = int(status.get("executionAttempts") or 0) == 1
+    if pod_state is AppState.RUNNING and state is AppState.SUBMITTED and first_run:
+        created = epoch_or_zero(meta.get("creationTimestamp"))
+        if created:
+            SUBMISSION_SECONDS.observe(max(0.0, now - created))
 
 
 def _driver_info(app: str, pod: dict[str, Any] | None, *, ended: bool = False) -> dict[str, Any]:
@@ -428,6 +550,7 @@ async def _submit(
     pod = children.driver_pod(
         name, namespace, uid, spec, hash=hash, attempt=attempt, env=ctx.config.driver
     )
+    unsubmitted = dict(new)  # what a pass that could not create the Pod writes
     new.update(
         # A new run: its executors and Spark application id are new too.
         executorState=None,
@@ -448,21 +571,115 @@ async def _submit(
         if exc.transient:
             # The API server's trouble or the namespace's quota, not the Pod's: retried (a
             # batch platform queues on its quota; failing the run would lose it).
-            raise kopf.TemporaryError(
-                f"could not create the driver Pod yet: {exc}",
-                delay=max(exc.retry_after or 0.0, ctx.config.resync_seconds),
-            ) from None
+            await _wait_to_submit(ctx, app, spec, unsubmitted, new, exc, restarts=restarts)
+            return
+        if rbac_refusal(exc):
+            raise  # the operator's own rights, not the application's: reconcile backs off
         await _submission_failed(
             ctx, app, spec, new, f"could not create the driver Pod: {exc}", restarts=restarts
         )
         return
     DRIVER_PODS_CREATED.inc()
+    created = f"driver Pod created (attempt {attempt})"
     new.update(
         applicationState={"state": AppState.SUBMITTED.value, "errorMessage": None},
         executionAttempts=attempt,
         driverInfo=_driver_info(name, None),
+        conditions=_with_submitted(app, new, True, "DriverPodCreated", created),
     )
-    await _write(ctx, app, new, AppState.SUBMITTED, f"driver Pod created (attempt {attempt})")
+    await _write(ctx, app, new, AppState.SUBMITTED, created)
+
+
+async def _wait_to_submit(
+    ctx: OperatorContext,
+    app: dict[str, Any],
+    spec: SparkApplicationSpec,
+    unsubmitted: dict[str, Any],
+    new: dict[str, Any],
+    exc: ApiError,
+    *,
+    restarts: int,
+) -> None:
+    """The API server cannot create the driver Pod yet (``exc`` is transient): write why in
+    the ``Submitted`` and ``Ready`` conditions (its message included), leave the state as
+    it is, and raise ``kopf.TemporaryError`` to try again. Once ``startTimeoutSeconds``
+    have passed since the first refusal, the submission failed (``restartPolicy`` decides,
+    as for any failed submission).
+
+    The wait is counted from the Submitted condition's ``lastTransitionTime``: in the
+    status, so a restarted operator or a new leader counts from the same moment. A new
+    spec (generation) is a new submission, with a wait of its own."""
+    status: dict[str, Any] = app.get("status") or {}
+    generation = app["metadata"].get("generation")
+    now = time.time()
+    timeout = spec.start_timeout_seconds
+    previous = get_condition(status.get("conditions"), SUBMITTED)
+    since = _waiting_since(previous, generation, now)
+    if since is not None and now - since > timeout:
+        message = f"could not create the driver Pod within startTimeoutSeconds ({timeout} s): {exc}"
+        await _submission_failed(ctx, app, spec, new, message, restarts=restarts)
+        return
+    reason = "Throttled" if exc.status == 429 else "ApiUnavailable"
+    if exc.status == 403:
+        reason = "QuotaExceeded"
+    until = rfc3339((since or now) + timeout)
+    message = (
+        f"the driver Pod cannot be created yet: {WAITING_REASONS[reason]}; retrying until "
+        f"{until} (startTimeoutSeconds): {exc}"
+    )
+    conditions = status.get("conditions") or []
+    if since is None:  # a new wait: its lastTransitionTime is now
+        conditions = [c for c in conditions if c.get("type") != SUBMITTED]
+        log.warning(
+            "driver Pod create refused for now",
+            namespace=app["metadata"]["namespace"],
+            name=app["metadata"]["name"],
+            reason=reason,
+            error=str(exc),
+        )
+        _event(app, "Warning", reason, message)
+    for type in (SUBMITTED, "Ready"):
+        conditions = set_condition(
+            conditions,
+            type=type,
+            status=False,
+            reason=reason,
+            message=message,
+            generation=generation,
+        )
+    await _patch_if_changed(ctx, app, {**unsubmitted, "conditions": conditions})
+    raise kopf.TemporaryError(
+        f"could not create the driver Pod yet: {exc}",
+        delay=max(exc.retry_after or 0.0, ctx.config.resync_seconds),
+    )
+
+
+def _waiting_since(previous: dict[str, Any] | None, generation: Any, now: float) -> float | None:
+    """When the current wait for the driver Pod's create began (epoch seconds, at most
+    ``now``), from the Submitted condition; None when none is under way for this spec."""
+    if (
+        previous is None
+        or previous.get("status") != "False"
+        or previous.get("reason") not in WAITING_REASONS
+        or previous.get("observedGeneration") != generation
+    ):
+        return None
+    since = epoch_or_zero(previous.get("lastTransitionTime"))
+    return min(since, now) if since else None
+
+
+def _with_submitted(
+    app: dict[str, Any], new: dict[str, Any], status: bool, reason: str, message: str
+) -> list[dict[str, Any]]:
+    """The conditions ``new`` will write (else the stored ones) with Submitted set."""
+    return set_condition(
+        new.get("conditions", (app.get("status") or {}).get("conditions")),
+        type=SUBMITTED,
+        status=status,
+        reason=reason,
+        message=message,
+        generation=app["metadata"].get("generation"),
+    )
 
 
 async def _submission_failed(
@@ -481,6 +698,7 @@ async def _submission_failed(
     if restarts is None:
         restarts = int(status.get("restarts") or 0)
     decision = after_submission_failure(spec.restart_policy, restarts=restarts)
+    new["conditions"] = _with_submitted(app, new, False, "SubmissionFailed", message)
     if decision.rerun:
         new["applicationState"] = {"state": AppState.PENDING_RERUN.value, "errorMessage": message}
         new["nextRerunTime"] = rfc3339(time.time() + decision.delay)
@@ -751,7 +969,7 @@ async def _write(
         kept = status.get("applicationState") or {}
         error = kept.get("errorMessage") if _state(status) == state.value else None
     new["conditions"] = set_condition(
-        status.get("conditions"),
+        new.get("conditions", status.get("conditions")),
         type="Ready",
         status=ready,
         reason=reason,
@@ -815,7 +1033,9 @@ def _pruned(value: Any) -> Any:
 
 def _same_conditions(old: Any, new: list[dict[str, Any]]) -> bool:
     def strip(cs: Any) -> list[dict[str, Any]]:
-        return [{k: v for k, v in c.items() if k != "lastTransitionTime"} for c in cs or []]
+        # In any order: setting one condition moves it last, which is no change either.
+        kept = [{k: v for k, v in c.items() if k != "lastTransitionTime"} for c in cs or []]
+        return sorted(kept, key=lambda c: str(c.get("type")))
 
     return strip(old) == strip(new)
 

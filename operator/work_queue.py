@@ -20,24 +20,37 @@ from collections.abc import Awaitable, Callable, Hashable
 
 import structlog
 
+from .metrics import track_queue
+
 log = structlog.get_logger(__name__)
 
 Handler = Callable[[Hashable], Awaitable[float | None]]
 
 
 class WorkQueue:
-    """See the module docstring. ``workers`` tasks run :meth:`run`'s loop."""
+    """See the module docstring. ``workers`` tasks run :meth:`run`'s loop. ``name`` labels
+    its metrics (:func:`.metrics.track_queue`); by default the last part of the handler's
+    module (``datasample``)."""
 
-    def __init__(self, handler: Handler, *, workers: int = 8, error_delay: float = 2.0) -> None:
+    def __init__(
+        self,
+        handler: Handler,
+        *,
+        workers: int = 8,
+        error_delay: float = 2.0,
+        name: str | None = None,
+    ) -> None:
         if workers < 1:
             raise ValueError(f"workers={workers} is out of range: at least 1")
         self._handler, self._workers, self._error_delay = handler, workers, error_delay
+        self.name = name or str(getattr(handler, "__module__", "") or "work").rsplit(".", 1)[-1]
         self._heap: list[tuple[float, int, Hashable]] = []
         self._due: dict[Hashable, float] = {}
         self._active: set[Hashable] = set()
         self._again: dict[Hashable, float] = {}
         self._seq = itertools.count()
         self._changed = asyncio.Event()
+        track_queue(self)
 
     def add(self, key: Hashable, delay: float = 0.0) -> None:
         """Process ``key`` after ``delay`` seconds (or sooner if already due sooner)."""
@@ -59,6 +72,16 @@ class WorkQueue:
     def pending(self) -> int:
         """Keys waiting for a pass."""
         return len(self._due)
+
+    def backlog(self, now: float | None = None) -> tuple[int, int, float]:
+        """``(due, delayed, oldest)`` at ``now`` (``time.monotonic()``): keys due and
+        waiting for a worker, keys waiting for a later time, and the seconds the earliest
+        due key has been waiting (0.0 when none is due)."""
+        now = time.monotonic() if now is None else now
+        # Copied in one step: the metrics server's thread calls this while the loop adds.
+        times = list(self._due.values())
+        due = [t for t in times if t <= now]
+        return len(due), len(times) - len(due), now - min(due) if due else 0.0
 
     async def run(self) -> None:
         """Run the workers until cancelled."""

@@ -51,9 +51,7 @@ async def test_a_throttled_driver_pod_create_is_retried_after_retry_after(
     body = example_app()
     body["metadata"]["name"] = "throttled"
     await create_app(kube, body)
-    await eventually(
-        lambda: state(kube, "throttled") == "SUBMITTED", timeout=30, operator=operator
-    )
+    await eventually(lambda: state(kube, "throttled") == "SUBMITTED", timeout=30, operator=operator)
     assert kube.throttled["POST", PODS_PATH][0] == 0  # both 429s were answered
     assert pod_creates(kube) == 3  # two throttled, then the one that created the Pod
     assert kube.stored("v1/pods", NAMESPACE, "throttled-driver") is not None
