@@ -123,17 +123,34 @@ def free_port() -> int:
 USERS: dict[str, tuple[str, list[str]]] = {
     "alice-token": ("alice", ["data-platform"]),  # may read and sample in the test namespace
     "eve-token": ("eve", []),  # authenticated, no rights
+    # The operator's projected token for the service (audience RESULT_AUDIENCE only).
+    "operator-service-token": (
+        "system:serviceaccount:sparkglass-system:sparkglass-operator",
+        ["system:serviceaccounts"],
+    ),
 }
+#: The audience of the token the operator hands results to the service with.
+RESULT_AUDIENCE = "sparkglass-service"
+#: token -> the audiences it is bound to (the others: the API server's own).
+TOKEN_AUDIENCES = {"operator-service-token": [RESULT_AUDIENCE]}
+API_AUDIENCE = "https://kubernetes.default.svc"
 #: Subjects allowed every verb on sparkglass.io resources in the test namespace.
 GRANTED = {"data-platform"}
 
 
 def _token_review(request: Any) -> dict[str, Any]:
     token = request.data["spec"]["token"]
+    # As the API server: a token is valid only for the audiences asked (its own if none).
+    asked = request.data["spec"].get("audiences") or [API_AUDIENCE]
+    bound = [a for a in asked if a in TOKEN_AUDIENCES.get(token, [API_AUDIENCE])]
     status: dict[str, Any] = {"authenticated": False, "error": "invalid bearer token"}
-    if token in USERS:
+    if token in USERS and bound:
         name, groups = USERS[token]
-        status = {"authenticated": True, "user": {"username": name, "groups": groups}}
+        status = {
+            "authenticated": True,
+            "user": {"username": name, "groups": groups},
+            "audiences": bound,
+        }
     return {
         "apiVersion": "authentication.k8s.io/v1",
         "kind": "TokenReview",
@@ -467,10 +484,19 @@ class System:
 def system(
     cluster: Cluster, store_url: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[System]:
-    """The service, then the operator (the service migrates the store first)."""
+    """The service, then the operator (the service migrates the store first); the operator
+    hands its results to the service with a token of the service's audience."""
     logs = tmp_path_factory.mktemp("logs")
     port = free_port()
     url = f"http://127.0.0.1:{port}"
+    writer, token = USERS["operator-service-token"][0], "operator-service-token"
+    if REAL_CLUSTER:
+        writer = f"system:serviceaccount:{cluster.namespace}:default"
+        token = cluster.kubectl(
+            "create", "token", "default", "-n", cluster.namespace, "--audience", RESULT_AUDIENCE
+        ).strip()
+    token_file = logs / "operator-service-token"
+    token_file.write_text(token)
     service = Process(
         "service",
         [sys.executable, "-m", "sparkglass", "serve", "--host", "127.0.0.1", "--port", str(port),
@@ -480,6 +506,8 @@ def system(
         _child_env(
             cluster,
             SPARKGLASS_PUBLIC_URL=url,
+            SPARKGLASS_RESULT_WRITERS=writer,
+            SPARKGLASS_RESULT_AUDIENCE=RESULT_AUDIENCE,
             SPARKGLASS_POLL_INTERVAL_SECONDS="0.25",
             SPARKGLASS_ROUND_TIMEOUT_SECONDS="30",
             SPARKGLASS_ROUND_GRACE_SECONDS=str(SERVICE_ROUND_DEADLINE - 30),
@@ -495,7 +523,7 @@ def system(
         [sys.executable, "-m", "sparkglass", "operator", "run", "--namespace", cluster.namespace,
          "--standalone", "--health-port", "0", "--metrics-port", "0",
          "--resync-seconds", "1", "--poll-seconds", "0.5", "--log-format", "json",
-         "--service-url", url, "--store-url", store_url],
+         "--service-url", url, "--service-token-file", str(token_file)],
         logs / "operator.log",
         _child_env(cluster),
     )

@@ -33,7 +33,7 @@ from .cluster import Cluster
 from .context import OperatorContext
 from .diff_base import SpecDigestStorage
 from .leader_election import LeaderElector
-from .results import ResultStore
+from .results import ResultPush
 from .settings import OperatorConfig
 
 log = structlog.get_logger(__name__)
@@ -99,9 +99,13 @@ async def operate(config: OperatorConfig, *, stop_flag: asyncio.Event | None = N
     election, first wait to lead. Raises ``SystemExit(1)`` when leadership is lost."""
     if not config.standalone and config.election is None:
         raise ValueError("no leader election Lease configured: give election, or standalone")
-    cluster = Cluster(qps=config.api_qps)
-    store = ResultStore(config.store_url) if config.store_url else None
-    memo = OperatorContext(config=config, cluster=cluster, store=store)
+    cluster = Cluster(qps=config.api_qps, burst=config.api_burst)
+    results = (
+        ResultPush(config.result_service_url, config.service_token_file, config.service_ca_file)
+        if config.result_service_url
+        else None
+    )
+    memo = OperatorContext(config=config, cluster=cluster, results=results)
     if config.metrics_port:
         start_http_server(config.metrics_port, addr=config.metrics_address)
     log.info(
@@ -119,14 +123,13 @@ async def operate(config: OperatorConfig, *, stop_flag: asyncio.Event | None = N
             # calls whichever one the Service picks (kopf's own webhook server runs only in
             # kopf, which only the leader runs).
             await stack.enter_async_context(admission.serve(memo, config.webhook))
-        await _lead_and_operate(config, cluster, memo, store, stop_flag)
+        await _lead_and_operate(config, cluster, memo, stop_flag)
 
 
 async def _lead_and_operate(
     config: OperatorConfig,
     cluster: Cluster,
     memo: OperatorContext,
-    store: ResultStore | None,
     stop_flag: asyncio.Event | None,
 ) -> None:
     elector = None
@@ -149,8 +152,6 @@ async def _lead_and_operate(
     stop = stop_flag if stop_flag is not None else asyncio.Event()
     lost = asyncio.Event()
     holding = asyncio.create_task(_hold(elector, stop, lost)) if elector is not None else None
-    # In the background: the operator serves while the store opens.
-    warming = asyncio.create_task(asyncio.to_thread(store.warm)) if store is not None else None
     try:
         # Kubeflow spark-operator applications are watched only where the operator may list
         # them (chart value kubeflow.enabled): kopf stops on a watch it is refused.
@@ -173,8 +174,8 @@ async def _lead_and_operate(
             holding.cancel()
         if elector is not None and not lost.is_set():
             await elector.release()
-        if warming is not None and not warming.done():
-            warming.cancel()
+        if memo.results is not None:
+            await memo.results.close()
         cluster.close()
     if lost.is_set():
         raise SystemExit(1)

@@ -10,7 +10,7 @@ from typing import Any
 
 from .cluster import Cluster
 from .object_cache import ObjectCache
-from .results import ResultStore
+from .results import ResultPush
 from .settings import OperatorConfig
 from .work_queue import WorkQueue
 
@@ -39,10 +39,10 @@ class SampleRecord:
 
 @dataclass
 class OperatorContext:
-    """The configuration, the API client, the result store (if configured), one lock per
-    object so that a queue worker, a change handler and a Pod event never reconcile the same
-    object at once within this process (leader election keeps other processes out), and the
-    DataSample engine's state:
+    """The configuration, the API client, the service's result route (if configured), one
+    lock per object so that a queue worker, a change handler and a Pod event never reconcile
+    the same object at once within this process (leader election keeps other processes out),
+    and the DataSample engine's state:
 
     * ``samples``: the newest known version of every DataSample (watch events and own writes),
       without ``status.samples`` (the records: no step reads them);
@@ -62,7 +62,7 @@ class OperatorContext:
 
     config: OperatorConfig
     cluster: Cluster
-    store: ResultStore | None = None
+    results: ResultPush | None = None
     samples: ObjectCache = field(default_factory=lambda: ObjectCache(drop=(("status", "samples"),)))
     applications: Mapping[Any, Any] | None = None
     driver_pods: Mapping[Any, Any] | None = None

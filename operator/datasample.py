@@ -107,7 +107,12 @@ from .metrics import (
     SAMPLE_RETRIES,
     SAMPLES_FINISHED,
 )
-from .results import RoundIdConflict, results_url
+from .results import (
+    ResultRefused,
+    ResultServiceUnavailable,
+    RoundIdConflict,
+    results_url,
+)
 from .specs import DataSampleSpec, parse_duration
 from .timestamps import epoch_of, epoch_or_zero, now_rfc3339, rfc3339
 from .work_queue import WorkQueue
@@ -921,31 +926,35 @@ class _Step:
             )
             return
         uid = str(meta.get("uid") or "")
-        # Without a store this only names a link (the service saves its own copy).
+        # Without a service this only names a link.
         round_id = uid or str(result.round_id or self.name)
         extra = encode(result, self.ctx.config.status_record_bytes)
         if self.record.round_id:
             # Written again with the result: status is output, and a value someone else put
             # there since the open is replaced by the round the records come from.
             extra["roundId"] = self.record.round_id
-        if self.ctx.store is not None:
+        if self.ctx.results is not None:
             try:
-                round_id = await self.ctx.store.save(
+                round_id = await self.ctx.results.save(
                     namespace=self.namespace,
+                    name=self.name,
+                    uid=uid or self.name,
                     application=spec.application_ref.name,
                     vertex=spec.vertex,
                     result=result,
-                    uid=uid or self.name,
-                    name=self.name,
                     started_at_ms=int((self.record.opened_at or 0) * 1000) or None,
                     request_key=spec.round_request().key(),
+                    max_record_length=max_record_length,
                 )
             except RoundIdConflict as exc:
                 await self._finish("Failed", "RoundIdConflict", f"saving the result: {exc}")
                 return
-            except Exception as exc:  # the database's trouble: transient by nature
+            except ResultRefused as exc:
+                await self._finish("Failed", "ResultRefused", f"saving the result: {exc}")
+                return
+            except ResultServiceUnavailable as exc:
                 await self._transient(
-                    "StoreUnavailable", f"saving the result failed: {exc}", final="Failed"
+                    "ServiceUnavailable", f"saving the result: {exc}", final="Failed"
                 )
                 return
         if self.ctx.config.service_url:

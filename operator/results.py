@@ -1,143 +1,136 @@
-"""Saving a DataSample's full result in the sparkglass service's store, keyed by its uid.
+"""Handing a DataSample's full result to the sparkglass service, keyed by its uid.
 
-The status holds a byte-bounded part (``sparkglass.runtime.contract.datasample_status``);
-the whole result goes to the service's database with ``sparkglass.service.store.save_round``.
-Which round: the one bound to the DataSample's ``metadata.uid`` (the service binds each
-DataSample it creates to its round as soon as the API server answers the creation), else a
-round of its own whose id is the uid (a DataSample made with kubectl). The API server gives
-every object its uid, no client chooses one, and a DataSample's spec cannot change: so a
-result lands only in its own DataSample's round, and saving twice (an operator restart
-between saving and writing the status) replaces it. The service serves it at
-:func:`results_url`.
+The operator PUTs the result to the service
+(``/api/v1/namespaces/{namespace}/datasamples/{name}/result``, the body a
+:class:`~sparkglass.runtime.contract.saved_result.ResultUpload`), which saves it in the round
+bound to the DataSample's ``metadata.uid`` and serves it at :func:`results_url`. The status
+then needs only the phase, the counts and that link. The operator never opens the service's
+database: one writer, one migrator.
+
+The token is read from a file at each call: the chart mounts a projected ServiceAccount token
+of the service's audience, which the kubelet rotates.
 """
 
 from __future__ import annotations
 
-import asyncio
-import threading
-from typing import Any
+import ssl
+from pathlib import Path
 
+import httpx
 import structlog
-from tenacity import Retrying, retry_if_exception_type, stop_after_attempt
 
 from sparkglass.runtime.contract.sample_result import DataSampleResult
+from sparkglass.runtime.contract.saved_result import ResultSaved, ResultUpload
 
 log = structlog.get_logger(__name__)
 
+#: Where the chart mounts the operator's token for the service (a projected ServiceAccount
+#: token of the service's audience).
+DEFAULT_TOKEN_FILE = "/var/run/secrets/sparkglass/service/token"
 
-class ResultStore:
-    """The service store at a SQLAlchemy URL (opened lazily, migrations applied once)."""
+#: Seconds for one PUT: up to 64 MiB of JSON to a service in the same cluster.
+TIMEOUT_S = 60.0
 
-    def __init__(self, url: str) -> None:
-        self._url = url
-        self._sessions: Any = None
-        # Saves run in worker threads; the first ones must not migrate the database twice.
-        self._open_lock = threading.Lock()
 
-    def _open(self) -> Any:
-        with self._open_lock:
-            if self._sessions is None:
-                from sparkglass.service.store import open_store
+class ResultRefused(Exception):
+    """The service answered the result with a refusal that a retry cannot change (4xx); the
+    message carries its status and detail."""
 
-                self._sessions = open_store(self._url)
-            return self._sessions
 
-    def warm(self) -> None:
-        """Open the store now (imports SQLAlchemy and Alembic, applies migrations: seconds, far
-        more on a busy machine), so that the first round's save does not wait on it. Failures
-        are logged, not raised: the first save opens the store again and reports them."""
+class RoundIdConflict(ResultRefused):
+    """The round the result would be saved in belongs to another application or vertex (the
+    service's 409; nothing was written)."""
+
+
+class ResultServiceUnavailable(Exception):
+    """The service could not be reached or answered 5xx/429: worth a retry."""
+
+
+class ResultPush:
+    """The service's result route at ``base_url`` (its address inside the cluster)."""
+
+    def __init__(self, base_url: str, token_file: str, ca_file: str | None = None) -> None:
+        self._base = base_url.rstrip("/")
+        self._token_file = Path(token_file)
+        self._verify: ssl.SSLContext | bool = (
+            ssl.create_default_context(cafile=ca_file) if ca_file else True
+        )
+        self._client: httpx.AsyncClient | None = None
+
+    def _token(self) -> str:
         try:
-            self._open()
-        except Exception as exc:
-            log.warning("the result store cannot be opened yet", error=str(exc))
+            return self._token_file.read_text().strip()
+        except OSError as exc:
+            raise ResultServiceUnavailable(
+                f"the token for the service cannot be read from {self._token_file}: "
+                f"{exc.strerror or exc}"
+            ) from None
 
     async def save(
         self,
         *,
         namespace: str,
+        name: str,
+        uid: str,
         application: str,
         vertex: str,
         result: DataSampleResult,
-        uid: str,
-        name: str,
         started_at_ms: int | None,
         request_key: str,
+        max_record_length: int,
     ) -> str:
         """Save (or replace) the result of the DataSample ``name`` of ``metadata.uid``
-        ``uid``; returns the store's round id (module docstring). ``request_key``: the
-        DataSample's ``RoundRequest.key()``: a round of the DataSample's own (not one the
-        service started and bound to it) is stored as its answer, never a plain poll's
-        (whatever it asked: its limits alone may narrow it). Raises
-        :class:`RoundIdConflict` (nothing written) when that round belongs to another
-        application or vertex, and whatever the database raises (transient)."""
-        return await asyncio.to_thread(
-            self._save_sync,
-            namespace,
-            application,
-            vertex,
-            result,
-            uid,
-            name,
-            started_at_ms,
-            request_key,
+        ``uid``; returns the store's round id. Raises :class:`RoundIdConflict` (409),
+        :class:`ResultRefused` (another 4xx: the token, the identity or the body is wrong,
+        and a retry would not change it) or :class:`ResultServiceUnavailable` (unreachable,
+        429 or 5xx)."""
+        upload = ResultUpload(
+            uid=uid,
+            application=application,
+            vertex=vertex,
+            request_key=request_key,
+            started_at_ms=started_at_ms,
+            max_record_length=max_record_length,
+            result=result,
         )
+        if self._client is None:
+            self._client = httpx.AsyncClient(verify=self._verify, timeout=TIMEOUT_S)
+        url = f"{self._base}/api/v1/namespaces/{namespace}/datasamples/{name}/result"
+        try:
+            answer = await self._client.put(
+                url,
+                content=upload.model_dump_json(by_alias=True),
+                headers={
+                    "Authorization": f"Bearer {self._token()}",
+                    "Content-Type": "application/json",
+                },
+            )
+        except httpx.HTTPError as exc:
+            raise ResultServiceUnavailable(
+                f"the service at {self._base} cannot be reached: {type(exc).__name__}"
+            ) from None
+        if answer.status_code == 200:
+            return ResultSaved.model_validate_json(answer.content).round_id
+        detail = _detail(answer)
+        if answer.status_code == 409:
+            raise RoundIdConflict(detail)
+        if answer.status_code == 429 or answer.status_code >= 500:
+            raise ResultServiceUnavailable(f"the service answered {answer.status_code}: {detail}")
+        raise ResultRefused(f"the service refused the result ({answer.status_code}): {detail}")
 
-    def _save_sync(
-        self,
-        namespace: str,
-        application: str,
-        vertex: str,
-        result: DataSampleResult,
-        uid: str,
-        name: str,
-        started_at_ms: int | None,
-        request_key: str,
-    ) -> str:
-        sessions = self._open()
-        # Imported after _open(), which imports SQLAlchemy under its lock: saves run in
-        # threads, and two threads importing SQLAlchemy at once can see it half-initialized.
-        from sqlalchemy.exc import IntegrityError
-
-        from sparkglass.service.store import repository
-
-        # The first rounds of an application saved at once (several DataSamples finishing
-        # together) race to create its row: the loser's transaction fails on the unique key,
-        # and a fresh one finds the winner's row. Not worth a DataSample retry.
-        for attempt in Retrying(
-            retry=retry_if_exception_type(IntegrityError), stop=stop_after_attempt(3), reraise=True
-        ):
-            with attempt, sessions.begin() as session:
-                bound = repository.round_of_datasample(session, uid)
-                round_id = bound.id if bound is not None else uid
-                try:
-                    saved = repository.save_round(
-                        session,
-                        namespace=namespace,
-                        application=application,
-                        vertex=vertex,
-                        result=result,
-                        round_id=round_id,
-                        external_ref=name,
-                        triggered_by="sparkglass-operator",
-                        started_at=started_at_ms,
-                        # The service's round stays the plain round it started.
-                        request_key=(
-                            None
-                            if bound is not None
-                            else repository.datasample_round_key(request_key)
-                        ),
-                    )
-                except repository.RoundOwnershipError as exc:
-                    raise RoundIdConflict(str(exc)) from None
-                if bound is None:
-                    repository.bind_datasample(session, str(saved), uid)
-                return str(saved)
-        raise AssertionError("unreachable: Retrying re-raises the last error")
+    async def close(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
 
 
-class RoundIdConflict(Exception):
-    """The round a DataSample's result would be saved in belongs to another application or
-    vertex in the store (``save_round`` refused it; nothing was written)."""
+def _detail(answer: httpx.Response) -> str:
+    """The ``detail`` of an error answer, bounded (it goes into a status message)."""
+    try:
+        detail = answer.json().get("detail")
+    except ValueError:
+        detail = None
+    return str(detail if detail is not None else answer.reason_phrase)[:300]
 
 
 def results_url(service_url: str, namespace: str, application: str, round_id: str) -> str:

@@ -9,12 +9,17 @@ from sparkglass.runtime.contract.datasample_status import DEFAULT_STATUS_BYTES
 
 from .leader_election import ElectionConfig
 from .pod_privileges import DEFAULT_ALLOWED_SERVICE_ACCOUNTS, parse_service_accounts
+from .results import DEFAULT_TOKEN_FILE as DEFAULT_SERVICE_TOKEN_FILE
 from .spark_conf import DriverEnvironment
 
 #: Default ``ttlSecondsAfterFinished`` of DataSamples whose spec sets none: one hour.
 DEFAULT_TTL_SECONDS = 3600
 #: The CRD's maximum of ``ttlSecondsAfterFinished`` (one year).
 MAX_TTL_SECONDS = 31_536_000
+#: Bounds of ``api_qps`` (requests per second) and ``api_burst`` (requests at once): past
+#: them a single replica would be a load test of its API server, not a client of it.
+MIN_API_QPS, MAX_API_QPS = 1.0, 1000.0
+MIN_API_BURST, MAX_API_BURST = 1, 5000
 
 
 @dataclass(frozen=True)
@@ -60,18 +65,27 @@ class OperatorConfig:
     metrics_port: int | None = 9090
     metrics_address: str = "0.0.0.0"
     resync_seconds: float = 10.0
-    #: Kubernetes API requests started per second at most (bursts as many); the Lease's
-    #: renewals have their own client, outside this limit.
+    #: Kubernetes API requests started per second at most, and at once at most (client-go's
+    #: ``QPS`` and ``Burst``: a bucket of ``api_burst`` tokens refilled at ``api_qps`` per
+    #: second); the Lease's renewals have their own client, outside this limit.
     api_qps: float = 20.0
+    api_burst: int = 40
     #: How often a running driver's metrics are copied into ``status.progress`` (0: never).
     progress_seconds: float = 10.0
     poll_seconds: float = 1.0
     max_status_bytes: int = DEFAULT_STATUS_BYTES
     control_timeout_seconds: float = 10.0
+    #: The service's address for people (``status.resultsURL``).
     service_url: str | None = None
-    store_url: str | None = None
+    #: The service's address inside the cluster, where results are saved (default:
+    #: ``service_url``); None with neither: no result leaves the operator but in the status.
+    service_internal_url: str | None = None
+    service_token_file: str = DEFAULT_SERVICE_TOKEN_FILE
+    service_ca_file: str | None = None
     driver: DriverEnvironment = field(default_factory=DriverEnvironment)
-    records_in_status: bool = True
+    #: Records in DataSample status (etcd): None (default) when the operator hands results
+    #: to a service, and then off; on without one, where the status is all there is.
+    records_in_status: bool | None = None
     default_ttl_seconds_after_finished: int = DEFAULT_TTL_SECONDS
     allow_cleartext_control: bool = False
     allowed_service_accounts: tuple[str, ...] = DEFAULT_ALLOWED_SERVICE_ACCOUNTS
@@ -83,6 +97,16 @@ class OperatorConfig:
         parse_service_accounts(
             ",".join(self.allowed_service_accounts), setting="allowed_service_accounts"
         )
+        if not MIN_API_QPS <= self.api_qps <= MAX_API_QPS:
+            raise ValueError(
+                f"api_qps={self.api_qps} is out of range: allowed {MIN_API_QPS:g} to "
+                f"{MAX_API_QPS:g} requests per second"
+            )
+        if not MIN_API_BURST <= self.api_burst <= MAX_API_BURST:
+            raise ValueError(
+                f"api_burst={self.api_burst} is out of range: allowed {MIN_API_BURST} to "
+                f"{MAX_API_BURST} requests at once"
+            )
         ttl = self.default_ttl_seconds_after_finished
         if not 0 <= ttl <= MAX_TTL_SECONDS:
             raise ValueError(
@@ -91,9 +115,17 @@ class OperatorConfig:
             )
 
     @property
+    def result_service_url(self) -> str | None:
+        """Where results are saved: the internal URL, else ``service_url``, else None."""
+        return self.service_internal_url or self.service_url
+
+    @property
     def status_record_bytes(self) -> int:
         """Byte bound of the records written into a DataSample status (0: none)."""
-        return self.max_status_bytes if self.records_in_status else 0
+        on = self.records_in_status
+        if on is None:
+            on = self.result_service_url is None
+        return self.max_status_bytes if on else 0
 
     @property
     def clusterwide(self) -> bool:

@@ -8,6 +8,7 @@ Background threads (audit flusher, retention sweep) run inside the app's lifespa
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -31,16 +32,21 @@ from .catalog import KubernetesCatalog
 from .content_coding import NegotiatedGZipMiddleware
 from .driver_trust import DriverTrust
 from .execution import RoundExecutor
-from .execution.kubernetes import DataSampleExecutor, ResultSource, store_lookup
+from .execution.kubernetes import DataSampleExecutor, store_lookup
 from .execution.local import LocalDriverExecutor
 from .kube import make_api_client
 from .metrics import ServiceMetrics
 from .pipeline_progress import PipelineProgressReader
 from .result_body import GZIP_LEVEL
 from .retention import RetentionSweeper
-from .routers import applications, audit, operations, progress, samples
+from .routers import applications, audit, operations, progress, results, samples
 from .schemas import FieldError, ValidationErrorBody
-from .security import AuthFailureLimiter, BodyLimitMiddleware, SecurityHeadersMiddleware
+from .security import (
+    AuthFailureLimiter,
+    BodyLimit,
+    BodyLimitMiddleware,
+    SecurityHeadersMiddleware,
+)
 from .settings import AuthMode, ExecutionMode, Settings
 from .shared_rounds import SharedRounds
 from .state import ServiceState
@@ -177,7 +183,6 @@ def build_state(
                 api_client,
                 store_lookup(sessions),
                 ttl_seconds=settings.datasample_ttl_seconds,
-                source=ResultSource(settings.datasample_results_source),
             )
         else:
             executor = LocalDriverExecutor(trust=trust)
@@ -273,7 +278,18 @@ def create_app(
         minimum_size=settings.gzip_min_bytes,
         compresslevel=GZIP_LEVEL,
     )
-    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(
+        BodyLimitMiddleware,
+        max_bytes=settings.max_body_bytes,
+        routes=(
+            BodyLimit(
+                "PUT",
+                re.compile(results.RESULT_PATH),
+                settings.max_result_bytes,
+                "max_result_bytes",
+            ),
+        ),
+    )
     app.add_middleware(
         AuthFailureLimiter,
         limit=settings.auth_failure_limit,
@@ -289,6 +305,7 @@ def create_app(
     app.include_router(progress.router)
     app.include_router(audit.router)
     app.include_router(operations.router)
+    app.include_router(results.router)
     _document_validation_errors(app)
     app.mount("/ui", StaticFiles(directory=STATIC_DIR, html=True), name="ui")
     return app

@@ -53,14 +53,20 @@ BearerDep = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 
 
 def authenticate(
-    state: ServiceState, credentials: HTTPAuthorizationCredentials | None
+    state: ServiceState,
+    credentials: HTTPAuthorizationCredentials | None,
+    audiences: tuple[str, ...] = (),
 ) -> Principal:
-    """The authenticated caller; 401 without a valid token, 503 when the identity
-    provider cannot be asked."""
+    """The authenticated caller; 401 without a valid token (with ``audiences``: one bound
+    to one of them), 503 when the identity provider cannot be asked."""
     if credentials is None or not credentials.credentials:
         raise UNAUTHORIZED
     try:
-        principal = state.authenticator.authenticate(credentials.credentials)
+        principal = (
+            state.authenticator.authenticate(credentials.credentials, audiences)
+            if audiences
+            else state.authenticator.authenticate(credentials.credentials)
+        )
     except AuthBackendError as exc:
         raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, detail=str(exc)) from None
     if principal is None:

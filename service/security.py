@@ -22,6 +22,7 @@ import hashlib
 import ipaddress
 import json
 import math
+import re
 import time
 from collections import OrderedDict
 from collections.abc import Hashable, Iterable, Sequence
@@ -79,19 +80,39 @@ class _BodyTooLargeError(Exception):
     pass
 
 
-class BodyLimitMiddleware:
-    """413 for request bodies over ``max_bytes`` (see the module docstring); 400 for a
-    ``Content-Length`` that is not a non-negative integer."""
+@dataclass(frozen=True)
+class BodyLimit:
+    """A limit other than ``max_body_bytes`` for the requests of ``method`` whose path
+    matches ``path`` (a full match); ``setting`` names it in the 413's message."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    method: str
+    path: re.Pattern[str]
+    max_bytes: int
+    setting: str
+
+
+class BodyLimitMiddleware:
+    """413 for request bodies over ``max_bytes``, or over the first of ``routes`` that
+    matches (see the module docstring); 400 for a ``Content-Length`` that is not a
+    non-negative integer."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int, routes: Sequence[BodyLimit] = ()) -> None:
         self._app = app
         self._max = max_bytes
+        self._routes = tuple(routes)
+
+    def _limit(self, scope: Scope) -> tuple[int, str]:
+        for route in self._routes:
+            if scope.get("method") == route.method and route.path.fullmatch(scope["path"]):
+                return route.max_bytes, route.setting
+        return self._max, "max_body_bytes"
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self._app(scope, receive, send)
             return
-        too_large = f"request body too large: max_body_bytes allows at most {self._max} bytes"
+        limit, setting = self._limit(scope)
+        too_large = f"request body too large: {setting} allows at most {limit} bytes"
         for name, value in scope.get("headers", ()):
             if name == b"content-length":
                 try:
@@ -101,7 +122,7 @@ class BodyLimitMiddleware:
                 if length < 0:
                     await _send_json(send, 400, "Content-Length must be a non-negative integer")
                     return
-                if length > self._max:
+                if length > limit:
                     await _send_json(send, 413, too_large)
                     return
         received = 0
@@ -112,7 +133,7 @@ class BodyLimitMiddleware:
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
-                if received > self._max:
+                if received > limit:
                     raise _BodyTooLargeError
             return message
 

@@ -13,7 +13,6 @@ import ipaddress
 from enum import StrEnum
 from functools import cached_property
 from pathlib import Path
-from typing import Literal
 
 import platformdirs
 from pydantic import Field, SecretStr, field_validator, model_validator
@@ -164,14 +163,30 @@ class Settings(BaseSettings):
         "creates, seconds (10-31536000; default 600). At least 10: the service checks that "
         "the DataSample it created still exists (its uid) when it reads the round's result.",
     )
-    datasample_results: Literal["auto", "store", "status"] = Field(
-        default="auto",
-        description="Kubernetes execution mode: where a round's records come from. store: "
-        "only from the result the operator saved in the shared store (the DataSample's "
-        "status, which anyone with patch datasamples/status can write, only ever fails a "
-        "round); status: from the DataSample's status, for an operator without a store. "
-        "auto (default): store with a PostgreSQL database (the chart gives the operator the "
-        "same one), status otherwise.",
+    result_writers: str = Field(
+        default="",
+        max_length=4096,
+        description="Who may save a DataSample's result (PUT /api/v1/namespaces/{namespace}/"
+        "datasamples/{name}/result): the operator's identity, a Kubernetes username such as "
+        "system:serviceaccount:sparkglass-system:sparkglass-operator (the chart sets it), or a "
+        "local-mode user. Comma-separated in SPARKGLASS_RESULT_WRITERS. Empty (default): "
+        "nobody, and every such request is answered 403.",
+    )
+    result_audience: str = Field(
+        default="sparkglass-service",
+        min_length=1,
+        max_length=253,
+        description="Kubernetes mode: the audience a result writer's token must be bound to "
+        "(TokenReview spec.audiences). The chart gives the operator a projected token of this "
+        "audience, so what it sends over the cluster network is no API server credential.",
+    )
+    max_result_bytes: int = Field(
+        default=64 * MiB,
+        ge=MiB,
+        le=1024 * MiB,
+        description="Largest DataSample result the operator may save, bytes of JSON (1 MiB-1 "
+        "GiB; default 64 MiB: 5000 records at the default max-record-length of 10000 "
+        "characters, with room for escaping). Larger is answered 413 before it is read.",
     )
     public_url: str | None = Field(
         default=None,
@@ -320,6 +335,11 @@ class Settings(BaseSettings):
         return value
 
     @property
+    def result_writer_names(self) -> frozenset[str]:
+        """``result_writers`` as a set of names (empty when unset)."""
+        return frozenset(w.strip() for w in self.result_writers.split(",") if w.strip())
+
+    @property
     def trusted_proxy_networks(self) -> tuple[IPNetwork, ...]:
         """``trusted_proxies`` parsed (empty when unset)."""
         return parse_networks(self.trusted_proxies, "trusted_proxies")
@@ -366,13 +386,6 @@ class Settings(BaseSettings):
     def sampling_window_ms(self) -> int | None:
         """``sampling_window`` in milliseconds (1000–30000), or ``None`` when unset."""
         return None if self.sampling_window is None else _window_ms(self.sampling_window)
-
-    @property
-    def datasample_results_source(self) -> str:
-        """``datasample_results`` with ``auto`` resolved: ``store`` or ``status``."""
-        if self.datasample_results != "auto":
-            return self.datasample_results
-        return "store" if self.resolved_database_url.startswith("postgresql") else "status"
 
     @cached_property
     def resolved_database_url(self) -> str:

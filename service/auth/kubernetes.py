@@ -42,13 +42,18 @@ class KubernetesAuthenticator:
         self._authn_cache: TTLCache[Principal | None] = TTLCache()
         self._authz_cache: TTLCache[bool] = TTLCache()
 
-    def authenticate(self, token: str) -> Principal | None:
-        """Ask the API server who owns ``token`` (cached; the cache key is a hash)."""
-        key = hashlib.sha256(token.encode()).hexdigest()
+    def authenticate(self, token: str, audiences: tuple[str, ...] = ()) -> Principal | None:
+        """Ask the API server who owns ``token`` (cached; the cache key is a hash). With
+        ``audiences``, the token must be bound to one of them: the API server says which in
+        ``status.audiences``, and a token of another audience (the API server's own, say) is
+        refused."""
+        key = (hashlib.sha256(token.encode()).hexdigest(), audiences)
         hit, cached = self._authn_cache.get(key)
         if hit:
             return cached
-        review = client.V1TokenReview(spec=client.V1TokenReviewSpec(token=token))
+        review = client.V1TokenReview(
+            spec=client.V1TokenReviewSpec(token=token, audiences=list(audiences) or None)
+        )
         try:
             answer = self._authn.create_token_review(review, _request_timeout=_REVIEW_TIMEOUT_S)
         except (ApiException, HTTPError, OSError) as exc:
@@ -57,7 +62,14 @@ class KubernetesAuthenticator:
             raise AuthBackendError(f"TokenReview failed (HTTP {status or 'error'})") from None
         st = answer.status
         principal: Principal | None = None
-        if st is not None and st.authenticated and st.user is not None and st.user.username:
+        bound = not audiences or bool(set(audiences) & set((st.audiences if st else None) or ()))
+        if (
+            st is not None
+            and st.authenticated
+            and st.user is not None
+            and st.user.username
+            and bound
+        ):
             principal = Principal(
                 user=st.user.username,
                 groups=tuple(st.user.groups or ()),

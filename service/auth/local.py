@@ -71,10 +71,10 @@ class LocalAuthenticator:
             raise ValueError(f"role must be one of {', '.join(ROLE_PERMISSIONS)}, got {role!r}")
         self._file_tokens[repository.hash_token(token)] = (user, role)
 
-    def authenticate(self, token: str) -> Principal | None:
+    def authenticate(self, token: str, audiences: tuple[str, ...] = ()) -> Principal | None:
         """The principal of ``token`` (file first, then a store token that is neither
         revoked nor expired), or ``None``. A store token's principal carries its
-        ``expires_at``."""
+        ``expires_at``. Local tokens have no audience: ``audiences`` is not checked."""
         digest = repository.hash_token(token)
         found = self._file_tokens.get(digest)
         if found is not None:

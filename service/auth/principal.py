@@ -43,8 +43,9 @@ class AuthBackendError(Exception):
 class Authenticator(Protocol):
     """One auth mode: turn a bearer token into a principal and decide permissions."""
 
-    def authenticate(self, token: str) -> Principal | None:
-        """The caller owning ``token``, or ``None`` when it is not valid.
+    def authenticate(self, token: str, audiences: tuple[str, ...] = ()) -> Principal | None:
+        """The caller owning ``token``, or ``None`` when it is not valid (or, with
+        ``audiences``, not bound to one of them where tokens carry audiences).
 
         Raises :class:`AuthBackendError` when validity cannot be decided.
         """

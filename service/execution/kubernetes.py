@@ -6,21 +6,14 @@ application's namespace (spec: ``applicationRef.name``, ``vertex``, ``maxRecords
 where the service serves the full result, when ``public_url`` is set), binds the round to
 the ``metadata.uid`` the API server gave it, then waits for the round to end.
 
-Where the records come from (``datasample_results``). A DataSample's ``status`` can be
-written by anyone granted ``patch datasamples/status``, so it is not the operator's word:
-
-* ``store``: the operator saves the full result in the store the service reads, in the round
-  bound to the DataSample's uid (``sparkglass.operator.results``). A uid is the API
-  server's, never a client's: a DataSample deleted and created again under the name has
-  another uid, and its result never lands in this round. The status only ever tells that a
-  round ended without records (``NoData``, ``Disabled``, ``Failed``, ``Abandoned``); a
-  status claiming records the store does not hold fails the round.
-* ``status``: the operator has no store (the chart's SQLite store lives on the service's
-  volume). Records come from the status (read with
-  :func:`sparkglass.runtime.contract.datasample_status.decode`), byte-bounded by the
-  operator, checked against the contract's caps and taken only from the DataSample the
-  service created (its uid); whoever may patch its status can still plant records there
-  (docs/security.md).
+The records come from the store only: the operator saves the whole result through the
+service (``PUT .../datasamples/{name}/result``, :mod:`sparkglass.service.routers.results`)
+in the round bound to the DataSample's uid. A uid is the API server's, never a client's: a
+DataSample deleted and created again under the name has another uid, and its result never
+lands in this round. A DataSample's ``status`` can be written by anyone granted ``patch
+datasamples/status``, so it only ever tells that a round ended without records (``NoData``,
+``Disabled``, ``Failed``, ``Abandoned``); a status claiming records the store does not hold
+fails the round.
 """
 
 from __future__ import annotations
@@ -29,7 +22,6 @@ import logging
 import re
 import time
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any, Protocol
 
 from kubernetes import client
@@ -38,7 +30,6 @@ from sqlalchemy.orm import Session, sessionmaker
 from urllib3.exceptions import HTTPError
 
 from sparkglass.runtime.contract.datasample_status import decode
-from sparkglass.runtime.contract.result_caps import ResultCaps, ResultRejected
 from sparkglass.runtime.contract.sample_result import (
     MAX_RECORDS_PER_RESPONSE,
     DataSampleResult,
@@ -59,15 +50,6 @@ REQUESTED_BY_ANNOTATION = "sparkglass.io/requested-by"
 RESULTS_URL_ANNOTATION = "sparkglass.io/results-url"
 APPLICATION_LABEL = "sparkglass.io/application"
 VERTEX_LABEL = "sparkglass.io/vertex"
-
-
-class ResultSource(StrEnum):
-    """Where a DataSample's records are taken from (the module docstring)."""
-
-    STORE = "store"
-    """Only from the row the operator saved in the shared store."""
-    STATUS = "status"
-    """From the DataSample's status (the operator has no store)."""
 
 
 @dataclass(frozen=True)
@@ -177,8 +159,8 @@ def datasample_body(request: RoundRequest, ttl_seconds: int) -> dict[str, Any]:
 
 
 class DataSampleExecutor:
-    """Creates DataSamples and waits for the operator to finish them; takes the result from
-    the store or the status as ``source`` says (module docstring)."""
+    """Creates DataSamples and waits for the operator to finish them; the result is what the
+    operator saved in the store (module docstring)."""
 
     def __init__(
         self,
@@ -186,19 +168,10 @@ class DataSampleExecutor:
         stored: StoredRounds,
         *,
         ttl_seconds: int = 600,
-        source: ResultSource = ResultSource.STORE,
     ) -> None:
         self._api = client.CustomObjectsApi(api_client)
         self._stored = stored
         self._ttl = ttl_seconds
-        self._source = source
-        if source is ResultSource.STATUS:
-            log.warning(
-                "records of rounds are taken from DataSample status (datasample_results="
-                "status): whoever may patch datasamples/status in a namespace can plant "
-                "records there; with a store shared with the operator (PostgreSQL) use "
-                "datasample_results=store (docs/security.md)"
-            )
 
     def run(self, request: RoundRequest) -> RoundOutcome:
         """Create the DataSample, poll its status until terminal or ``timeout_s``."""
@@ -229,9 +202,7 @@ class DataSampleExecutor:
                 saved = self._saved(request, name, uid)
                 if saved is not None:
                     return saved
-                if self._source is ResultSource.STORE:
-                    return RoundOutcome(_outcome_only(result, request, name), external_ref=name)
-                return RoundOutcome(_checked(result, request, name), external_ref=name)
+                return RoundOutcome(_outcome_only(result, request, name), external_ref=name)
             return RoundOutcome(failed(ErrorCode.TIMEOUT, request.round_id), external_ref=name)
         except _NotOurs as exc:
             log.warning("DataSample %s/%s: %s; the round fails", request.namespace, name, exc)
@@ -311,15 +282,15 @@ def _uid(obj: dict[str, Any] | None) -> str | None:
 
 
 def _outcome_only(result: DataSampleResult, request: RoundRequest, name: str) -> DataSampleResult:
-    """Store mode: what a status may say without the store: that the round ended without
-    records (no record, no counter is taken from it). A status claiming records the operator
-    did not store fails the round: someone else wrote it, or the operator has no store."""
+    """What a status may say without the store: that the round ended without records (no
+    record, no counter is taken from it). A status claiming records the operator did not
+    save fails the round: someone else wrote it."""
     if result.status in (SampleStatus.COMPLETE, SampleStatus.PARTIAL):
         log.warning(
             "DataSample %s/%s is %s in its status but no result of it is in the store; "
-            "records are taken from the store only (datasample_results=store): the status "
-            "was written by someone else than the operator, or the operator has no store "
-            "(then set datasample_results=status)",
+            "records are taken from the store only: the status was written by someone else "
+            "than the operator, or the operator cannot reach the service (its "
+            "--service-internal-url)",
             request.namespace,
             name,
             result.status.value,
@@ -332,21 +303,3 @@ def _outcome_only(result: DataSampleResult, request: RoundRequest, name: str) ->
         round_id=request.round_id,
         end_timestamp=repository.now_ms(),
     )
-
-
-def _checked(result: DataSampleResult, request: RoundRequest, name: str) -> DataSampleResult:
-    """Status mode: the status's result if it keeps the contract's caps (the application's
-    ``max-record-length``, 5000 records, 1000 per subtask), else a failure."""
-    caps = ResultCaps(request.max_record_length)
-    try:
-        for sub in result.samples:
-            caps.check(sub)
-    except ResultRejected as exc:
-        log.warning(
-            "DataSample %s/%s: its status breaks the result caps (%s); the round fails",
-            request.namespace,
-            name,
-            exc,
-        )
-        return failed(ErrorCode.INTERNAL_ERROR, request.round_id)
-    return result

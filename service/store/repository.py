@@ -386,12 +386,12 @@ def save_round(
 ) -> str:
     """Save a round's full result (all records) and return the store's round id.
 
-    **The operator's entry point** (``sparkglass.operator.results``). ``round_id`` is the
-    round bound to the DataSample's uid (:func:`round_of_datasample`), else the uid; without
-    one, ``result.round_id`` or a new id is used. An existing round row with that
-    id is updated (its records replaced) only when it belongs to the same (``namespace``,
-    ``application``) and ``vertex``; the application row is created when the store does not
-    know it yet. ``result.end_timestamp`` defaults to now for a finished status.
+    ``round_id``: the round to write (:func:`save_datasample_result` names the one bound to
+    a DataSample's uid); without one, ``result.round_id`` or a new id is used. An existing
+    round row with that id is updated (its records replaced) only when it belongs to the
+    same (``namespace``, ``application``) and ``vertex``; the application row is created
+    when the store does not know it yet. ``result.end_timestamp`` defaults to now for a
+    finished status.
     ``samples``, when given, are the records instead of ``result.samples``; they are consumed
     and written one subtask at a time, so a caller can fetch them piecewise (whatever the
     iterable raises propagates, and the caller's transaction then writes nothing).
@@ -458,6 +458,54 @@ def save_round(
     row.total_record_count = stored
     session.flush()
     return rid
+
+
+def save_datasample_result(
+    session: Session,
+    *,
+    namespace: str,
+    application: str,
+    vertex: str,
+    result: DataSampleResult,
+    uid: str,
+    name: str,
+    started_at_ms: int | None,
+    request_key: str,
+) -> str:
+    """Save (or replace) the full result of the DataSample ``name`` of ``metadata.uid``
+    ``uid`` and return the store's round id: **the one way a DataSample's result enters the
+    store**. The round is the one bound to ``uid`` (the service binds each DataSample it
+    creates as soon as the API server answers), else a round of its own whose id is the uid
+    (a DataSample made with ``kubectl``), marked as that DataSample's answer
+    (:func:`datasample_round_key` of ``request_key``), never a plain poll's. The API server
+    gives every object its uid and a DataSample's spec cannot change, so a result lands only
+    in its own DataSample's round, and saving twice replaces it.
+
+    Raises :class:`RoundOwnershipError` (nothing written) when that round belongs to another
+    application or vertex, ``ValueError`` for an empty or over-long uid, and
+    ``IntegrityError`` when a concurrent save created the application's row first (retry in
+    a fresh transaction)."""
+    if not uid or len(uid) > MAX_DATASAMPLE_UID_LENGTH:
+        raise ValueError(
+            f"datasample_uid: expected 1-{MAX_DATASAMPLE_UID_LENGTH} characters, got {len(uid)}"
+        )
+    bound = round_of_datasample(session, uid)
+    saved = save_round(
+        session,
+        namespace=namespace,
+        application=application,
+        vertex=vertex,
+        result=result,
+        round_id=bound.id if bound is not None else uid,
+        external_ref=name,
+        triggered_by="sparkglass-operator",
+        started_at=started_at_ms,
+        # The service's round stays the plain round it started.
+        request_key=None if bound is not None else datasample_round_key(request_key),
+    )
+    if bound is None:
+        bind_datasample(session, saved, uid)
+    return saved
 
 
 def get_round(session: Session, round_id: str) -> Round | None:

@@ -399,7 +399,7 @@ def test_sqlite_default_lives_on_a_kept_volume(rendered: Rendered) -> None:
     assert dep["spec"]["strategy"]["type"] == "Recreate"
     mounts = {m["name"]: m["mountPath"] for m in _containers(dep)[0]["volumeMounts"]}
     assert mounts["store"] == "/var/lib/sparkglass"
-    # The operator cannot reach the service's SQLite volume: it gets no store URL.
+    # Only the service opens the store; the operator hands it results over HTTP.
     operator = _containers(one(docs, "Deployment", "sparkglass-operator"))[0]
     assert "SPARKGLASS_DATABASE_URL" not in _env(operator)
 
@@ -411,8 +411,10 @@ def test_postgresql_variant(rendered: Rendered) -> None:
     assert service["spec"]["replicas"] == 2
     assert "strategy" not in service["spec"]  # rolling updates are fine with PostgreSQL
     operator = _containers(one(docs, "Deployment", "sparkglass-operator"))[0]
-    ref = _env(operator)["SPARKGLASS_DATABASE_URL"]["valueFrom"]["secretKeyRef"]
-    assert ref == {"name": "sparkglass-pg", "key": "url"}
+    # Only the service opens the store; the operator hands it results over HTTP.
+    assert "SPARKGLASS_DATABASE_URL" not in _env(operator)
+    ref = _env(service["spec"]["template"]["spec"]["containers"][0])["SPARKGLASS_DATABASE_URL"]
+    assert ref["valueFrom"]["secretKeyRef"] == {"name": "sparkglass-pg", "key": "url"}
     ingress = one(docs, "Ingress", "sparkglass-service")
     assert ingress["spec"]["ingressClassName"] == "nginx"
     backend = ingress["spec"]["rules"][0]["http"]["paths"][0]["backend"]["service"]

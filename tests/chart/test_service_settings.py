@@ -1,12 +1,12 @@
 """Service settings with chart values of their own: ``service.trustedProxies``,
-``streamConcurrency``, ``streamWaitSeconds`` and ``datasampleResults`` (``service/settings.py``:
-``trusted_proxies``, ``stream_concurrency``, ``stream_wait_seconds``, ``datasample_results``,
-read from ``SPARKGLASS_*``).
+``streamConcurrency``, ``streamWaitSeconds`` and ``resultAudience`` (``service/settings.py``:
+``trusted_proxies``, ``stream_concurrency``, ``stream_wait_seconds``, ``result_audience``, read
+from ``SPARKGLASS_*``).
 
 Each is rendered as its variable in the service Deployment, bounded by ``values.schema.json``
 with the service's own bounds, defaults to the service's default, and is refused in
-``service.config`` (one place per setting). Combinations that would leave the service looking
-for records where the operator never writes them fail the render with a message.
+``service.config`` (one place per setting). The service's result writer is the operator's
+ServiceAccount, and records kept out of status with no service to hold them fail the render.
 """
 
 from __future__ import annotations
@@ -18,14 +18,14 @@ import pytest
 import yaml
 
 from sparkglass.service.settings import Settings
-from tests.chart.conftest import CHART, load_chart, manifests, one, render
+from tests.chart.conftest import CHART, load_chart, manifests, one
 
 #: Chart value -> service setting.
 VALUES = {
     "trustedProxies": "trusted_proxies",
     "streamConcurrency": "stream_concurrency",
     "streamWaitSeconds": "stream_wait_seconds",
-    "datasampleResults": "datasample_results",
+    "resultAudience": "result_audience",
 }
 POSTGRESQL = {"type": "postgresql", "existingSecret": "sparkglass-pg"}
 
@@ -74,7 +74,11 @@ def test_defaults_render_the_services_defaults() -> None:
     settings = settings_from(env)
     assert settings.trusted_proxy_networks == ()
     assert (settings.stream_concurrency, settings.stream_wait_seconds) == (8, 30.0)
-    assert settings.datasample_results == "auto"
+    assert settings.result_audience == "sparkglass-service"
+    # The operator's ServiceAccount, and no one else, may hand results to the service.
+    assert settings.result_writer_names == {
+        "system:serviceaccount:sparkglass-system:sparkglass-operator"
+    }
 
 
 def test_set_values_reach_the_service() -> None:
@@ -85,14 +89,14 @@ def test_set_values_reach_the_service() -> None:
                 "trustedProxies": ["10.244.0.0/16", "fd00::/8", "192.0.2.7"],
                 "streamConcurrency": 32,
                 "streamWaitSeconds": 2.5,
-                "datasampleResults": "store",
+                "resultAudience": "results.example",
             },
         }
     )
     assert env["SPARKGLASS_TRUSTED_PROXIES"] == "10.244.0.0/16,fd00::/8,192.0.2.7"
     assert env["SPARKGLASS_STREAM_CONCURRENCY"] == "32"
     assert env["SPARKGLASS_STREAM_WAIT_SECONDS"] == "2.5"
-    assert env["SPARKGLASS_DATASAMPLE_RESULTS"] == "store"
+    assert env["SPARKGLASS_RESULT_AUDIENCE"] == "results.example"
     settings = settings_from(env)
     assert [str(n) for n in settings.trusted_proxy_networks] == [
         "10.244.0.0/16",
@@ -100,7 +104,7 @@ def test_set_values_reach_the_service() -> None:
         "192.0.2.7/32",
     ]
     assert (settings.stream_concurrency, settings.stream_wait_seconds) == (32, 2.5)
-    assert settings.datasample_results == "store"
+    assert settings.result_audience == "results.example"
 
 
 def test_schema_bounds_and_descriptions_are_the_services() -> None:
@@ -111,9 +115,10 @@ def test_schema_bounds_and_descriptions_are_the_services() -> None:
     for value in ("streamConcurrency", "streamWaitSeconds"):
         low, high = bounds(VALUES[value])
         assert (schema[value]["minimum"], schema[value]["maximum"]) == (low, high), value
-    assert schema["datasampleResults"]["enum"] == ["auto", "store", "status"]
-    assert set(schema["datasampleResults"]["enum"]) == set(
-        Settings.model_fields["datasample_results"].annotation.__args__  # type: ignore[union-attr]
+    audience = Settings.model_fields["result_audience"].metadata
+    assert (schema["resultAudience"]["minLength"], schema["resultAudience"]["maxLength"]) == (
+        next(m.min_length for m in audience if hasattr(m, "min_length")),
+        next(m.max_length for m in audience if hasattr(m, "max_length")),
     )
     # 64 of the longest entries (an IPv6 CIDR, 43 characters) fit the service's 4096.
     proxies = schema["trustedProxies"]
@@ -126,7 +131,7 @@ BAD: dict[str, dict[str, Any]] = {
     "streams not an integer": {"streamConcurrency": 2.5},
     "negative wait": {"streamWaitSeconds": -1},
     "wait past 600 s": {"streamWaitSeconds": 601},
-    "unknown results source": {"datasampleResults": "both"},
+    "empty audience": {"resultAudience": ""},
     "proxy that is no address": {"trustedProxies": ["ingress-nginx"]},
     "proxies as one string": {"trustedProxies": "10.0.0.0/8"},
     "proxy listed twice": {"trustedProxies": ["10.0.0.1", "10.0.0.1"]},
@@ -134,7 +139,8 @@ BAD: dict[str, dict[str, Any]] = {
     "in config instead": {"config": {"stream_concurrency": 4}},
     "trusted_proxies in config": {"config": {"trusted_proxies": "10.0.0.0/8"}},
     "stream_wait_seconds in config": {"config": {"stream_wait_seconds": 1}},
-    "datasample_results in config": {"config": {"datasample_results": "store"}},
+    "result_audience in config": {"config": {"result_audience": "x"}},
+    "result_writers in config": {"config": {"result_writers": "mallory"}},
 }
 
 
@@ -144,42 +150,3 @@ def test_schema_refuses_out_of_bounds(case: str) -> None:
     chart = load_chart()
     with pytest.raises(helm.HelmValuesError):
         chart.validate_schema(chart.merge_values({"service": BAD[case]}))
-
-
-@pytest.mark.parametrize(
-    ("values", "message"),
-    [
-        (
-            {"service": {"datasampleResults": "store"}},
-            "service.datasampleResults=store needs store.type=postgresql",
-        ),
-        (
-            {
-                "store": POSTGRESQL,
-                "operator": {"recordsInStatus": False},
-                "service": {"datasampleResults": "status"},
-            },
-            "service.datasampleResults=status needs operator.recordsInStatus=true",
-        ),
-    ],
-)
-def test_records_where_the_operator_never_writes_them_fail_the_render(
-    values: dict[str, Any], message: str
-) -> None:
-    helm = pytest.importorskip("helm_python")
-    with pytest.raises(helm.HelmError, match=message):
-        render(values)
-
-
-def test_the_source_matters_only_in_kubernetes_execution_mode() -> None:
-    env = service_env(
-        {
-            "service": {
-                "authMode": "local",
-                "executionMode": "local",
-                "localAuth": {"existingSecret": "sparkglass-tokens"},
-                "datasampleResults": "store",
-            }
-        }
-    )
-    assert env["SPARKGLASS_DATASAMPLE_RESULTS"] == "store"

@@ -16,7 +16,7 @@ import json
 import ssl
 import tempfile
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +24,8 @@ from typing import Any
 import aiohttp.web
 import pytest
 import yaml
+
+from tests.support.result_service import ResultService, serve_results
 
 from .conftest import (
     EXAMPLES_DIR,
@@ -292,14 +294,22 @@ def store_url(tmp_path: Path) -> str:
 
 
 @pytest.fixture()
-def operator_args(store_url: str) -> list[str]:
+def result_service(store_url: str, tmp_path: Path) -> Iterator[ResultService]:
+    """The service the operator hands results to, saving them in ``store_url``."""
+    with serve_results(store_url, tmp_path) as service:
+        yield service
+
+
+@pytest.fixture()
+def operator_args(result_service: ResultService) -> list[str]:
     return [
         "--max-status-bytes",
         "4096",
         "--service-url",
         SERVICE_URL,
-        "--store-url",
-        store_url,
+        *result_service.operator_args(),
+        # The records' preview in status is opt-in; these tests read it.
+        "--records-in-status",
         "--progress-seconds",
         "1",
     ]

@@ -19,12 +19,14 @@ from tests.support.datasamples import (  # noqa: F401  (fixtures: driver, store_
     driver,
     phase,
     post,
+    result_service,
     running_app,
     sample_body,
     status,
     store_url,
     wait_final,
 )
+from tests.support.result_service import ResultService
 
 from .conftest import NAMESPACE, OperatorProcess, StrictApiServer, eventually
 
@@ -49,8 +51,9 @@ async def test_the_other_replica_takes_over_a_round_when_the_leader_is_killed(
     tmp_path: Path,
     driver: ScriptedDriver,  # noqa: F811
     store_url: str,  # noqa: F811
+    result_service: ResultService,  # noqa: F811
 ) -> None:
-    args = ["--store-url", store_url, "--service-url", SERVICE_URL, *FAST_LEASE]
+    args = [*result_service.operator_args(), "--service-url", SERVICE_URL, *FAST_LEASE]
     first = OperatorProcess(kubeconfig, tmp_path / "first.log", args, standalone=False)
     second = OperatorProcess(kubeconfig, tmp_path / "second.log", args, standalone=False)
     first.start()

@@ -36,6 +36,11 @@ import pytest
 import yaml
 from cryptography import x509
 
+from tests.support.datasamples import driver as driver  # the fixtures, by name
+from tests.support.datasamples import operator_args as operator_args
+from tests.support.datasamples import result_service as result_service
+from tests.support.datasamples import store_url as store_url
+
 from .conftest import (
     CRD_DIR,
     EXAMPLES_DIR,
@@ -56,9 +61,6 @@ from .test_datasample import (
     status,
     wait_final,
 )
-from .test_datasample import driver as driver  # the fixture, by name
-from .test_datasample import operator_args as operator_args
-from .test_datasample import store_url as store_url
 
 pytestmark = pytest.mark.timeout(300)  # a backstop: waits have their own deadlines
 
@@ -211,7 +213,7 @@ def driver_pod(
                     "ports": ports,
                     "securityContext": app["spec"]["driver"].get("securityContext", {}),
                 }
-            ]
+            ],
         },
     }
 

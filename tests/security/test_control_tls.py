@@ -146,9 +146,7 @@ async def test_b_key_material_never_reaches_logs_status_or_events(
 
 
 # --------------------------------------------------------------------------- c
-async def seed_legacy_application(
-    kube: StrictApiServer, port: int
-) -> tuple[dict[str, Any], str]:
+async def seed_legacy_application(kube: StrictApiServer, port: int) -> tuple[dict[str, Any], str]:
     """What an operator older than control TLS left running: the application, its Secret
     with a token only, and a driver Pod without the certificate volume, Running at
     127.0.0.1:``port``. Returns (the application, the token)."""

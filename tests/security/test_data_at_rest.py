@@ -43,6 +43,7 @@ from tests.support.datasamples import (
     status,
     wait_final,
 )
+from tests.support.result_service import ResultService
 
 # The operator tests' fixtures, found by pytest in this module's globals (a conftest here
 # would clash with the other security test files).
@@ -51,10 +52,9 @@ driver = datasamples.driver
 
 pytestmark = pytest.mark.timeout(180)
 
-#: The chart values under test: records out of status (which needs PostgreSQL, the store the
-#: operator can write) and a default TTL short enough to watch it act.
+#: The chart values under test: records out of status (the default, said here so that the
+#: test does not depend on it) and a default TTL short enough to watch it act.
 CHART_VALUES: dict[str, Any] = {
-    "store": {"type": "postgresql", "existingSecret": "sparkglass-pg"},
     "operator": {"recordsInStatus": False, "defaultTTLSecondsAfterFinished": 2},
 }
 #: The ``operator run`` options that decide what stays at rest.
@@ -79,13 +79,16 @@ def store_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'store.db'}"
 
 
+result_service = datasamples.result_service
+
+
 @pytest.fixture()
-def operator_args(store_url: str) -> list[str]:
+def operator_args(result_service: ResultService) -> list[str]:
     chart_args = operator_args_from_chart(CHART_VALUES)
     # The test must exercise the chart's options, not defaults: both must be there.
     assert "--no-records-in-status" in chart_args, chart_args
     assert "--default-ttl-seconds-after-finished=2" in chart_args, chart_args
-    return [*chart_args, "--service-url", SERVICE_URL, "--store-url", store_url]
+    return [*chart_args, "--service-url", SERVICE_URL, *result_service.operator_args()]
 
 
 async def test_records_stay_out_of_status_and_samples_expire_by_default(
@@ -165,7 +168,8 @@ def _config_from(values: dict[str, Any], monkeypatch: pytest.MonkeyPatch, tmp: P
         for e in container.get("env", [])
         if (e.get("valueFrom") or {}).get("fieldRef", {}).get("fieldPath") == "metadata.namespace"
     }
-    result = CliRunner().invoke(cli.app, args, env=downward, catch_exceptions=False)
+    plain = {e["name"]: e["value"] for e in container.get("env", []) if "value" in e}
+    result = CliRunner().invoke(cli.app, args, env={**plain, **downward}, catch_exceptions=False)
     assert result.exit_code == 0, result.output
     (config,) = seen
     return config
@@ -173,8 +177,11 @@ def _config_from(values: dict[str, Any], monkeypatch: pytest.MonkeyPatch, tmp: P
 
 def test_chart_defaults_reach_the_operator(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     config = _config_from({}, monkeypatch, tmp_path)
-    # Documented defaults: records in status (as before), finished samples kept 1 h.
-    assert config.records_in_status is True and config.status_record_bytes == 65536
+    # Documented defaults: records out of etcd (the service has them), finished samples kept
+    # 1 h, results handed to the service inside the cluster with the projected token.
+    assert config.records_in_status is False and config.status_record_bytes == 0
+    assert config.result_service_url == "http://sparkglass-service.sparkglass-system.svc:80"
+    assert config.service_token_file == "/var/run/secrets/sparkglass/service/token"
     assert config.default_ttl_seconds_after_finished == 3600
     # The admission webhook is served, on the port the chart's Service targets.
     assert config.webhook is not None and config.webhook.port == 9443
@@ -182,12 +189,21 @@ def test_chart_defaults_reach_the_operator(monkeypatch: pytest.MonkeyPatch, tmp_
 
 def test_chart_values_reach_the_operator(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     values = {
-        "store": CHART_VALUES["store"],
-        "operator": {"recordsInStatus": False, "defaultTTLSecondsAfterFinished": 600},
+        "operator": {"recordsInStatus": True, "defaultTTLSecondsAfterFinished": 600},
     }
     config = _config_from(values, monkeypatch, tmp_path)
-    assert config.records_in_status is False and config.status_record_bytes == 0
+    assert config.records_in_status is True and config.status_record_bytes == 65536
     assert config.default_ttl_seconds_after_finished == 600
+
+
+def test_without_the_service_records_stay_in_status(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # The status is then the only place a result can go: the chart says nothing and the
+    # operator, with no service to hand results to, keeps them there.
+    config = _config_from({"service": {"enabled": False}}, monkeypatch, tmp_path)
+    assert config.result_service_url is None and config.records_in_status is None
+    assert config.status_record_bytes == 65536
 
 
 @pytest.mark.parametrize(
@@ -199,9 +215,6 @@ def test_chart_values_reach_the_operator(monkeypatch: pytest.MonkeyPatch, tmp_pa
             "defaultTTLSecondsAfterFinished",
         ),
         ({"operator": {"recordsInStatus": "no"}}, "recordsInStatus"),
-        # Records kept out of status must land somewhere the service reads: not SQLite, which
-        # lives on the service's volume, out of the operator's reach.
-        ({"operator": {"recordsInStatus": False}}, "store.type=postgresql"),
     ],
 )
 def test_chart_refuses_bad_values_naming_them(values: dict[str, Any], message: str) -> None:
@@ -216,3 +229,6 @@ def test_operator_settings_name_field_and_range() -> None:
     with pytest.raises(ValueError, match=r"default_ttl_seconds_after_finished=-1.*0 to 31536000"):
         OperatorConfig(default_ttl_seconds_after_finished=-1)
     assert OperatorConfig(records_in_status=False, max_status_bytes=4096).status_record_bytes == 0
+    # Unset: off when results go to a service, on when the status is all there is.
+    assert OperatorConfig(service_url="http://sg:8080").status_record_bytes == 0
+    assert OperatorConfig(max_status_bytes=4096).status_record_bytes == 4096

@@ -32,6 +32,7 @@ pytestmark = pytest.mark.timeout(120)
 operator = operator_tests.operator
 operator_args = datasamples.operator_args  # --progress-seconds 1
 store_url = datasamples.store_url
+result_service = datasamples.result_service
 driver = datasamples.driver
 
 MADE_UP = 2000

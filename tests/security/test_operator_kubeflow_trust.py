@@ -47,6 +47,7 @@ from tests.support.kubeflow_apps import (
     set_state,
     start_pod,
 )
+from tests.support.result_service import ResultService
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -55,13 +56,14 @@ operator = operator_tests.operator
 crds_applied = kubeflow_apps.crds_applied
 driver = datasamples.driver
 store_url = datasamples.store_url
+result_service = datasamples.result_service
 
 
 @pytest.fixture()
-def operator_args(store_url: str) -> list[str]:
+def operator_args(result_service: ResultService) -> list[str]:
     # Cluster-wide: the operator may read every namespace, so attack 3 is not stopped by the
     # operator's reach but by the rule.
-    return ["-A", "--store-url", store_url]
+    return ["-A", *result_service.operator_args()]
 
 
 @dataclass

@@ -41,6 +41,7 @@ from tests.support.datasamples import (
     status,
     wait_final,
 )
+from tests.support.result_service import ResultService
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -53,9 +54,13 @@ def store_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'store.db'}"
 
 
+result_service = datasamples.result_service
+
+
 @pytest.fixture()
-def operator_args(store_url: str) -> list[str]:
-    return ["--service-url", SERVICE_URL, "--store-url", store_url]
+def operator_args(result_service: ResultService) -> list[str]:
+    # Records in status (opt-in): what the TTL must remove from etcd.
+    return ["--service-url", SERVICE_URL, *result_service.operator_args(), "--records-in-status"]
 
 
 def status_path(name: str) -> str:

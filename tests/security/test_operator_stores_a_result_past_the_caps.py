@@ -33,17 +33,19 @@ from tests.support.datasamples import (
     status,
     wait_final,
 )
+from tests.support.result_service import ResultService
 
 pytestmark = pytest.mark.timeout(180)
 
 operator = operator_tests.operator
 driver = datasamples.driver
 store_url = datasamples.store_url
+result_service = datasamples.result_service
 
 
 @pytest.fixture()
-def operator_args(store_url: str) -> list[str]:
-    return ["--service-url", SERVICE_URL, "--store-url", store_url]
+def operator_args(result_service: ResultService) -> list[str]:
+    return ["--service-url", SERVICE_URL, *result_service.operator_args()]
 
 
 async def test_the_operator_keeps_a_drivers_result_within_the_caps(

@@ -61,6 +61,7 @@ from tests.operator.test_datasample import (
     wait_final,
 )
 from tests.service.fake_driver import PIPELINE, ServerThread
+from tests.support.result_service import ResultService
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -88,9 +89,12 @@ def store_url(
         yield url
 
 
+result_service = datasample_tests.result_service
+
+
 @pytest.fixture()
-def operator_args(store_url: str) -> list[str]:
-    return ["--service-url", SERVICE_URL, "--store-url", store_url]
+def operator_args(result_service: ResultService) -> list[str]:
+    return ["--service-url", SERVICE_URL, *result_service.operator_args()]
 
 
 @dataclass

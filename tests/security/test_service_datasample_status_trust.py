@@ -5,19 +5,18 @@ SparkApplication's ``status``. A status can be written by anyone granted
 records that every reader of the namespace then saw as the application's round, or
 vertices that do not exist.
 
-Now, with the operator's store available (``datasample_results=store``, the default with a
-PostgreSQL store the chart shares with the operator) the service serves only the row the
-operator saved, after checking it is its round's, of its (namespace, application, vertex),
-saved for its DataSample, and that this DataSample is still the one it created (uid). With
-an operator without a store (``status``) records still come from the status, checked
-against the result caps and only from the service's own DataSample; the rest is a
-documented gap (an expected failure below). Vertices come from ``spec.pipeline`` only, and
-``status.progress`` is display data limited to those vertices.
+Now the operator hands every result to the service, which saves it in its store, and the
+service serves only that row, after checking it is its round's, of its (namespace,
+application, vertex), saved for its DataSample, and that this DataSample is still the one it
+created (uid); a status only ever tells that a round ended without records. Whatever the
+store (PostgreSQL or SQLite: the gap an operator without a store left is closed), a planted
+status is never served. Vertices come from ``spec.pipeline`` only, and ``status.progress`` is
+display data limited to those vertices.
 
 Against the service over HTTP on 127.0.0.1 (uvicorn) in front of the Kubernetes API
-emulator (kmock, giving each object a uid as the API server does), with PostgreSQL as the
-store shared with the operator, played by the operator's own store code
-(``sparkglass.operator.results.ResultStore``).
+emulator (kmock, giving each object a uid as the API server does); the operator's saves are
+played with the store function the service's result route calls
+(``repository.save_datasample_result``).
 """
 
 from __future__ import annotations
@@ -125,18 +124,26 @@ async def play_operator(
     only_replacements: bool = False,
     saved: asyncio.Event | None = None,
 ) -> None:
-    """The operator: for each DataSample (by uid), after ``delay_s``, saves a result in the
-    shared store with the operator's own code (unless ``database_url`` is None: an operator
-    without a store), then writes its status. Records say which DataSample they are for
-    (``real`` for the service's own, ``replacement`` for one with ``spec.columns``). Like the
-    real operator, it leaves alone a DataSample whose status is already final.
+    """The operator: for each DataSample (by uid), after ``delay_s``, has a result saved in
+    the service's store as the result route does (unless ``database_url`` is None: an
+    operator that cannot reach the service), then writes its status. Records say which
+    DataSample they are for (``real`` for the service's own, ``replacement`` for one with
+    ``spec.columns``). Like the real operator, it leaves alone a DataSample whose status is
+    already final.
 
     With ``saved``: sets it once a result is in the store and stops there, writing no status
     (an operator stopped between its two writes), so that the status the service reads is
     whatever someone else writes next."""
-    from sparkglass.operator.results import ResultStore
+    from sparkglass.service.store import open_store
+    from sparkglass.service.store.repository import save_datasample_result
 
-    store = ResultStore(database_url) if database_url else None
+    sessions = open_store(database_url) if database_url else None
+
+    def save(**fields: Any) -> str:
+        assert sessions is not None
+        with sessions.begin() as session:
+            return save_datasample_result(session, **fields)
+
     handled: set[str] = set()
     async with httpx.AsyncClient(base_url=str(k.url)) as kube:
         while True:
@@ -157,8 +164,9 @@ async def play_operator(
                 else:
                     result = real_result("replacement" if spec.get("columns") else "real")
                     round_id = uid
-                    if store is not None:
-                        round_id = await store.save(
+                    if sessions is not None:
+                        round_id = await asyncio.to_thread(
+                            save,
                             namespace="team-a",
                             application=spec["applicationRef"]["name"],
                             vertex=spec["vertex"],
@@ -395,7 +403,6 @@ async def test_store_mode_serves_what_the_operator_stored(
     await create_sparkapp(kmock, SPARKAPP)
     with postgres_database("a2_store") as db:
         app = create_app(Settings(**service_settings(kmock, db)))
-        assert app.state.sparkglass.settings.datasample_results_source == "store"
         async with running(play_operator(kmock, db)):
             with ServerThread(app) as server:
                 body = (await asyncio.to_thread(poll_to_the_end, server.url, SAMPLE))[-1]
@@ -416,16 +423,15 @@ async def test_store_mode_serves_what_the_operator_stored(
         assert (gone["status"], gone["errorCode"]) == ("FAILED", "TASK_TERMINATED")
 
 
-# --------------------------------------------------- status mode (an operator without store)
+# ----------------------------------------------- a SQLite store (once: records from status)
 @pytest.mark.kmock(cls=UidEmulator)
-async def test_status_mode_refuses_records_past_the_caps(
+async def test_a_status_with_records_past_the_caps_is_never_served(
     kmock: kmock.KubernetesEmulator, tmp_path: Path
 ) -> None:
     install(kmock)
     await create_sparkapp(kmock, SPARKAPP)
     db = f"sqlite:///{tmp_path / 'store.db'}"
     app = create_app(Settings(**service_settings(kmock, db)))
-    assert app.state.sparkglass.settings.datasample_results_source == "status"
     huge = {**FORGED, "data": json.dumps({"forged": True, "pad": "x" * 20_000})}
     async with running(forge_statuses(kmock, [huge])):
         with ServerThread(app) as server:
@@ -435,7 +441,7 @@ async def test_status_mode_refuses_records_past_the_caps(
 
 
 @pytest.mark.kmock(cls=UidEmulator)
-async def test_status_mode_takes_records_from_its_own_datasample_only(
+async def test_a_replacement_is_never_served_with_a_sqlite_store(
     kmock: kmock.KubernetesEmulator, tmp_path: Path
 ) -> None:
     install(kmock)
@@ -449,13 +455,7 @@ async def test_status_mode_takes_records_from_its_own_datasample_only(
 
 
 @pytest.mark.kmock(cls=UidEmulator)
-@pytest.mark.xfail(
-    strict=True,
-    reason="known gap (docs/security.md): with an operator without a store "
-    "(datasample_results=status) whoever may patch datasamples/status can plant well-formed "
-    "records; use a PostgreSQL store shared with the operator",
-)
-async def test_status_mode_cannot_tell_a_planted_status(
+async def test_a_planted_status_is_never_served_with_a_sqlite_store(
     kmock: kmock.KubernetesEmulator, tmp_path: Path
 ) -> None:
     install(kmock)
@@ -464,7 +464,10 @@ async def test_status_mode_cannot_tell_a_planted_status(
     async with running(forge_statuses(kmock, [FORGED])):
         with ServerThread(app) as server:
             final = (await asyncio.to_thread(poll_to_the_end, server.url, SAMPLE))[-1]
+    # Was a known gap: with a SQLite store the operator could not save, so the service took
+    # records from the status, which whoever may patch datasamples/status can write.
     assert {"forged": True} not in records_of(final)
+    assert (final["status"], final["errorCode"]) == ("FAILED", "INTERNAL_ERROR")
 
 
 # ----------------------------------------------------------- A9: SparkApplication status

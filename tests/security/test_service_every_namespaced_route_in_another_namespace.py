@@ -81,6 +81,10 @@ async def test_every_namespaced_route_refuses_another_namespace(
 
     answers = await asyncio.to_thread(attack)
     other = {k: v for k, v in answers.items() if "/team-b/" in k[1]}
+    # The operator's result route takes no user token at all: bob's is the API server's, not
+    # of the service's audience, so it is refused before anything else (401), everywhere.
+    results = {k: other.pop(k) for k in list(other) if k[1].endswith("/result")}
+    assert set(results.values()) == {401}, results
     assert set(other.values()) == {403}, {k: v for k, v in other.items() if v != 403}
     # The audit trail needs more than reading samples (admin); every other read is open.
     own = {k: v for k, v in answers.items() if "/team-a/" in k[1] and "audit" not in k[1]}

@@ -10,11 +10,23 @@ import kmock
 from tests.support.kube_apiserver import StrictApiServer
 from tests.support.kube_fixtures import CRD_DIR
 
+OPERATOR = "system:serviceaccount:sparkglass-system:sparkglass-operator"
+API_AUDIENCE = "https://kubernetes.default.svc"
+
 #: token -> (username, groups)
 USERS: dict[str, tuple[str, list[str]]] = {
     "alice-token": ("alice", ["team-a"]),  # may trigger in team-a (via her group)
     "bob-token": ("bob", []),  # may only read in team-a
     "eve-token": ("eve", []),  # may do nothing
+    # The operator: its projected token for the service, and its token for the API server.
+    "operator-token": (OPERATOR, ["system:serviceaccounts"]),
+    "operator-api-token": (OPERATOR, ["system:serviceaccounts"]),
+    "mallory-service-token": ("mallory", []),
+}
+#: token -> the audiences it is bound to (others: the API server's own, API_AUDIENCE).
+AUDIENCES: dict[str, list[str]] = {
+    "operator-token": ["sparkglass-service"],
+    "mallory-service-token": ["sparkglass-service"],
 }
 #: (user or group, namespace, verb, resource) granted.
 GRANTS: set[tuple[str, str, str, str]] = {
@@ -29,13 +41,18 @@ GRANTS: set[tuple[str, str, str, str]] = {
 
 def token_review(request: kmock.Request) -> dict[str, Any]:
     token = request.data["spec"]["token"]
-    if token not in USERS:
+    # As the API server: a token is valid only for the audiences asked (its own if none),
+    # and the answer names those it is valid for.
+    asked = request.data["spec"].get("audiences") or [API_AUDIENCE]
+    bound = [a for a in asked if a in AUDIENCES.get(token, [API_AUDIENCE])]
+    if token not in USERS or not bound:
         status: dict[str, Any] = {"authenticated": False, "error": "invalid bearer token"}
     else:
         name, groups = USERS[token]
         status = {
             "authenticated": True,
             "user": {"username": name, "uid": f"uid-{name}", "groups": groups},
+            "audiences": bound,
         }
     return {
         "apiVersion": "authentication.k8s.io/v1",

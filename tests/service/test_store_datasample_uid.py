@@ -12,14 +12,13 @@ service has bound the round, the binding adopts that result. On SQLite and Postg
 
 from __future__ import annotations
 
-import asyncio
 import time
+from typing import Any
 
 import pytest
 from sqlalchemy import delete, inspect
 from sqlalchemy.exc import IntegrityError
 
-from sparkglass.operator.results import ResultStore
 from sparkglass.runtime.contract.round_request import round_request
 from sparkglass.runtime.contract.sample_result import DataSampleResult
 from sparkglass.service.execution.kubernetes import datasample_name, store_lookup
@@ -38,6 +37,7 @@ from sparkglass.service.store.repository import (
     adopt_datasample_round,
     get_application,
     latest_finished_round,
+    save_datasample_result,
 )
 
 NS, APP, VERTEX, ROUND = "team-a", "flights", "parse", "0123456789abcdef"
@@ -72,20 +72,25 @@ def open_round(url: str, *, uid: str | None) -> None:
             assert bind_datasample(session, ROUND, uid)
 
 
+def save_result(url: str, **fields: Any) -> str:
+    """What the service does with a result the operator hands it: one transaction."""
+    with open_store(url).begin() as session:
+        return save_datasample_result(session, **fields)
+
+
 def operator_save(url: str, uid: str, tag: str, *, driver_round: str | None = None) -> str:
     """The operator's save of DataSample ``NAME`` of ``uid`` (the driver answering
     ``driver_round`` as its round id)."""
-    return asyncio.run(
-        ResultStore(url).save(
-            namespace=NS,
-            application=APP,
-            vertex=VERTEX,
-            result=result(tag, driver_round),
-            uid=uid,
-            name=NAME,
-            started_at_ms=None,
-            request_key="",
-        )
+    return save_result(
+        url,
+        namespace=NS,
+        application=APP,
+        vertex=VERTEX,
+        result=result(tag, driver_round),
+        uid=uid,
+        name=NAME,
+        started_at_ms=None,
+        request_key="",
     )
 
 
@@ -180,8 +185,8 @@ def test_an_operator_faster_than_the_binding_is_adopted(db_url: str) -> None:
 
 def test_no_adoption_across_vertices(db_url: str) -> None:
     open_round(db_url, uid=None)
-    asyncio.run(
-        ResultStore(db_url).save(
+    (
+        save_result(db_url,
             namespace=NS, application=APP, vertex="other", result=result("x"),
             uid=SERVICE_UID, name=NAME, started_at_ms=None, request_key="",
         )
@@ -206,17 +211,16 @@ def test_a_plain_poll_answers_only_with_rounds_the_service_started(db_url: str) 
         (TWIN_UID, round_request(filter="dep_delay > 60", columns="carrier,dep_delay")),
         ("33333333-3333-4333-8333-333333333333", round_request()),  # its limits only
     ):
-        own = asyncio.run(
-            ResultStore(db_url).save(
-                namespace=NS,
-                application=APP,
-                vertex=VERTEX,
-                result=result(f"own-{uid[:1]}").model_copy(update={"end_timestamp": later}),
-                uid=uid,
-                name=f"kubectl-{uid[:1]}",
-                started_at_ms=None,
-                request_key=asked.key(),
-            )
+        own = save_result(
+            db_url,
+            namespace=NS,
+            application=APP,
+            vertex=VERTEX,
+            result=result(f"own-{uid[:1]}").model_copy(update={"end_timestamp": later}),
+            uid=uid,
+            name=f"kubectl-{uid[:1]}",
+            started_at_ms=None,
+            request_key=asked.key(),
         )
         assert own == uid
         with open_store(db_url).begin() as session:

@@ -146,9 +146,20 @@ def run(
         min=1,
         max=1000,
         envvar="SPARKGLASS_API_QPS",
-        help="Most Kubernetes API requests the operator starts per second (bursts up to as "
-        "many), as client-go's QPS: its flow stays inside its API Priority and Fairness "
-        "share. Leader-election renewals are not counted.",
+        help="Most Kubernetes API requests the operator starts per second (1-1000), as "
+        "client-go's QPS: its flow stays inside its API Priority and Fairness share. "
+        "Leader-election renewals are not counted.",
+    ),
+    api_burst: int = typer.Option(
+        40,
+        "--api-burst",
+        min=1,
+        max=5000,
+        envvar="SPARKGLASS_API_BURST",
+        help="Most Kubernetes API requests the operator starts at once (1-5000), as "
+        "client-go's Burst: a bucket of this many tokens, refilled at --api-qps per second, "
+        "so a burst (a relist, many applications created together) goes out at once and the "
+        "rest at --api-qps.",
     ),
     progress: float = typer.Option(
         10.0,
@@ -170,12 +181,14 @@ def run(
         max=MAX_STATUS_BYTES,
         help="Most bytes of records a DataSample status holds (the rest is in the service).",
     ),
-    records_in_status: bool = typer.Option(
-        True,
+    records_in_status: bool | None = typer.Option(
+        None,
         "--records-in-status/--no-records-in-status",
+        show_default=False,
         help=(
-            "Write sampled records into DataSample status (etcd). --no-records-in-status: "
-            "status holds counts and resultsURL only; records go to the store (--store-url)."
+            "Write sampled records into DataSample status (etcd), at most --max-status-bytes. "
+            "Default: off when results go to the service (--service-url), which serves them "
+            "at status.resultsURL; on without a service, where the status is all there is."
         ),
     ),
     default_ttl: int = typer.Option(
@@ -217,12 +230,32 @@ def run(
         callback=urls.http_url,
         help="Base URL of the sparkglass service (for status.resultsURL).",
     ),
-    store_url: str = typer.Option(
+    service_internal_url: str = typer.Option(
         "",
-        "--store-url",
-        envvar="SPARKGLASS_DATABASE_URL",
-        callback=urls.database_url,
-        help="SQLAlchemy URL of the service's store, where full results are saved.",
+        "--service-internal-url",
+        envvar="SPARKGLASS_SERVICE_INTERNAL_URL",
+        callback=urls.http_url,
+        help=(
+            "The service's address inside the cluster, where the operator saves each "
+            "DataSample's full result (PUT .../datasamples/{name}/result). Default: "
+            "--service-url. Example: http://sparkglass-service.sparkglass-system.svc:8080"
+        ),
+    ),
+    service_token_file: str = typer.Option(
+        "",
+        "--service-token-file",
+        envvar="SPARKGLASS_SERVICE_TOKEN_FILE",
+        help=(
+            "File of the bearer token the operator saves results with, read at each call. "
+            "Default: where the chart mounts a projected ServiceAccount token of the "
+            "service's audience (/var/run/secrets/sparkglass/service/token)."
+        ),
+    ),
+    service_ca_file: str = typer.Option(
+        "",
+        "--service-ca-file",
+        envvar="SPARKGLASS_SERVICE_CA_FILE",
+        help="CA bundle that signs the service's certificate, for an https internal URL.",
     ),
     kubernetes_master: str = typer.Option(
         "k8s://https://kubernetes.default.svc",
@@ -242,6 +275,7 @@ def run(
     from sparkglass.operator.leader_election import ElectionConfig
     from sparkglass.operator.logs import configure_logging
     from sparkglass.operator.pod_privileges import DEFAULT_ALLOWED_SERVICE_ACCOUNTS
+    from sparkglass.operator.results import DEFAULT_TOKEN_FILE as DEFAULT_SERVICE_TOKEN_FILE
     from sparkglass.operator.settings import OperatorConfig, WebhookConfig
     from sparkglass.operator.spark_conf import DriverEnvironment
 
@@ -298,6 +332,7 @@ def run(
         metrics_address=bind,
         resync_seconds=resync,
         api_qps=api_qps,
+        api_burst=api_burst,
         progress_seconds=progress,
         poll_seconds=poll,
         max_status_bytes=max_status_bytes,
@@ -310,7 +345,9 @@ def run(
             tuple(allowed_service_accounts) or DEFAULT_ALLOWED_SERVICE_ACCOUNTS
         ),
         service_url=service_url or None,
-        store_url=store_url or None,
+        service_internal_url=service_internal_url or None,
+        service_token_file=service_token_file or DEFAULT_SERVICE_TOKEN_FILE,
+        service_ca_file=service_ca_file or None,
         driver=DriverEnvironment(kubernetes_master=kubernetes_master, runtime_jar=runtime_jar),
     )
     run_operator(config)

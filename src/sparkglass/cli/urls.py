@@ -13,7 +13,7 @@ import typer
 
 #: What ``--service``, ``--endpoint`` and the like take.
 HTTP_EXPECTED = "expected an http:// or https:// URL with a host, e.g. http://127.0.0.1:8080"
-#: What ``--database-url`` and ``--store-url`` take.
+#: What ``--database-url`` takes.
 DATABASE_EXPECTED = (
     "expected a SQLAlchemy URL: sqlite:///path/to/file.db or postgresql+psycopg://user@host:5432/db"
 )

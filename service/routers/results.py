@@ -1,0 +1,120 @@
+"""DataSample results, saved by the operator: one route, one writer.
+
+The operator runs a DataSample's round on the driver and PUTs the whole result here
+(:class:`~sparkglass.runtime.contract.saved_result.ResultUpload`); it is saved in the round
+of the DataSample's uid (:func:`~sparkglass.service.store.repository.save_datasample_result`)
+and served from there. Only the identities in ``result_writers`` may write, authenticated
+before any byte of the body is read (the body is not a route parameter, so FastAPI reads it
+only when the handler does), and in Kubernetes mode with a token bound to
+``result_audience``: what crosses the cluster network is no API server credential.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, HTTPException, Request, status
+from fastapi.concurrency import run_in_threadpool
+from pydantic import ValidationError
+from sqlalchemy.exc import IntegrityError
+from tenacity import Retrying, retry_if_exception_type, stop_after_attempt
+
+from sparkglass.runtime.contract.result_caps import ResultCaps, ResultRejected
+from sparkglass.runtime.contract.saved_result import ResultSaved, ResultUpload
+
+from ..audit import client_of
+from ..dependencies import FORBIDDEN, BearerDep, StateDep, authenticate
+from ..schemas import ErrorBody
+from ..settings import AuthMode
+from ..state import ServiceState
+from ..store import repository
+
+router = APIRouter(prefix="/api/v1", tags=["results"])
+
+#: The route's path, for the body limit of its own (``max_result_bytes``).
+RESULT_PATH = r"/api/v1/namespaces/[^/]+/datasamples/[^/]+/result"
+
+
+def result_writer(state: StateDep, credentials: BearerDep) -> str:
+    """The caller's name when it may save results: 401 without a valid token (of the
+    ``result_audience`` in Kubernetes mode), 403 unless it is one of ``result_writers``."""
+    settings = state.settings
+    audiences = (settings.result_audience,) if settings.auth_mode is AuthMode.KUBERNETES else ()
+    principal = authenticate(state, credentials, audiences)
+    if principal.user not in settings.result_writer_names:
+        raise FORBIDDEN
+    return principal.user
+
+
+WriterDep = Annotated[str, Depends(result_writer)]
+
+
+@router.put(
+    "/namespaces/{namespace}/datasamples/{name}/result",
+    response_model=ResultSaved,
+    responses={
+        401: {"model": ErrorBody},
+        403: {"model": ErrorBody},
+        409: {"model": ErrorBody, "description": "The round belongs to another application."},
+        413: {"model": ErrorBody},
+        422: {"model": ErrorBody},
+    },
+)
+async def save_result(
+    namespace: str, name: str, request: Request, state: StateDep, writer: WriterDep
+) -> ResultSaved:
+    """Save (or replace) the result of the DataSample ``name`` (the operator's call). The
+    body is a ``ResultUpload`` of at most ``max_result_bytes``; its records are checked
+    against the contract's caps again (422 naming the cap), and a round of another
+    application or vertex is never overwritten (409)."""
+    try:
+        upload = ResultUpload.model_validate_json(await request.body())
+    except ValidationError as exc:
+        where = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()[:5]
+        )
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, detail=where) from None
+    caps = ResultCaps(upload.max_record_length)
+    try:
+        for sub in upload.result.samples:
+            caps.check(sub)
+    except ResultRejected as exc:
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, detail=str(exc)) from None
+    try:
+        round_id = await run_in_threadpool(_save, state, namespace, name, upload)
+    except repository.RoundOwnershipError as exc:
+        raise HTTPException(status.HTTP_409_CONFLICT, detail=str(exc)) from None
+    state.audit.note(
+        writer,
+        "save",
+        namespace=namespace,
+        application=upload.application,
+        vertex=upload.vertex,
+        round_id=round_id,
+        record_count=upload.result.record_count(),
+        detail=f"datasample {name}",
+        client=client_of(request),
+    )
+    return ResultSaved(round_id=round_id)
+
+
+def _save(state: ServiceState, namespace: str, name: str, upload: ResultUpload) -> str:
+    # The first rounds of an application saved at once (several DataSamples finishing
+    # together) race to create its row: the loser's transaction fails on the unique key,
+    # and a fresh one finds the winner's row.
+    for attempt in Retrying(
+        retry=retry_if_exception_type(IntegrityError), stop=stop_after_attempt(3), reraise=True
+    ):
+        with attempt, state.sessions.begin() as session:
+            return repository.save_datasample_result(
+                session,
+                namespace=namespace,
+                application=upload.application,
+                vertex=upload.vertex,
+                result=upload.result,
+                uid=upload.uid,
+                name=name,
+                started_at_ms=upload.started_at_ms,
+                request_key=upload.request_key,
+            )
+    raise AssertionError("unreachable: Retrying re-raises the last error")

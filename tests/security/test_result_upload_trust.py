@@ -1,0 +1,253 @@
+"""Attacks on the route the operator hands DataSample results to
+(``PUT /api/v1/namespaces/{namespace}/datasamples/{name}/result``): whoever reaches the service
+must not plant a round's records through it.
+
+Against the service over HTTP on 127.0.0.1 (uvicorn), in Kubernetes auth mode in front of the
+API server stand-in, whose TokenReview honours audiences as the API server does: the
+operator's projected token is valid for the service's audience only, its API token for the API
+server's only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import kmock
+import pytest
+
+from sparkglass.operator.results import ResultPush, ResultRefused, RoundIdConflict
+from sparkglass.runtime.contract.sample_result import DataSampleResult
+from sparkglass.service.app import create_app
+from sparkglass.service.settings import Settings
+from sparkglass.service.store import finished_result, open_store
+from tests.service.fake_driver import ServerThread
+from tests.service.kube_fixtures import OPERATOR, ReviewingEmulator, install
+
+pytestmark = pytest.mark.timeout(120)
+
+PATH = "/api/v1/namespaces/team-a/datasamples/ds-1/result"
+UID = "4f1c2d3e-0000-4000-8000-000000000001"
+
+
+def result(data: str = '{"n":1}', records: int = 1) -> DataSampleResult:
+    return DataSampleResult.model_validate(
+        {
+            "status": "COMPLETE",
+            "totalRecordCount": records,
+            "samples": [
+                {
+                    "subtaskIndex": 0,
+                    "records": [{"sampleTimestamp": 1, "data": data, "dataType": "struct<n:int>"}]
+                    * records,
+                }
+            ],
+        }
+    )
+
+
+def upload(uid: str = UID, application: str = "flights", **extra: Any) -> dict[str, Any]:
+    return {
+        "uid": uid,
+        "application": application,
+        "vertex": "parse",
+        "requestKey": "",
+        "maxRecordLength": 100,
+        "result": result().to_json_dict(),
+        **extra,
+    }
+
+
+@pytest.fixture()
+def service(kmock: kmock.KubernetesEmulator, tmp_path: Path) -> Iterator[tuple[str, str]]:
+    """(the service's URL, its store's URL), the operator its only result writer."""
+    install(kmock)
+    db = f"sqlite:///{tmp_path / 'store.db'}"
+    app = create_app(
+        Settings(
+            database_url=db,
+            auth_mode="kubernetes",
+            execution_mode="kubernetes",
+            kube_api_url=str(kmock.url),
+            kube_token="service-account-token",
+            result_writers=OPERATOR,
+        )
+    )
+    with ServerThread(app) as server:
+        yield server.url, db
+
+
+async def put(url: str, token: str | None, body: Any) -> httpx.Response:
+    """The PUT, from the test's event loop, which serves the API server stand-in meanwhile."""
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    async with httpx.AsyncClient(timeout=30) as http:
+        return await http.put(f"{url}{PATH}", json=body, headers=headers)
+
+
+def stored(db: str, round_id: str = UID) -> DataSampleResult | None:
+    with open_store(db).begin() as session:
+        return finished_result(session, round_id)
+
+
+@pytest.mark.kmock(cls=ReviewingEmulator)
+@pytest.mark.parametrize(
+    ("token", "code"),
+    [
+        (None, 401),
+        ("not-a-token", 401),
+        # The operator's identity, but its API server token: not one of the service's
+        # audience, so a token sniffed off the cluster network is no way in either.
+        ("operator-api-token", 401),
+        # Someone who may create DataSamples: her token is the API server's, not the service's.
+        ("alice-token", 401),
+        # A token of the service's audience, of someone else: still no result writer.
+        ("mallory-service-token", 403),
+    ],
+)
+async def test_only_the_operators_service_token_may_save_a_result(
+    service: tuple[str, str], token: str | None, code: int
+) -> None:
+    url, db = service
+    answer = await put(url, token, upload())
+    assert answer.status_code == code, answer.text
+    assert stored(db) is None
+
+
+@pytest.mark.kmock(cls=ReviewingEmulator)
+async def test_the_operators_token_saves_the_result_under_the_uid(service: tuple[str, str]) -> None:
+    url, db = service
+    answer = await put(url, "operator-token", upload())
+    assert answer.status_code == 200, answer.text
+    assert answer.json() == {"roundId": UID}
+    saved = stored(db)
+    assert saved is not None and saved.total_record_count == 1
+
+
+@pytest.mark.kmock(cls=ReviewingEmulator)
+async def test_no_body_is_read_before_the_caller_is_known(service: tuple[str, str]) -> None:
+    """A body that never ends, sent without a token: the answer is a 401 at once, not a
+    wait for a body the service must not read."""
+    url, db = service
+    host, port = url.removeprefix("http://").split(":")
+
+    def send_a_head_and_wait() -> str:
+        with socket.create_connection((host, int(port)), timeout=10) as sock:
+            sock.sendall(
+                f"PUT {PATH} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+                f"Content-Length: 1000000\r\n\r\n{{".encode()
+            )
+            return sock.recv(4096).decode(errors="replace")
+
+    started = time.monotonic()
+    head = await asyncio.to_thread(send_a_head_and_wait)
+    assert head.startswith("HTTP/1.1 401"), head
+    assert time.monotonic() - started < 10
+    assert stored(db) is None
+
+
+@pytest.mark.kmock(cls=ReviewingEmulator)
+async def test_a_result_over_max_result_bytes_is_refused_unread(service: tuple[str, str]) -> None:
+    url, _ = service
+    too_big = str(64 * 1024 * 1024 + 1)
+    # A head claiming more than the limit, and no body: answered before anything is read.
+    host, port = url.removeprefix("http://").split(":")
+
+    def send_the_head() -> str:
+        with socket.create_connection((host, int(port)), timeout=10) as sock:
+            sock.sendall(
+                f"PUT {PATH} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer "
+                f"operator-token\r\nContent-Length: {too_big}\r\n\r\n".encode()
+            )
+            return sock.recv(4096).decode(errors="replace")
+
+    answer = await asyncio.to_thread(send_the_head)
+    assert answer.startswith("HTTP/1.1 413"), answer
+
+
+@pytest.mark.kmock(cls=ReviewingEmulator)
+async def test_a_result_bigger_than_other_bodies_is_accepted(service: tuple[str, str]) -> None:
+    """Results are larger than any other request (max_body_bytes, 1 MiB): 2 MiB passes."""
+    url, db = service
+    body = upload(maxRecordLength=100_000)
+    body["result"] = result(json.dumps({"pad": "x" * 70_000}), records=30).to_json_dict()
+    assert len(json.dumps(body)) > 2 * 1024 * 1024
+    answer = await put(url, "operator-token", body)
+    assert answer.status_code == 200, answer.text
+    saved = stored(db)
+    assert saved is not None and saved.total_record_count == 30
+
+
+@pytest.mark.kmock(cls=ReviewingEmulator)
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"maxRecordLength": 3}, "max-record-length 3"),  # the records past the application's cap
+        ({"uid": ""}, "uid"),
+        ({"vertex": "x" * 64}, "vertex"),
+        ({"extra": "field"}, "extra"),
+    ],
+)
+async def test_a_malformed_result_is_refused_naming_what_is_wrong(
+    service: tuple[str, str], change: dict[str, Any], field: str
+) -> None:
+    url, db = service
+    answer = await put(url, "operator-token", upload(**change))
+    assert answer.status_code == 422, answer.text
+    assert field in answer.json()["detail"]
+    assert stored(db) is None
+
+
+@pytest.mark.kmock(cls=ReviewingEmulator)
+async def test_a_round_of_another_application_is_never_overwritten(
+    service: tuple[str, str],
+) -> None:
+    url, db = service
+    assert (await put(url, "operator-token", upload())).status_code == 200
+    answer = await put(url, "operator-token", upload(application="payroll"))
+    assert answer.status_code == 409, answer.text
+    saved = stored(db)
+    assert saved is not None and saved.total_record_count == 1
+
+
+@pytest.mark.kmock(cls=ReviewingEmulator)
+async def test_the_operators_client_tells_refusals_from_outages(
+    service: tuple[str, str], tmp_path: Path
+) -> None:
+    url, _ = service
+    token = tmp_path / "token"
+
+    async def save(application: str) -> str:
+        return await ResultPush(url, str(token)).save(
+            namespace="team-a",
+            name="ds-1",
+            uid=UID,
+            application=application,
+            vertex="parse",
+            result=result(),
+            started_at_ms=None,
+            request_key="",
+            max_record_length=100,
+        )
+
+    token.write_text("alice-token")
+    with pytest.raises(ResultRefused, match="401"):
+        await save("flights")
+    token.write_text("operator-token")  # read at each call: a rotated token is picked up
+    assert await save("flights") == UID
+    with pytest.raises(RoundIdConflict, match="belongs to"):
+        await save("payroll")
+
+
+async def test_nobody_may_save_results_unless_named(tmp_path: Path) -> None:
+    """The default: no result writer at all, whatever the token."""
+    tokens = tmp_path / "tokens"
+    tokens.write_text("admin-token,root,admin\n")
+    app = create_app(Settings(database_url=f"sqlite:///{tmp_path / 's.db'}", tokens_file=tokens))
+    with ServerThread(app) as server:
+        assert (await put(server.url, "admin-token", upload())).status_code == 403
