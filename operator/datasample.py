@@ -957,6 +957,14 @@ class _Step:
                     "ServiceUnavailable", f"saving the result: {exc}", final="Failed"
                 )
                 return
+            except Exception as exc:  # a body the contract refuses, an answer that is not one
+                # Counted like an outage, so that it ends (backoffLimit), never retried forever.
+                await self._transient(
+                    "ResultNotSaved",
+                    f"saving the result: {type(exc).__name__}: {str(exc)[:300]}",
+                    final="Failed",
+                )
+                return
         if self.ctx.config.service_url:
             extra["resultsURL"] = results_url(
                 self.ctx.config.service_url, self.namespace, spec.application_ref.name, round_id

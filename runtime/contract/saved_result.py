@@ -16,6 +16,9 @@ from sparkglass.runtime.contract.sample_result import DataSampleResult
 
 #: Longest DataSample uid accepted (the API server's are 36-character UUIDs).
 MAX_UID_LENGTH = 253
+#: Longest ``RoundRequest.key()`` accepted: every field of a DataSample's spec at its CRD
+#: maximum (filter 4096, 200 columns of 256 characters, expectation names), JSON-escaped.
+MAX_REQUEST_KEY_LENGTH = 256 * 1024
 
 
 class ResultUpload(BaseModel):
@@ -31,7 +34,9 @@ class ResultUpload(BaseModel):
     application: str = Field(min_length=1, max_length=253, description="spec.applicationRef.name.")
     vertex: str = Field(min_length=1, max_length=63, description="spec.vertex.")
     request_key: str = Field(
-        max_length=4096,
+        # A DataSample may ask for a 4096-character filter and 200 columns of 256: its key,
+        # their JSON, is far longer than either.
+        max_length=MAX_REQUEST_KEY_LENGTH,
         description="The DataSample's RoundRequest.key(): what it asked for beyond a plain "
         "round (empty when nothing).",
     )

@@ -11,6 +11,7 @@ only when the handler does), and in Kubernetes mode with a token bound to
 
 from __future__ import annotations
 
+import re
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, HTTPException, Request, status
@@ -19,6 +20,7 @@ from pydantic import ValidationError
 from sqlalchemy.exc import IntegrityError
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt
 
+from sparkglass.runtime.contract.description import DNS1123_LABEL, DNS1123_MAX_LENGTH
 from sparkglass.runtime.contract.result_caps import ResultCaps, ResultRejected
 from sparkglass.runtime.contract.saved_result import ResultSaved, ResultUpload
 
@@ -31,6 +33,10 @@ from ..store import repository
 
 router = APIRouter(prefix="/api/v1", tags=["results"])
 
+_DNS1123_SUBDOMAIN = re.compile(
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+)
+
 #: The route's path, for the body limit of its own (``max_result_bytes``).
 RESULT_PATH = r"/api/v1/namespaces/[^/]+/datasamples/[^/]+/result"
 
@@ -41,7 +47,8 @@ def result_writer(state: StateDep, credentials: BearerDep) -> str:
     settings = state.settings
     audiences = (settings.result_audience,) if settings.auth_mode is AuthMode.KUBERNETES else ()
     principal = authenticate(state, credentials, audiences)
-    if principal.user not in settings.result_writer_names:
+    # Local mode: a name is not enough, the token must be an admin's too.
+    if principal.user not in settings.result_writer_names or principal.role not in (None, "admin"):
         raise FORBIDDEN
     return principal.user
 
@@ -67,6 +74,16 @@ async def save_result(
     body is a ``ResultUpload`` of at most ``max_result_bytes``; its records are checked
     against the contract's caps again (422 naming the cap), and a round of another
     application or vertex is never overwritten (409)."""
+    if not DNS1123_LABEL.match(namespace) or len(namespace) > DNS1123_MAX_LENGTH:
+        raise HTTPException(
+            status.HTTP_422_UNPROCESSABLE_CONTENT,
+            detail=f"namespace: not a DNS-1123 label (1-{DNS1123_MAX_LENGTH} characters)",
+        )
+    if not _DNS1123_SUBDOMAIN.match(name) or len(name) > 253:
+        raise HTTPException(
+            status.HTTP_422_UNPROCESSABLE_CONTENT,
+            detail="name: not a DNS-1123 subdomain (1-253 characters)",
+        )
     try:
         upload = ResultUpload.model_validate_json(await request.body())
     except ValidationError as exc:

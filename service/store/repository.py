@@ -490,6 +490,10 @@ def save_datasample_result(
             f"datasample_uid: expected 1-{MAX_DATASAMPLE_UID_LENGTH} characters, got {len(uid)}"
         )
     bound = round_of_datasample(session, uid)
+    if bound is None and session.get(Round, uid) is not None:
+        # A round under the uid's id that is not bound to it is someone else's (round ids are
+        # not secret): never written over, nor bound.
+        raise RoundOwnershipError(uid, "another request", f"DataSample {name} (uid {uid})")
     saved = save_round(
         session,
         namespace=namespace,

@@ -232,3 +232,18 @@ def test_operator_settings_name_field_and_range() -> None:
     # Unset: off when results go to a service, on when the status is all there is.
     assert OperatorConfig(service_url="http://sg:8080").status_record_bytes == 0
     assert OperatorConfig(max_status_bytes=4096).status_record_bytes == 4096
+
+
+def test_records_kept_out_of_status_with_no_service_are_refused() -> None:
+    """Nowhere for the records to go: refused at start, naming the options."""
+    from typer.testing import CliRunner
+
+    from sparkglass import cli
+
+    if not (cli.app.registered_commands or cli.app.registered_groups):
+        cli._register()
+    result = CliRunner().invoke(
+        cli.app, ["operator", "run", "-A", "--standalone", "--no-records-in-status"], env={}
+    )
+    assert result.exit_code != 0
+    assert "--no-records-in-status needs --service-url" in result.output

@@ -251,3 +251,77 @@ async def test_nobody_may_save_results_unless_named(tmp_path: Path) -> None:
     app = create_app(Settings(database_url=f"sqlite:///{tmp_path / 's.db'}", tokens_file=tokens))
     with ServerThread(app) as server:
         assert (await put(server.url, "admin-token", upload())).status_code == 403
+
+
+@pytest.mark.kmock(cls=ReviewingEmulator)
+async def test_a_uid_naming_another_round_never_overwrites_it(service: tuple[str, str]) -> None:
+    """Round ids are not secret: a result whose uid is a plain round's id is refused."""
+    url, db = service
+    from sparkglass.service.store import create_round, upsert_application
+
+    with open_store(db).begin() as session:
+        app = upsert_application(session, "team-a", "flights")
+        create_round(session, "plainround000001", app.id, "parse", triggered_by="alice")
+    answer = await put(url, "operator-token", upload(uid="plainround000001"))
+    assert answer.status_code == 409, answer.text
+    with open_store(db).begin() as session:
+        from sparkglass.service.store import get_round
+
+        row = get_round(session, "plainround000001")
+        assert row is not None and (row.status, row.datasample_uid) == ("PENDING", None)
+
+
+@pytest.mark.kmock(cls=ReviewingEmulator)
+@pytest.mark.parametrize(
+    ("path", "field"),
+    [
+        ("/api/v1/namespaces/Team_A/datasamples/ds-1/result", "namespace"),
+        ("/api/v1/namespaces/team-a/datasamples/DS_1/result", "name"),
+    ],
+)
+async def test_a_namespace_or_name_that_is_no_kubernetes_name_is_refused(
+    service: tuple[str, str], path: str, field: str
+) -> None:
+    url, _ = service
+    async with httpx.AsyncClient(timeout=30) as http:
+        answer = await http.put(
+            f"{url}{path}", json=upload(), headers={"Authorization": "Bearer operator-token"}
+        )
+    assert answer.status_code == 422 and field in answer.json()["detail"], answer.text
+
+
+@pytest.mark.kmock(cls=ReviewingEmulator)
+async def test_a_datasample_asking_for_everything_still_saves(service: tuple[str, str]) -> None:
+    """The longest request a DataSample's spec allows (200 columns of 256 characters and a
+    4096-character filter) fits the upload: its result is saved, not retried forever."""
+    from sparkglass.runtime.contract.round_request import RoundRequest
+
+    url, db = service
+    assert stored(db) is None
+    key = RoundRequest.model_validate(
+        {"filter": "x" * 4096, "columns": [f"c{i:03d}" + "x" * 252 for i in range(200)]}
+    ).key()
+    assert len(key) > 50_000
+    answer = await put(url, "operator-token", upload(requestKey=key))
+    assert answer.status_code == 200, answer.text
+    assert stored(db) is not None
+
+
+def test_a_local_writer_must_be_an_admin(tmp_path: Path) -> None:
+    tokens = tmp_path / "tokens"
+    tokens.write_text("viewer-token,sparkglass-operator,viewer\n")
+    app = create_app(
+        Settings(
+            database_url=f"sqlite:///{tmp_path / 's.db'}",
+            tokens_file=tokens,
+            result_writers="sparkglass-operator",
+        )
+    )
+    with ServerThread(app) as server:
+        answer = httpx.put(
+            f"{server.url}{PATH}",
+            json=upload(),
+            headers={"Authorization": "Bearer viewer-token"},
+            timeout=30,
+        )
+    assert answer.status_code == 403

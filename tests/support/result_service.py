@@ -46,7 +46,7 @@ def serve_results(store_url: str, directory: Path) -> Iterator[ResultService]:
     """Run the service on ``store_url`` until the block ends; its files go in ``directory``."""
     token = secrets.token_urlsafe(24)
     tokens = directory / "service-tokens"
-    tokens.write_text(f"{token},{WRITER},viewer\n")
+    tokens.write_text(f"{token},{WRITER},admin\n")
     token_file = directory / "operator-token"
     token_file.write_text(token)
     app = create_app(

@@ -322,6 +322,11 @@ def run(
         webhook = WebhookConfig(
             cert_file=webhook_cert_file, key_file=webhook_key_file, port=webhook_port, address=bind
         )
+    if records_in_status is False and not (service_url or service_internal_url):
+        raise fail(
+            "--no-records-in-status needs --service-url or --service-internal-url: without a "
+            "service, a DataSample's status is the only place its records can go"
+        )
     config = OperatorConfig(
         namespaces=tuple(namespace),
         webhook=webhook,
