@@ -17,8 +17,6 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, HTTPException, Request, status
 from fastapi.concurrency import run_in_threadpool
 from pydantic import ValidationError
-from sqlalchemy.exc import IntegrityError
-from tenacity import Retrying, retry_if_exception_type, stop_after_attempt
 
 from sparkglass.runtime.contract.description import DNS1123_LABEL, DNS1123_MAX_LENGTH
 from sparkglass.runtime.contract.result_caps import ResultCaps, ResultRejected
@@ -116,22 +114,14 @@ async def save_result(
 
 
 def _save(state: ServiceState, namespace: str, name: str, upload: ResultUpload) -> str:
-    # The first rounds of an application saved at once (several DataSamples finishing
-    # together) race to create its row: the loser's transaction fails on the unique key,
-    # and a fresh one finds the winner's row.
-    for attempt in Retrying(
-        retry=retry_if_exception_type(IntegrityError), stop=stop_after_attempt(3), reraise=True
-    ):
-        with attempt, state.sessions.begin() as session:
-            return repository.save_datasample_result(
-                session,
-                namespace=namespace,
-                application=upload.application,
-                vertex=upload.vertex,
-                result=upload.result,
-                uid=upload.uid,
-                name=name,
-                started_at_ms=upload.started_at_ms,
-                request_key=upload.request_key,
-            )
-    raise AssertionError("unreachable: Retrying re-raises the last error")
+    return repository.save_datasample_result_retrying(
+        state.sessions,
+        namespace=namespace,
+        application=upload.application,
+        vertex=upload.vertex,
+        result=upload.result,
+        uid=upload.uid,
+        name=name,
+        started_at_ms=upload.started_at_ms,
+        request_key=upload.request_key,
+    )

@@ -19,7 +19,9 @@ from typing import Any
 
 from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.orm import Session
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session, sessionmaker
+from tenacity import Retrying, retry_if_exception_type, stop_after_attempt
 
 from sparkglass.runtime.contract.description import PipelineDescription
 from sparkglass.runtime.contract.sample_result import (
@@ -510,6 +512,19 @@ def save_datasample_result(
     if bound is None:
         bind_datasample(session, saved, uid)
     return saved
+
+
+def save_datasample_result_retrying(sessions: sessionmaker[Session], **fields: Any) -> str:
+    """:func:`save_datasample_result` in its own transaction, run again (up to 3 times) when
+    it lost a race on a unique key: the first rounds of an application saved at once both
+    create its row, or the service binds its round to the uid while the result is saved
+    under it; a fresh transaction then finds the winner's row."""
+    for attempt in Retrying(
+        retry=retry_if_exception_type(IntegrityError), stop=stop_after_attempt(3), reraise=True
+    ):
+        with attempt, sessions.begin() as session:
+            return save_datasample_result(session, **fields)
+    raise AssertionError("unreachable: Retrying re-raises the last error")
 
 
 def get_round(session: Session, round_id: str) -> Round | None:

@@ -23,7 +23,7 @@ OPTIONS = [
     (["sample", "parse", "--token", "t"], "--endpoint", "http:// or https://"),
     (["operator", "run", "--standalone", "-n", "x"], "--service-url", "http:// or https://"),
     (["operator", "run", "--standalone", "-n", "x"], "--kubernetes-master", "k8s://"),
-    (["operator", "run", "--standalone", "-n", "x"], "--store-url", "SQLAlchemy URL"),
+    (["operator", "run", "--standalone", "-n", "x"], "--service-internal-url", "http:// or https://"),
     (["serve"], "--database-url", "SQLAlchemy URL"),
     (["token", "list"], "--database-url", "SQLAlchemy URL"),
 ]

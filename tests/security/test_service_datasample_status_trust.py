@@ -135,14 +135,13 @@ async def play_operator(
     (an operator stopped between its two writes), so that the status the service reads is
     whatever someone else writes next."""
     from sparkglass.service.store import open_store
-    from sparkglass.service.store.repository import save_datasample_result
+    from sparkglass.service.store.repository import save_datasample_result_retrying
 
     sessions = open_store(database_url) if database_url else None
 
     def save(**fields: Any) -> str:
         assert sessions is not None
-        with sessions.begin() as session:
-            return save_datasample_result(session, **fields)
+        return save_datasample_result_retrying(sessions, **fields)
 
     handled: set[str] = set()
     async with httpx.AsyncClient(base_url=str(k.url)) as kube:
