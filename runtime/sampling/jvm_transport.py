@@ -62,11 +62,17 @@ class JvmTransport:
         program: str | None = None,
     ) -> None:
         """Fan a round out; ``program`` is its compiled row program (base64; see
-        :mod:`sparkglass.runtime.sampling.programs`), ``None`` for every column, no filter."""
+        :mod:`sparkglass.runtime.sampling.programs`), ``None`` for every column, no filter.
+
+        ``window_ms``: how long executors capture unless told to stop; the rate limit spreads
+        ``max-sample-rate × (sampling-window + 1 s)`` records per partition over the round
+        (``settings.sampling_window_ms``: the round's own window, see
+        :meth:`RoundCoordinator.start_round`)."""
         self._driver.startRound(
             round_id,
             tap_key,
             window_ms,
+            min(window_ms, settings.sampling_window_ms),
             settings.max_sample_rate,
             settings.max_record_length,
             settings.tostring_budget_ms,

@@ -227,6 +227,9 @@ class _Round:
     request: RoundRequest = PLAIN
     #: The type of the records (the requested columns); ``None``: the tap's.
     data_type: str | None = None
+    #: When the executors' polls first said rows passed the tap (ms after ``started``);
+    #: ``None`` until they do.
+    rows_seen_ms: float | None = None
     #: The driver plugin has the round. Until then the monitor leaves it alone: a monitor
     #: thread still alive from an earlier round would otherwise ask the plugin about a round
     #: it was not yet told of, and fail it as unknown (seen on a loaded machine).
@@ -515,13 +518,22 @@ class RoundCoordinator:
                 daemon=True,
             ).start()
             return DataSampleResult(status=SampleStatus.PENDING, round_id=round_id)
+        # The round's own window (a request may shorten it): the rate limit spreads
+        # max-sample-rate × (window + 1 s) records per subtask over the round.
+        round_settings = settings.model_copy(update={"sampling_window_ms": window})
         try:
             if compiled is not None:
                 self._transport.start_round(
-                    round_id, rnd.tap.tap_key, settings, rnd.capture_ms, program=compiled.program
+                    round_id,
+                    rnd.tap.tap_key,
+                    round_settings,
+                    rnd.capture_ms,
+                    program=compiled.program,
                 )
             else:
-                self._transport.start_round(round_id, rnd.tap.tap_key, settings, rnd.capture_ms)
+                self._transport.start_round(
+                    round_id, rnd.tap.tap_key, round_settings, rnd.capture_ms
+                )
         except Exception as exc:  # the JVM may be gone: report, do not raise
             log.warning("cannot start round %s on %s: %s", round_id, vertex, exc)
             self._finish(rnd, None, {}, ErrorCode.INTERNAL_ERROR, set())
@@ -694,8 +706,10 @@ class RoundCoordinator:
             log.warning("sampling round %s: the driver plugin does not know it", rnd.round_id)
             self._finish(rnd, status, {}, ErrorCode.INTERNAL_ERROR, set())
             return
+        if rnd.rows_seen_ms is None and any(status.get("progress", {}).values()):
+            rnd.rows_seen_ms = elapsed_ms
         window_met = elapsed_ms >= rnd.window_ms and not (rnd.closing or rnd.terminated)
-        if window_met and self._enough_micro_batches(rnd, status):
+        if window_met and self._enough_micro_batches(rnd, status, elapsed_ms):
             rnd.closing = True
             if rnd.capture_ms > rnd.window_ms:
                 self._transport.cancel_round(rnd.round_id)  # stop capturing, report now
@@ -718,13 +732,21 @@ class RoundCoordinator:
         seen = tap.micro_batches(result.end_timestamp or 0) if tap is not None else None
         return seen is not None and seen.completed > 0
 
-    def _enough_micro_batches(self, rnd: _Round, status: dict[str, Any]) -> bool:
+    def _enough_micro_batches(self, rnd: _Round, status: dict[str, Any], elapsed_ms: float) -> bool:
         if rnd.min_micro_batches == 0:
             return True
-        if rnd.min_micro_batches == 1 and any(status.get("progress", {}).values()):
-            # Rows passed the tap in the window: a micro-batch ran through it, so the window
-            # keeps its meaning for a continuous flow (no wait for the listener's report).
-            return True
+        if rnd.min_micro_batches == 1 and rnd.rows_seen_ms is not None:
+            if rnd.rows_seen_ms <= rnd.window_ms:
+                # Rows passed the tap in the window: a micro-batch ran through it, so the
+                # window keeps its meaning for a continuous flow (no wait for the listener).
+                return True
+            if elapsed_ms - rnd.rows_seen_ms >= rnd.window_ms:
+                # Rows came only after the window and have for a window's length: enough,
+                # even when the listener has not reported their micro-batch yet.
+                return True
+            # Rows came only after the window: a micro-batch has just reached the tap.
+            # Closing now would keep only its first moment (the first rows of each
+            # partition), so the round waits for it to end, as the listener reports.
         seen = rnd.tap.micro_batches(rnd.started_ms + ACTIVATION_MS)
         return seen is None or seen.completed >= rnd.min_micro_batches
 

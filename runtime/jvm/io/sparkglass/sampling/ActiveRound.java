@@ -17,6 +17,12 @@ final class ActiveRound {
   final VertexTap tap;
   final long deadlineNanos;
   final int maxRate;
+  /**
+   * Records one partition keeps in this round at most: {@code maxRate × (window + 1 s)}, the
+   * rate limit over the round's sampling window, spread over the partition's rows (see
+   * {@link PartitionSampler}).
+   */
+  final int allowance;
   final int maxRecordLength;
   final long budgetNanos;
   /**
@@ -34,21 +40,33 @@ final class ActiveRound {
 
   ActiveRound(String roundId, VertexTap tap, long deadlineNanos, int maxRate,
       int maxRecordLength, int budgetMs) {
-    this(roundId, tap, deadlineNanos, maxRate, maxRecordLength, budgetMs, null);
+    this(roundId, tap, deadlineNanos, maxRate, maxRecordLength, budgetMs, null,
+        Math.max(0L, (deadlineNanos - System.nanoTime()) / 1_000_000L));
   }
 
+  /**
+   * @param windowMs the round's sampling window (its capture may last longer: a round on a
+   *     streaming vertex waits for a micro-batch), which sets {@link #allowance}
+   */
   ActiveRound(String roundId, VertexTap tap, long deadlineNanos, int maxRate,
-      int maxRecordLength, int budgetMs, byte[] program) {
+      int maxRecordLength, int budgetMs, byte[] program, long windowMs) {
     this.program = program;
     this.roundId = roundId;
     this.tap = tap;
     this.deadlineNanos = deadlineNanos;
     this.maxRate = maxRate;
+    this.allowance = allowance(maxRate, windowMs);
     this.maxRecordLength = maxRecordLength;
     this.budgetNanos = budgetMs * 1_000_000L;
     long remaining = deadlineNanos - System.nanoTime();
     long seconds = Math.max(1L, (remaining + 999_999_999L) / 1_000_000_000L);
     this.filterBudgetNanos = budgetNanos * seconds;
+  }
+
+  /** {@code maxRate × (window + 1 s)}, at least 1, at most {@code Integer.MAX_VALUE}. */
+  static int allowance(int maxRate, long windowMs) {
+    long records = Math.max(1L, maxRate) * (Math.max(0L, windowMs) + 1000L) / 1000L;
+    return (int) Math.min(Integer.MAX_VALUE, Math.max(1L, records));
   }
 
   private PartitionSampler sampler(TaskContext tc) {

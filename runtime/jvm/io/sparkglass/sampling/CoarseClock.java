@@ -5,9 +5,9 @@ import java.util.concurrent.locks.LockSupport;
 
 /**
  * A coarse {@code System.nanoTime()} (5 ms resolution) kept in a volatile field by one daemon
- * thread, so that the per-row rate limiter reads a field (about 1 ns) instead of calling the
- * clock (about 20 ns). The token bucket holds a second of tokens, so 5 ms steps are precise
- * enough. It ticks only while a round is active (200 wake-ups/s), else every 200 ms.
+ * thread, so that the gate reads a field (about 1 ns) instead of calling the clock (about
+ * 20 ns). It starts each second of the rendering budget, so 5 ms steps are precise enough. It
+ * ticks only while a round is active (200 wake-ups/s), else every 200 ms.
  */
 final class CoarseClock {
   private CoarseClock() {}

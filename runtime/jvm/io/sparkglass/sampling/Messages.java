@@ -22,6 +22,8 @@ final class Messages {
   static final String ROUND_ID = "roundId";
   static final String TAP_KEY = "tapKey";
   static final String REMAINING_MS = "remainingMs";
+  /** The round's sampling window, ms (its capture may last longer; absent: remainingMs). */
+  static final String WINDOW_MS = "samplingWindowMs";
   static final String MAX_RATE = "maxSampleRate";
   static final String MAX_RECORD_LENGTH = "maxRecordLength";
   static final String BUDGET_MS = "tostringBudgetMs";

@@ -8,23 +8,35 @@ import java.util.List;
 import java.util.Map;
 
 /**
- * The state of one subtask (Spark partition) in one round: token bucket, rendering budget,
- * bounded buffer and drop counters.
+ * The state of one subtask (Spark partition) in one round: the spread rate limit, rendering
+ * budget, bounded buffer and drop counters.
  *
- * <p>Rate limit: a token bucket refilled at {@code maxRate} tokens/s holding (and starting
- * with) one second's worth, because Spark processes a partition in bursts (one task per
- * micro-batch) and a smaller bucket would see only the first rows of each burst. A window of
- * W seconds therefore admits at most {@code maxRate*(W+1)} rows per subtask. Budget: the time between admission and capture
- * (to_json rendering) summed per second may not exceed {@code tostring-budget-ms}. Buffer: at
- * most {@link #MAX_RECORDS} rows (fill-and-stop). Rows refused by the bucket count as
- * {@code droppedByRateLimit}; rows the bucket allowed but the budget or a full buffer refused
- * count as {@code droppedByContention}. Filter: the time a round's filter takes in this
- * partition adds up; past the round's filter budget the filter is stopped here for the rest of
- * the round (the gate admits nothing more) and the report says so ({@code filterStopped}).
+ * <p>Rate limit: a round keeps at most {@link ActiveRound#allowance} records per subtask
+ * ({@code max-sample-rate × (window + 1 s)}), spread over every row the subtask passes during
+ * the round rather than taken from the first ones. Spark runs a partition in bursts (one task
+ * per micro-batch, often a few tens of milliseconds for thousands of rows), so any limit that
+ * counts time would spend itself on the first moment of a burst: the first rows of a file, the
+ * first keys of a shuffle partition. Instead the sampler takes every {@code stride}-th row,
+ * starting with every row; when the buffer holds the allowance it drops every other record it
+ * holds and doubles the stride. The records kept are then evenly spread over all the rows seen
+ * so far (between half the allowance and all of it once there were more rows than that), however
+ * the rows were spread in time, and no row costs more than a counter and a comparison. Rows the
+ * stride passes over and records thinned out count as {@code droppedByRateLimit}. Rendering
+ * costs at most about {@code allowance × (1 + log2(rows / allowance) / 2)} renders per round, and
+ * is bounded per second by the budget below.
  *
- * <p>Threads: the partition's task thread writes the bucket and counters (counters with release
- * stores so the poller's drain sees them); the buffer is guarded by {@code this}. When two
- * tasks share a partition index (two queries reading one vertex) the bucket is shared and
+ * <p>Budget: the time between admission and capture (to_json rendering) summed per second may
+ * not exceed {@code tostring-budget-ms}. Buffer: at most {@link #MAX_RECORDS} rows (fill-and-stop;
+ * it binds only when the allowance is larger). Rows the rate limit picked but the budget or a
+ * full buffer refused count as {@code droppedByContention}. Filter: the time a round's filter
+ * takes in this partition adds up; past the round's filter budget the filter is stopped here for
+ * the rest of the round (the gate admits nothing more) and the report says so
+ * ({@code filterStopped}). With a filter the gate admits every row the budget and buffer allow;
+ * the stride then counts only the rows that match, so the rate limit spreads over matching rows.
+ *
+ * <p>Threads: the partition's task thread writes the stride state and counters (counters with
+ * release stores so the poller's drain sees them); the buffer is guarded by {@code this}. When
+ * two tasks share a partition index (two queries reading one vertex) the stride is shared and
  * only approximate, while the program, which is not thread-safe, is evaluated under its lock.
  */
 final class PartitionSampler {
@@ -45,10 +57,12 @@ final class PartitionSampler {
 
   final int partition;
   private final ActiveRound round;
-  private final double capacity;
-  private final double tokensPerNano;
-  private double tokens;
-  private long lastRefill;
+  /** Rows (with a filter: matching rows) the rate limit has looked at (task thread). */
+  private long seen;
+  /** The {@link #seen} count of the next row the rate limit takes (task thread). */
+  private long nextPick = 1;
+  /** Rows between two picks: doubles each time the buffer is thinned. */
+  private long stride = 1;
   private long budgetPeriodStart;
   private long budgetUsed;
   private long admittedAt;
@@ -66,7 +80,7 @@ final class PartitionSampler {
   private boolean drained;
   /** This partition's copy of the round's program (expressions are not thread-safe). */
   private final RowProgram program;
-  /** With a filter the gate only peeks at the bucket: matching rows spend the tokens. */
+  /** With a filter the stride counts matching rows: the gate admits every row. */
   private final boolean filtered;
   /** Time the filter took in this round (task thread only). */
   private long filterNanos;
@@ -78,11 +92,7 @@ final class PartitionSampler {
     this.round = round;
     this.program = round.program == null ? null : RowProgram.decode(round.program);
     this.filtered = program != null && program.filtered();
-    this.capacity = Math.max(1.0, round.maxRate);
-    this.tokensPerNano = round.maxRate / (double) SECOND;
-    this.tokens = capacity;
-    this.lastRefill = CoarseClock.now();
-    this.budgetPeriodStart = lastRefill;
+    this.budgetPeriodStart = CoarseClock.now();
   }
 
   private void dropRate() {
@@ -93,25 +103,26 @@ final class PartitionSampler {
     DROPPED_CONTENTION.setRelease(this, droppedContention + 1);
   }
 
+  /**
+   * The rate limit: true for the rows the stride picks (the {@code nextPick}-th row looked at,
+   * then every {@code stride}-th); the others count as dropped by the rate limit.
+   */
+  private boolean pick() {
+    long n = ++seen;
+    if (n < nextPick) {
+      dropRate();
+      return false;
+    }
+    nextPick = n + stride;
+    return true;
+  }
+
   boolean admit(long now) {
     if (filterStopped) {
       return false;
     }
-    if (tokens < 1.0) {
-      long elapsed = now - lastRefill;
-      if (elapsed > 0) {
-        tokens = Math.min(capacity, tokens + elapsed * tokensPerNano);
-        lastRefill = now;
-      }
-      if (tokens < 1.0) {
-        if (!filtered) {
-          dropRate(); // with a filter, whether the row matched is unknown: not counted
-        }
-        return false;
-      }
-    }
-    if (!filtered) {
-      tokens -= 1.0;
+    if (!filtered && !pick()) {
+      return false;
     }
     if (reserved >= MAX_RECORDS) {
       dropContention();
@@ -133,7 +144,8 @@ final class PartitionSampler {
 
   /**
    * Keeps one admitted row: the program's filter decides (a row that does not match costs
-   * only its share of the budget), then a token is spent and the row rendered.
+   * only its share of the budget), then the rate limit picks it or not, and a picked row is
+   * rendered.
    */
   void capture(org.apache.spark.sql.Row row) {
     try {
@@ -177,18 +189,10 @@ final class PartitionSampler {
             if (filterNanos > round.filterBudgetNanos) {
               filterStopped = true;
             }
-            if (!matched) {
+            if (!matched || !pick()) {
               reserved--;
-              chargeBudget();
               return;
             }
-            if (tokens < 1.0) {
-              reserved--;
-              dropRate();
-              chargeBudget();
-              return;
-            }
-            tokens -= 1.0;
           }
           json = program.render(internal);
           label = program.label(internal);
@@ -216,7 +220,31 @@ final class PartitionSampler {
         return;
       }
       records.add(record);
+      if (records.size() >= round.allowance) {
+        thin();
+      }
     }
+  }
+
+  /**
+   * The buffer holds the round's allowance: keeps every other record (the first, the third...)
+   * and doubles the stride, so that the records stay evenly spread over the rows seen and the
+   * next ones are picked as far apart as the kept ones (caller holds {@code this}).
+   */
+  private void thin() {
+    int size = records.size();
+    int kept = 0;
+    for (int i = 0; i < size; i += 2) {
+      records.set(kept++, records.get(i));
+    }
+    records.subList(kept, size).clear();
+    int thinned = size - kept;
+    reserved -= thinned;
+    DROPPED_RATE.setRelease(this, droppedRate + thinned);
+    if ((size & 1) == 1) {
+      nextPick += stride; // the record just taken stays: the next is two strides after it
+    }
+    stride *= 2;
   }
 
   private void chargeBudget() {

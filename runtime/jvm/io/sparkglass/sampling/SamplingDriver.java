@@ -40,6 +40,7 @@ public final class SamplingDriver {
     final String roundId;
     final String tapKey;
     final long windowEndMs;
+    final long samplingWindowMs;
     final int maxRate;
     final int maxRecordLength;
     final int budgetMs;
@@ -49,8 +50,9 @@ public final class SamplingDriver {
     final RoundRecords records;
     final Map<String, Set<Integer>> progress = new ConcurrentHashMap<>();
 
-    DriverRound(String roundId, String tapKey, long windowEndMs, int maxRate, int maxRecordLength,
-        int budgetMs, String program, int responseCap) {
+    DriverRound(String roundId, String tapKey, long windowEndMs, long samplingWindowMs,
+        int maxRate, int maxRecordLength, int budgetMs, String program, int responseCap) {
+      this.samplingWindowMs = samplingWindowMs;
       this.program = program;
       this.records = new RoundRecords(responseCap);
       this.roundId = roundId;
@@ -109,9 +111,22 @@ public final class SamplingDriver {
    */
   public static String startRound(String roundId, String tapKey, long windowMs, int maxRate,
       int maxRecordLength, int budgetMs, String program, int responseCap) throws Exception {
+    return startRound(roundId, tapKey, windowMs, windowMs, maxRate, maxRecordLength, budgetMs,
+        program, responseCap);
+  }
+
+  /**
+   * As above, with the round's {@code samplingWindowMs} apart from how long executors capture
+   * ({@code windowMs}, longer when a round on a streaming vertex waits for a micro-batch): the
+   * rate limit allows {@code maxRate × (samplingWindowMs + 1 s)} records per partition.
+   */
+  public static String startRound(String roundId, String tapKey, long windowMs,
+      long samplingWindowMs, int maxRate, int maxRecordLength, int budgetMs, String program,
+      int responseCap) throws Exception {
     long now = System.currentTimeMillis();
-    DriverRound round = new DriverRound(roundId, tapKey, now + windowMs, maxRate,
-        maxRecordLength, budgetMs, program, responseCap);
+    DriverRound round = new DriverRound(roundId, tapKey, now + windowMs,
+        Math.min(windowMs, samplingWindowMs), maxRate, maxRecordLength, budgetMs, program,
+        responseCap);
     round.participants.addAll(aliveExecutors(now));
     ROUNDS.put(roundId, round);
     Map<String, Object> out = new LinkedHashMap<>();
@@ -240,6 +255,7 @@ public final class SamplingDriver {
       spec.put(Messages.ROUND_ID, round.roundId);
       spec.put(Messages.TAP_KEY, round.tapKey);
       spec.put(Messages.REMAINING_MS, Math.max(0L, round.windowEndMs - now));
+      spec.put(Messages.WINDOW_MS, round.samplingWindowMs);
       spec.put(Messages.MAX_RATE, round.maxRate);
       spec.put(Messages.MAX_RECORD_LENGTH, round.maxRecordLength);
       spec.put(Messages.BUDGET_MS, round.budgetMs);

@@ -119,13 +119,19 @@ public final class SamplingExecutorPlugin implements ExecutorPlugin {
     ActiveRound r = rounds.get(roundId);
     if (r == null) {
       long remainingMs = ((Number) spec.get(Messages.REMAINING_MS)).longValue();
+      Object window = spec.get(Messages.WINDOW_MS);
       VertexTap tap = VertexTap.forKey(String.valueOf(spec.get(Messages.TAP_KEY)));
       r = new ActiveRound(roundId, tap,
           System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(remainingMs),
           ((Number) spec.get(Messages.MAX_RATE)).intValue(),
           ((Number) spec.get(Messages.MAX_RECORD_LENGTH)).intValue(),
           ((Number) spec.get(Messages.BUDGET_MS)).intValue(),
-          RowProgram.bytesOf((String) spec.get(Messages.PROGRAM)));
+          RowProgram.bytesOf((String) spec.get(Messages.PROGRAM)),
+          window instanceof Number ? ((Number) window).longValue() : remainingMs);
+      // The JVM's one-time costs of the first renders are paid here, before the taps open,
+      // not by the first rows the tasks hand over (a cold first render used up its
+      // partition's rendering budget for the rest of the second).
+      RowProgram.warmUp(r.program);
       rounds.put(roundId, r);
       CoarseClock.acquire();
       tap.begin(r);
