@@ -247,3 +247,19 @@ def test_records_kept_out_of_status_with_no_service_are_refused() -> None:
     )
     assert result.exit_code != 0
     assert "--no-records-in-status needs --service-url" in result.output
+
+
+def test_a_local_auth_service_gets_no_results_and_status_keeps_them(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A service in local auth mode cannot tell the operator's projected token: the operator
+    hands it nothing (every hand-over would be refused) and keeps the records in status."""
+    values = {
+        "service": {
+            "authMode": "local",
+            "executionMode": "local",
+            "localAuth": {"existingSecret": "sparkglass-tokens"},
+        }
+    }
+    config = _config_from(values, monkeypatch, tmp_path)
+    assert config.result_service_url is None and config.status_record_bytes == 65536
