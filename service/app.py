@@ -18,6 +18,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
+from kubernetes import client
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -204,6 +205,7 @@ def build_state(
         ),
         metrics=metrics,
         catalog=catalog,
+        datasamples=None if api_client is None else client.CustomObjectsApi(api_client),
         driver_trust=trust,
         progress=PipelineProgressReader(published=catalog.progress if catalog else None),
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from kubernetes.client import CustomObjectsApi
 from sqlalchemy.orm import Session, sessionmaker
 
 from .app_cache import ApplicationCache
@@ -30,6 +31,9 @@ class ServiceState:
     audit: AuditWriter
     metrics: ServiceMetrics
     catalog: KubernetesCatalog | None = None
+    #: With access to the API server: where the result route reads the DataSample a result
+    #: is handed over for (``execution.kubernetes.read_datasample``).
+    datasamples: CustomObjectsApi | None = None
     applications: ApplicationCache = field(default_factory=ApplicationCache)
     #: The route layer's one-second decision caches (see dependencies.authorized_principal).
     principal_cache: TTLCache[Principal] = field(default_factory=TTLCache)

@@ -237,15 +237,7 @@ class DataSampleExecutor:
 
     def _read(self, request: RoundRequest, name: str) -> dict[str, Any] | None:
         """The DataSample ``name``, or ``None`` when it is gone (404)."""
-        try:
-            obj: dict[str, Any] = self._api.get_namespaced_custom_object(  # type: ignore[assignment]
-                GROUP, VERSION, request.namespace, PLURAL, name, _request_timeout=10
-            )
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
-        return obj
+        return read_datasample(self._api, request.namespace, name)
 
     @staticmethod
     def _check_ours(
@@ -274,6 +266,22 @@ class DataSampleExecutor:
         if uid is not None and stored.datasample_uid != uid:
             raise _NotOurs("the stored round is bound to another DataSample (uid)")
         return RoundOutcome(stored.head, external_ref=name, saved=True)
+
+
+def read_datasample(
+    api: client.CustomObjectsApi, namespace: str, name: str
+) -> dict[str, Any] | None:
+    """The DataSample ``namespace/name`` as the API server has it, ``None`` when there is none
+    (404); raises ``ApiException`` for any other answer, urllib3's errors when unreachable."""
+    try:
+        obj: dict[str, Any] = api.get_namespaced_custom_object(  # type: ignore[assignment]
+            GROUP, VERSION, namespace, PLURAL, name, _request_timeout=10
+        )
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+    return obj
 
 
 def _uid(obj: dict[str, Any] | None) -> str | None:

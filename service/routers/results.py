@@ -6,24 +6,29 @@ of the DataSample's uid (:func:`~sparkglass.service.store.repository.save_datasa
 and served from there. Only the identities in ``result_writers`` may write, authenticated
 before any byte of the body is read (the body is not a route parameter, so FastAPI reads it
 only when the handler does), and in Kubernetes mode with a token bound to
-``result_audience``: what crosses the cluster network is no API server credential.
+``result_audience``: what crosses the cluster network is no API server credential. Where the
+service reads the API server, a result is saved only for the DataSample the API server holds
+under that name and uid, and only at its own application, vertex and request.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, HTTPException, Request, status
 from fastapi.concurrency import run_in_threadpool
 from pydantic import ValidationError
 
+from sparkglass.crds.datasample import DataSampleSpec
 from sparkglass.runtime.contract.description import DNS1123_LABEL, DNS1123_MAX_LENGTH
+from sparkglass.runtime.contract.errors import InvalidParameterError
 from sparkglass.runtime.contract.result_caps import ResultCaps, ResultRejected
 from sparkglass.runtime.contract.saved_result import ResultSaved, ResultUpload
 
 from ..audit import client_of
 from ..dependencies import FORBIDDEN, BearerDep, StateDep, authenticate
+from ..execution.kubernetes import read_datasample
 from ..schemas import ErrorBody
 from ..settings import AuthMode
 from ..state import ServiceState
@@ -89,6 +94,9 @@ async def save_result(
             f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()[:5]
         )
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, detail=where) from None
+    if state.datasamples is not None:
+        obj = await run_in_threadpool(read_datasample, state.datasamples, namespace, name)
+        upload = _as_the_datasample_says(upload, obj, f"{namespace}/{name}")
     caps = ResultCaps(upload.max_record_length)
     try:
         for sub in upload.result.samples:
@@ -111,6 +119,33 @@ async def save_result(
         client=client_of(request),
     )
     return ResultSaved(round_id=round_id)
+
+
+def _as_the_datasample_says(
+    upload: ResultUpload, obj: dict[str, Any] | None, where: str
+) -> ResultUpload:
+    """``upload`` if it is the result of the DataSample the API server holds as ``where``
+    (its uid, application, vertex and request), else 409: even the operator's token only
+    ever saves a DataSample's result at that DataSample's own target."""
+    if obj is None:
+        raise HTTPException(status.HTTP_409_CONFLICT, detail=f"no DataSample {where}")
+    if str((obj.get("metadata") or {}).get("uid") or "") != upload.uid:
+        raise HTTPException(status.HTTP_409_CONFLICT, detail=f"DataSample {where} has another uid")
+    try:
+        spec = DataSampleSpec.parse(obj.get("spec"))
+        key = spec.round_request().key()
+    except (ValidationError, InvalidParameterError) as exc:
+        raise HTTPException(
+            status.HTTP_409_CONFLICT, detail=f"DataSample {where} has an invalid spec"
+        ) from exc
+    asked = (spec.application_ref.name, spec.vertex, key)
+    if (upload.application, upload.vertex, upload.request_key) != asked:
+        raise HTTPException(
+            status.HTTP_409_CONFLICT,
+            detail=f"the result is not for what DataSample {where} asks (application, "
+            "vertex or request differ)",
+        )
+    return upload
 
 
 def _save(state: ServiceState, namespace: str, name: str, upload: ResultUpload) -> str:

@@ -34,6 +34,7 @@ from sparkglass.service.store import (
 )
 from sparkglass.service.store.orm import Round
 from sparkglass.service.store.repository import (
+    RoundOwnershipError,
     adopt_datasample_round,
     get_application,
     latest_finished_round,
@@ -254,3 +255,14 @@ def test_adoption_keeps_the_service_round_plain_and_its_author(db_url: str) -> N
         assert app is not None
         latest = latest_finished_round(session, app.id, VERTEX)
         assert latest is not None and latest.id == ROUND
+
+
+def test_a_result_never_lands_in_a_round_whose_id_is_its_uid_but_not_bound(db_url: str) -> None:
+    """Round ids are not secret: a save whose uid names another request's round (a plain
+    one here) is refused, and that round stays as it was."""
+    open_round(db_url, uid=None)  # the service's plain round ROUND, unbound
+    with pytest.raises(RoundOwnershipError):
+        operator_save(db_url, ROUND, "planted")
+    with open_store(db_url).begin() as session:
+        row = get_round(session, ROUND)
+        assert row is not None and (row.status, row.datasample_uid) == ("PENDING", None)
