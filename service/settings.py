@@ -118,7 +118,10 @@ class Settings(BaseSettings):
         "unset: the application's spark.sparkglass.sampling.sampling-window.",
     )
     poll_interval_seconds: float = Field(
-        default=0.25, gt=0, description="How often a running round's result is polled."
+        default=0.25,
+        gt=0,
+        description="Local execution mode: how often a running round is read from the "
+        "driver, seconds. (Kubernetes mode watches the DataSample instead.)",
     )
     retention_seconds: float = Field(
         default=7 * 24 * 3600.0, gt=0, description="Rounds and audit events older are deleted."

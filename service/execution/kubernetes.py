@@ -4,7 +4,8 @@ The service creates ``sparkglass.io/v1alpha1`` ``DataSample`` ``{app}-{vertex}-{
 application's namespace (spec: ``applicationRef.name``, ``vertex``, ``maxRecords``,
 ``samplingWindow``, ``ttlSecondsAfterFinished``; annotation ``sparkglass.io/results-url`` =
 where the service serves the full result, when ``public_url`` is set), binds the round to
-the ``metadata.uid`` the API server gave it, then waits for the round to end.
+the ``metadata.uid`` the API server gave it, then watches it (the API server's events, not
+a poll) until the round ends.
 
 The records come from the store only: the operator saves the whole result through the
 service (``PUT .../datasamples/{name}/result``, :mod:`sparkglass.service.routers.results`)
@@ -24,10 +25,10 @@ import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from kubernetes import client
+from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 from sqlalchemy.orm import Session, sessionmaker
-from urllib3.exceptions import HTTPError
+from urllib3.exceptions import HTTPError, ProtocolError, ReadTimeoutError
 
 from sparkglass.runtime.contract.datasample_status import decode
 from sparkglass.runtime.contract.sample_result import (
@@ -49,6 +50,9 @@ PLURAL = "datasamples"
 REQUESTED_BY_ANNOTATION = "sparkglass.io/requested-by"
 RESULTS_URL_ANNOTATION = "sparkglass.io/results-url"
 APPLICATION_LABEL = "sparkglass.io/application"
+#: Longest watch of a DataSample, seconds: the API server ends it then, and the service reads
+#: the object once and watches on (a stream quiet for that long may be a dead one).
+WATCH_SECONDS = 60
 VERTEX_LABEL = "sparkglass.io/vertex"
 
 
@@ -174,7 +178,8 @@ class DataSampleExecutor:
         self._ttl = ttl_seconds
 
     def run(self, request: RoundRequest) -> RoundOutcome:
-        """Create the DataSample, poll its status until terminal or ``timeout_s``."""
+        """Create the DataSample and watch it until its status is final or ``timeout_s``
+        passed; the outcome is what the operator saved (module docstring)."""
         body = datasample_body(request, self._ttl)
         name = body["metadata"]["name"]
         deadline = time.monotonic() + request.timeout_s
@@ -186,23 +191,15 @@ class DataSampleExecutor:
             if uid is None:
                 # The client decodes only a 201 answer (the API server's); for a 200 it
                 # hands back nothing, so the uid is read back at once.
-                uid = _uid(self._read(request, name))
+                created = self._read(request, name) or {}
+                uid = _uid(created)
             self._bind(request, name, uid)
-            while time.monotonic() < deadline:
-                time.sleep(request.poll_interval_s)
-                saved = self._saved(request, name, uid)
-                if saved is not None:
-                    return saved
-                obj = self._read(request, name)
-                self._check_ours(request, name, uid, obj)
-                result = decode((obj or {}).get("status") or {}, request.round_id)
-                if result is None:
-                    continue
-                # The operator stores the full result before it writes the status: prefer it.
-                saved = self._saved(request, name, uid)
-                if saved is not None:
-                    return saved
-                return RoundOutcome(_outcome_only(result, request, name), external_ref=name)
+            outcome = self._judge(request, name, uid, created)
+            version = _resource_version(created)
+            while outcome is None and time.monotonic() < deadline:
+                outcome, version = self._watch(request, name, uid, version, deadline)
+            if outcome is not None:
+                return outcome
             return RoundOutcome(failed(ErrorCode.TIMEOUT, request.round_id), external_ref=name)
         except _NotOurs as exc:
             log.warning("DataSample %s/%s: %s; the round fails", request.namespace, name, exc)
@@ -217,6 +214,68 @@ class DataSampleExecutor:
                 getattr(exc, "status", ""),
             )
             return RoundOutcome(failed(ErrorCode.INTERNAL_ERROR, request.round_id), name)
+
+    def _watch(
+        self,
+        request: RoundRequest,
+        name: str,
+        uid: str | None,
+        version: str | None,
+        deadline: float,
+    ) -> tuple[RoundOutcome | None, str | None]:
+        """Watch the DataSample from ``version`` until its status is final, the watch ends
+        (the server's timeout, a dropped stream, 410 Gone) or ``deadline``; then read it once
+        (what changed while no watch ran) and hand back where to watch on from. The service
+        learns of a round's end from the API server's event, not by polling it."""
+        left = max(1, min(WATCH_SECONDS, int(deadline - time.monotonic()) + 1))
+        stream = watch.Watch()
+        try:
+            for event in stream.stream(
+                self._api.list_namespaced_custom_object,
+                GROUP,
+                VERSION,
+                request.namespace,
+                PLURAL,
+                field_selector=f"metadata.name={name}",
+                resource_version=version,
+                timeout_seconds=left,
+                _request_timeout=left + 5,
+            ):
+                obj = event.get("object")
+                if event.get("type") == "ERROR" or not isinstance(obj, dict):
+                    break  # 410 Gone and the like: read it again, watch from there
+                if event.get("type") == "DELETED":
+                    raise _NotOurs("it was deleted before its result was read")
+                version = _resource_version(obj) or version
+                outcome = self._judge(request, name, uid, obj)
+                if outcome is not None:
+                    return outcome, version
+                if time.monotonic() >= deadline:
+                    break
+        except ApiException as exc:
+            if exc.status != 410:
+                raise
+        except (ProtocolError, ReadTimeoutError):
+            pass  # the stream went quiet or dropped: read, then watch again
+        finally:
+            stream.stop()
+        obj = self._read(request, name)
+        return self._judge(request, name, uid, obj), _resource_version(obj)
+
+    def _judge(
+        self, request: RoundRequest, name: str, uid: str | None, obj: dict[str, Any] | None
+    ) -> RoundOutcome | None:
+        """The round's outcome once the DataSample's status is final (the result the
+        operator saved, which it saves before it writes the status; else only an outcome
+        without records); ``None`` while it runs."""
+        self._check_ours(request, name, uid, obj)
+        result = decode((obj or {}).get("status") or {}, request.round_id)
+        if result is None:
+            return None
+        saved = self._saved(request, name, uid)
+        if saved is not None:
+            return saved
+        return RoundOutcome(_outcome_only(result, request, name), external_ref=name)
 
     def _bind(self, request: RoundRequest, name: str, uid: str | None) -> None:
         """Bind the round to the uid of the DataSample just created: the operator saves its
@@ -282,6 +341,11 @@ def read_datasample(
             return None
         raise
     return obj
+
+
+def _resource_version(obj: dict[str, Any] | None) -> str | None:
+    """``metadata.resourceVersion`` of ``obj``, ``None`` without one."""
+    return str(((obj or {}).get("metadata") or {}).get("resourceVersion") or "") or None
 
 
 def _uid(obj: dict[str, Any] | None) -> str | None:

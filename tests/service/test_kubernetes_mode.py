@@ -167,9 +167,21 @@ def _validate_against_crd(obj: dict[str, Any]) -> None:
 
 
 async def fake_operator(k: kmock.KubernetesEmulator, sessions: Any, seen: list) -> None:
-    """Plays the operator: finishes each new DataSample the way the real one would."""
+    """Plays the operator: finishes each new DataSample the way the real one would, its
+    status written over HTTP (the API server then tells every watcher)."""
     from sparkglass.runtime.contract.sample_result import DataSampleResult
     from sparkglass.service.store import save_round
+
+    async def patch_status(raw: dict[str, Any], status: dict[str, Any]) -> None:
+        meta = raw["metadata"]
+        async with httpx.AsyncClient(base_url=str(k.url)) as kube:
+            r = await kube.patch(
+                f"/apis/sparkglass.io/v1alpha1/namespaces/{meta['namespace']}/datasamples/"
+                f"{meta['name']}/status",
+                json={"status": status},
+                headers={"Content-Type": "application/merge-patch+json"},
+            )
+            assert r.status_code < 300, r.text
 
     while True:
         for key, obj in list(k.objects.items()):
@@ -183,9 +195,9 @@ async def fake_operator(k: kmock.KubernetesEmulator, sessions: Any, seen: list) 
             vertex = raw["spec"]["vertex"]
             uid = raw["metadata"]["uid"]
             if vertex == "off":
-                obj.patch({"status": {"phase": "Disabled"}})
+                await patch_status(raw, {"phase": "Disabled"})
             elif vertex == "gone":
-                obj.patch({"status": {"phase": "Abandoned", "message": "driver gone"}})
+                await patch_status(raw, {"phase": "Abandoned", "message": "driver gone"})
             else:
                 full = DataSampleResult.model_validate(
                     {
@@ -207,43 +219,40 @@ async def fake_operator(k: kmock.KubernetesEmulator, sessions: Any, seen: list) 
                     }
                 )
                 rid = await asyncio.to_thread(_save, sessions, save_round, raw, full, uid)
-                obj.patch(
+                await patch_status(
+                    raw,
                     {
-                        "status": {
-                            "phase": "Complete",
-                            "roundId": rid,
-                            "totalRecordCount": 3,
-                            "recordsInStatus": 1,
-                            "samplesTruncated": True,
-                            "samples": [
-                                {
-                                    "subtaskIndex": 0,
-                                    "records": [full.samples[0].records[0].to_json_dict()],
-                                }
-                            ],
-                        }
-                    }
+                        "phase": "Complete",
+                        "roundId": rid,
+                        "totalRecordCount": 3,
+                        "recordsInStatus": 1,
+                        "samplesTruncated": True,
+                        "samples": [
+                            {
+                                "subtaskIndex": 0,
+                                "records": [full.samples[0].records[0].to_json_dict()],
+                            }
+                        ],
+                    },
                 )
         await asyncio.sleep(0.05)
 
 
 def _save(sessions: Any, save_round: Any, raw: dict, full: Any, uid: str) -> str:
-    """As the operator saves: in the round bound to the DataSample's uid."""
-    from sparkglass.service.store.repository import round_of_datasample
+    """As the service saves what the operator hands it: in the round bound to the uid."""
+    from sparkglass.service.store.repository import save_datasample_result_retrying
 
-    with sessions.begin() as s:
-        bound = round_of_datasample(s, uid)
-        return str(
-            save_round(
-                s,
-                namespace=raw["metadata"]["namespace"],
-                application=raw["spec"]["applicationRef"]["name"],
-                vertex=raw["spec"]["vertex"],
-                result=full,
-                round_id=bound.id if bound is not None else uid,
-                external_ref=raw["metadata"]["name"],
-            )
-        )
+    return save_datasample_result_retrying(
+        sessions,
+        namespace=raw["metadata"]["namespace"],
+        application=raw["spec"]["applicationRef"]["name"],
+        vertex=raw["spec"]["vertex"],
+        result=full,
+        uid=uid,
+        name=raw["metadata"]["name"],
+        started_at_ms=None,
+        request_key="",
+    )
 
 
 async def poll_done(client: TestClient, url: str, token: str) -> dict[str, Any]:
@@ -310,6 +319,15 @@ async def test_rounds_run_as_datasample_resources(
             assert len(seen) == n
     finally:
         operator.cancel()
+    # The service learned of each round's end from its watch, not by reading the DataSample
+    # again and again (at most once: after a watch that ended without the answer).
+    samples = "/apis/sparkglass.io/v1alpha1/namespaces/team-a/datasamples"
+    assert kmock.served["GET", samples] >= 3  # a watch per round
+    reads = {
+        d["metadata"]["name"]: kmock.served["GET", f"{samples}/{d['metadata']['name']}"]
+        for d in seen
+    }
+    assert max(reads.values()) <= 1, reads
     ds = seen[0]
     assert ds["kind"] == "DataSample" and ds["metadata"]["namespace"] == "team-a"
     # The API server filled in the schema's defaults.
