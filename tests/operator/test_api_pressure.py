@@ -47,8 +47,8 @@ pytestmark = pytest.mark.timeout(300)  # a backstop: waits have their own deadli
 
 PODS_PATH = f"/api/v1/namespaces/{NAMESPACE}/pods"
 CONFIG_MAPS_PATH = f"/api/v1/namespaces/{NAMESPACE}/configmaps"
-#: The stand-in answers a create 200 (kmock's way); an API server answers 201.
-CREATED = "200"
+#: What the API server (and the stand-in, held to it) answers a create.
+CREATED = "201"
 
 
 @attrs.define(kw_only=True)

@@ -141,7 +141,7 @@ async def test_two_replicas_elect_one_leader_with_health_metrics_and_json_logs(
         )
         assert "sparkglass_operator_driver_pods_created_total 1.0" in metrics.text
         # By status code too: the stand-in answers a create 200 (an API server, 201).
-        created = 'sparkglass_operator_api_requests_total{code="200",resource="pods",verb="create"}'
+        created = 'sparkglass_operator_api_requests_total{code="201",resource="pods",verb="create"}'
         assert f"{created} 1.0" in metrics.text
         # Only the leader acted: the candidate reconciled nothing and still waits.
         assert '"event": "application state"' in leader.output()

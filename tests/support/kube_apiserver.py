@@ -341,6 +341,9 @@ class StrictApiServer(kmock.KubernetesEmulator):
             self._check_precondition(request)
             self._admit(request)
         response = await super()._handle(request)
+        if request.action == kmock_enums.action.CREATE and getattr(response, "status", 0) == 200:
+            # The API server answers a create 201 Created (clients decode only that answer).
+            response.set_status(201)
         if request.resource is not None:
             if request.resource.plural == "customresourcedefinitions" and request.action in (
                 kmock_enums.action.CREATE,
