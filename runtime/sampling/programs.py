@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -50,6 +51,8 @@ from sparkglass.runtime.contract.redaction import (
     redacted_select,
 )
 from sparkglass.runtime.contract.round_request import INTERNAL_PREFIX, RoundKind, RoundRequest
+
+log = logging.getLogger(__name__)
 
 #: The Java class that compiles and runs programs.
 PROGRAM_CLASS = "io.sparkglass.sampling.RowProgram"
@@ -283,13 +286,21 @@ class CompiledProgram:
 
 
 def _java_message(exc: Exception) -> str:
+    """Spark's message for ``exc`` without the logical plan its ``getMessage`` appends (an
+    AnalysisException's ``getSimpleMessage``): the user gets the line that says what is
+    wrong ("did you mean …"), not the engine's internals. The full text goes to the debug
+    log."""
     java = getattr(exc, "java_exception", None)
+    text = str(exc)
     if java is not None:
         try:
-            return str(java.getMessage())
-        except Exception:  # the message is only decoration
+            text = str(java.getMessage())
+            log.debug("Spark's full message: %s", text)
+            text = str(java.getSimpleMessage())
+        except Exception:  # not an AnalysisException: cut below
             pass
-    return str(exc)
+    # Whatever the message, a plan starts on its own line (";\n'Filter …", "== SQL ==").
+    return text.split("\n", 1)[0].rstrip(";").strip()
 
 
 def _mentions(text: str, column: str) -> bool:

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from sparkglass.runtime.contract.errors import PlanError
+from sparkglass.runtime.contract.errors import InvalidParameterError, PlanError
 from sparkglass.runtime.contract.expectations import expect_or_fail
 from sparkglass.runtime.contract.round_request import round_request
 from sparkglass.runtime.contract.sample_result import DataSampleResult, SampleStatus
@@ -390,3 +390,15 @@ def test_expectations_of_the_spark_application_spec_replace_and_add_to_the_decla
         q.stop()
     finally:
         spark.conf.unset(EXPECTATIONS_CONF)
+
+
+def test_a_filter_on_an_unknown_column_is_one_line_without_the_plan(
+    spark: Any, flights: FlightsStream
+) -> None:
+    """The driver answers what is wrong and what was meant, not Spark's logical plan."""
+    c = registry.coordinator_for(spark)
+    with pytest.raises(InvalidParameterError) as refused:
+        c.start_round("parse", request=round_request(filter="carier = 'UA'"))
+    message = str(refused.value)
+    assert "carier" in message and "carrier" in message, message  # the suggestion
+    assert "\n" not in message and "+-" not in message and "Filter " not in message, message
