@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from sparkglass.cli import _register, app
@@ -100,3 +101,28 @@ def test_overrides_nested_too_deeply_or_too_long_are_a_clear_error() -> None:
 
     with pytest.raises(typer.BadParameter, match="nested too deeply"):
         overrides_conf("[" * 5_000 + "]" * 5_000)
+
+
+@pytest.mark.parametrize(
+    ("spec", "says"),
+    [
+        ("name: x\nlibraries:\n  - glob:\n      include: [a/**\n", "not valid YAML at line 5"),
+        ("name: x\n", "storage"),
+        ("name: x\nstorage: /tmp/s\nbogus: 1\n", "bogus"),
+        ("name: x\nstorage: /tmp/s\nlibraries:\n  - include: a.py\n", "glob: {include"),
+        ("- a\n", "expected a mapping"),
+    ],
+)
+def test_a_spec_spark_pipelines_cannot_use_is_one_line_before_any_jvm(
+    tmp_path: Path, spec: str, says: str
+) -> None:
+    """Read with spark-pipelines' own functions first: the file and what is wrong, at once,
+    not a Python traceback from the launched JVM's process seconds later."""
+    path = tmp_path / "spark-pipeline.yml"
+    path.write_text(spec)
+    _register()
+    result = CliRunner().invoke(app, ["pipelines", "run", "--spec", str(path)])
+    assert result.exit_code != 0
+    text = " ".join(result.output.split())
+    assert str(path) in text.replace(" ", "") or path.name in text, text
+    assert says in text and "Traceback" not in text, text

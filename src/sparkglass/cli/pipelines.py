@@ -204,6 +204,59 @@ def launcher_command(entry: Path, args: Sequence[str]) -> list[str]:
 ENTRY = "from sparkglass.runtime.sampling.sdp import main\n\nmain()\n"
 
 
+def _spec_arg(args: list[str]) -> str | None:
+    """The value of ``--spec`` among ``spark-pipelines run``'s arguments, if given."""
+    for i, arg in enumerate(args):
+        if arg == "--spec" and i + 1 < len(args):
+            return args[i + 1]
+        if arg.startswith("--spec="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+def _check_spec(args: list[str]) -> None:
+    """Read the pipeline spec as ``spark-pipelines`` will (its own functions), before a JVM
+    starts: a spec it cannot use is one line naming the file and what is wrong (the YAML
+    error's line and column, or the field), not a traceback seconds later."""
+    from . import fail
+
+    try:
+        from pyspark.errors import PySparkException
+        from pyspark.pipelines.cli import find_pipeline_spec, unpack_pipeline_spec
+    except ImportError:  # a pyspark without Declarative Pipelines: spark-pipelines says so
+        return
+    import yaml
+
+    given = _spec_arg(args)
+    try:
+        path = Path(given) if given else find_pipeline_spec(Path.cwd())
+    except PySparkException as exc:
+        raise fail(str(exc)) from None
+    if not path.is_file():
+        raise fail(f"--spec: no such file: {path}")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise fail(f"{path}: not valid YAML{at}: {problem}") from None
+    if not isinstance(data, dict):
+        raise fail(
+            f"{path}: expected a mapping of pipeline fields (name, storage, libraries, ...), "
+            f"found {type(data).__name__}"
+        )
+    try:
+        unpack_pipeline_spec(data)
+    except PySparkException as exc:
+        raise fail(f"{path}: {exc}") from None
+    except (KeyError, TypeError, AttributeError) as exc:
+        # A library entry without glob.include, or a value of the wrong shape.
+        raise fail(
+            f"{path}: libraries: each entry needs glob: {{include: PATTERN}} ({exc!r})"
+        ) from None
+
+
 @pipelines_app.command(
     "run",
     context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
@@ -252,6 +305,7 @@ def run(
         sampling[key] = value
     if attributes is not None:
         sampling[OVERRIDES_CONF] = overrides_conf(attributes.read_text())
+    _check_spec(list(ctx.args))
     user_dir_env = os.environ.get("SPARK_CONF_DIR")
     user_dir = Path(user_dir_env) if user_dir_env else None
     user = read_defaults(user_dir / "spark-defaults.conf") if user_dir else {}
