@@ -269,6 +269,20 @@ def create_app(
         redoc_url=None,
     )
     app.state.sparkglass = state
+    if not settings.docs_enabled:
+
+        @app.get("/docs", include_in_schema=False, status_code=404)
+        def docs_off() -> JSONResponse:
+            # A bare 404 left users guessing whether the service was the right one.
+            return JSONResponse(
+                {
+                    "detail": "the API docs page is off (Swagger UI loads its scripts from a "
+                    "CDN): set SPARKGLASS_DOCS_ENABLED=true to serve it; the schema is at "
+                    "/openapi.json"
+                },
+                status_code=404,
+            )
+
     app.add_exception_handler(RequestValidationError, _on_validation_error)
     app.add_exception_handler(StarletteHTTPException, audit_denials)
     # Outermost last: metrics see every answer, headers go on 413/429 too, and the body

@@ -86,7 +86,8 @@ def test_every_response_carries_the_headers(service: ServiceProcess) -> None:
                 assert r.headers.get("cache-control") == "no-store", r.url
         assert answers[-3].json()["status"] == "COMPLETE"
         # No Swagger UI by default (it would load scripts from a CDN); the schema stays.
-        assert http.get("/docs").status_code == 404
+        docs = http.get("/docs")
+        assert docs.status_code == 404 and "SPARKGLASS_DOCS_ENABLED" in docs.json()["detail"]
         assert http.get("/redoc").status_code == 404
         assert http.get("/openapi.json").status_code == 200
 
