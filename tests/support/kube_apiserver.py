@@ -170,6 +170,10 @@ class StrictApiServer(kmock.KubernetesEmulator):
     #: API Priority and Fairness, scripted: (method, path) → [answers left, Retry-After s];
     #: those requests are answered 429 until none are left (see :meth:`throttle`).
     throttled: dict[tuple[str, str], list[int]] = attrs.field(factory=dict, init=False)
+    #: Server errors, scripted: (method, path) → [answers left, status code] (see :meth:`fail`).
+    failing: dict[tuple[str, str], list[int]] = attrs.field(factory=dict, init=False)
+    #: Slow answers, scripted: (method, path) → [answers left, delay in seconds] (:meth:`slow`).
+    slowed: dict[tuple[str, str], list[float]] = attrs.field(factory=dict, init=False)
     #: A ResourceQuota on Pods per namespace (``count/pods`` as ``hard: {pods: N}``): a Pod
     #: created past it is refused with the quota admission plugin's 403.
     pod_quota: dict[str, int] = attrs.field(factory=dict, init=False)
@@ -178,6 +182,16 @@ class StrictApiServer(kmock.KubernetesEmulator):
         """Answer the next ``times`` ``method`` requests of ``path`` with a 429 and a
         ``Retry-After`` of ``retry_after`` seconds, as APF does for a flow over its share."""
         self.throttled[method.upper(), path] = [times, retry_after]
+
+    def fail(self, method: str, path: str, *, times: int, code: int = 503) -> None:
+        """Answer the next ``times`` ``method`` requests of ``path`` with ``code`` (500, 503,
+        504: an API server restarting, etcd leader election, a timeout) and do nothing."""
+        self.failing[method.upper(), path] = [times, code]
+
+    def slow(self, method: str, path: str, *, times: int, seconds: float) -> None:
+        """Answer the next ``times`` ``method`` requests of ``path`` only after ``seconds``
+        (an overloaded API server or etcd); the request is served after the delay."""
+        self.slowed[method.upper(), path] = [times, seconds]
 
     def next_rv(self) -> str:
         self._rv += 1
@@ -202,6 +216,17 @@ class StrictApiServer(kmock.KubernetesEmulator):
             )
             response.headers["Retry-After"] = str(rule[1])
             return response
+        failing = self.failing.get((raw_request.method, raw_request.path))
+        if failing is not None and failing[0] > 0:
+            failing[0] -= 1
+            reasons = {500: "InternalError", 503: "ServiceUnavailable", 504: "Timeout"}
+            return self._status_response(
+                failing[1], reasons.get(failing[1], "InternalError"), "etcdserver: leader changed"
+            )
+        slowed = self.slowed.get((raw_request.method, raw_request.path))
+        if slowed is not None and slowed[0] > 0:
+            slowed[0] -= 1
+            await asyncio.sleep(slowed[1])
         refused = await self._over_pod_quota(raw_request)
         if refused is not None:
             return refused

@@ -1,0 +1,75 @@
+"""The operator through the API server's own failures: bursts of 5xx (an API server
+restarting, etcd changing leader) and answers slowed by seconds, on the writes that matter.
+A DataSample still reaches one terminal phase with one round at the driver; an application
+is still submitted. The stand-in answers as the API server does (``StrictApiServer.fail``,
+``slow``)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.operator import conftest as operator_tests
+from tests.support import datasamples
+from tests.support.datasamples import (
+    ScriptedDriver,
+    post,
+    running_app,
+    sample_body,
+    status,
+    wait_final,
+)
+from tests.support.kube_apiserver import StrictApiServer
+from tests.support.sparkapplications import create_app, example_app, state
+
+from .conftest import NAMESPACE, OperatorProcess, eventually
+
+pytestmark = pytest.mark.timeout(300)  # a backstop: waits have their own deadlines
+
+operator = operator_tests.operator
+driver = datasamples.driver
+store_url = datasamples.store_url
+result_service = datasamples.result_service
+operator_args = datasamples.operator_args
+
+SAMPLES_PATH = f"/apis/sparkglass.io/v1alpha1/namespaces/{NAMESPACE}/datasamples"
+
+
+@pytest.mark.parametrize("code", [500, 503, 504])
+async def test_a_burst_of_server_errors_on_the_status_write_costs_no_second_round(
+    kube: StrictApiServer, operator: OperatorProcess, driver: ScriptedDriver, code: int
+) -> None:
+    await running_app(kube, operator, driver)
+    name = f"burst-{code}"
+    path = f"{SAMPLES_PATH}/{name}/status"
+    kube.fail("PATCH", path, times=3, code=code)
+    await post(kube, "datasamples", sample_body(name, "parse"))
+    assert await wait_final(kube, name, operator) == "Complete", status(kube, name)
+    assert kube.failing["PATCH", path][0] == 0  # the whole burst was answered
+    # One round at the driver: a retried write never opens another.
+    assert len(driver.rounds) == 1, driver.rounds
+    assert status(kube, name)["totalRecordCount"] > 0
+
+
+async def test_slow_answers_on_the_status_write_cost_no_second_round(
+    kube: StrictApiServer, operator: OperatorProcess, driver: ScriptedDriver
+) -> None:
+    await running_app(kube, operator, driver)
+    path = f"{SAMPLES_PATH}/slow/status"
+    kube.slow("PATCH", path, times=2, seconds=3)
+    await post(kube, "datasamples", sample_body("slow", "parse"))
+    assert await wait_final(kube, "slow", operator) == "Complete", status(kube, "slow")
+    assert kube.slowed["PATCH", path][0] == 0
+    assert len(driver.rounds) == 1, driver.rounds
+
+
+async def test_a_burst_of_server_errors_on_the_driver_pod_create_still_submits(
+    kube: StrictApiServer, operator: OperatorProcess
+) -> None:
+    pods = f"/api/v1/namespaces/{NAMESPACE}/pods"
+    kube.fail("POST", pods, times=3, code=503)
+    body = example_app()
+    body["metadata"]["name"] = "after-5xx"
+    await create_app(kube, body)
+    await eventually(lambda: state(kube, "after-5xx") == "SUBMITTED", timeout=60, operator=operator)
+    assert kube.failing["POST", pods][0] == 0
+    assert kube.stored("v1/pods", NAMESPACE, "after-5xx-driver") is not None
