@@ -5,7 +5,7 @@ Default run (``make bench-operator``): the real operator process (``sparkglass o
 (``tests/operator/conftest.py``), with
 
 * 5 SparkApplications whose driver Pods are "Running" at 127.0.0.1, each backed by its own
-  scripted driver control endpoint (``tests/operator/test_datasample.py``: a round answers
+  scripted driver control endpoint (``tests/support/datasamples.py``: a round answers
   PENDING once, then COMPLETE);
 * 500 finished DataSamples retained (``Complete``, a TTL of a day), created before the operator
   starts, so it lists and resumes them;
@@ -51,7 +51,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from tests.operator.conftest import NAMESPACE, StrictApiServer  # noqa: E402
-from tests.operator.test_datasample import (  # noqa: E402
+from tests.support.datasamples import (  # noqa: E402
     ScriptedDriver,
     secret_entry,
     serve_driver,

@@ -217,37 +217,42 @@ def test_service_operator_and_cli_start_without_importing_pyspark() -> None:
 
 
 # ---------------------------------------------------------------------- test module imports
-#: Test modules that still import another test module, each with what it imports, because
-#: they were being changed elsewhere when shared helpers moved to tests/support. Each helper is
-#: importable from tests/support already (the module named in the comment); remove an entry
-#: once its file imports from there. Nothing may be added here.
-TEST_MODULE_IMPORTS_ALLOWED = {
-    # tests.support.datasamples
-    ("tests/operator/test_admission.py", "tests.operator.test_datasample"),
-    ("tests/operator/test_kubeflow.py", "tests.operator.test_datasample"),
-    ("tests/security/test_operator_trust.py", "tests.operator.test_datasample"),
-    # tests.support.crd_cel and tests.support.crd_schema
-    ("tests/operator/test_kubeflow_units.py", "tests.operator.test_cel"),
-    ("tests/operator/test_kubeflow_units.py", "tests.operator.test_crds"),
-}
+#: Where test modules live, and the folders whose every module must not import one: test
+#: modules, conftests, tests/support and the other helpers next to the tests, and the
+#: benchmarks (which reuse the tests' fakes).
+TEST_FOLDERS = ("tests", "e2e")
+IMPORTING_FOLDERS = (*TEST_FOLDERS, "bench")
 
 
 def test_no_test_module_imports_another() -> None:
     """Shared helpers, constants and fixtures live in tests/support (fixtures for several
     folders through a plugin the root conftest lists), never in a test module that others
-    import: running, moving or deleting one test file must not change another."""
+    import: running, moving or deleting one test file must not change another. No module
+    under tests/ or e2e/ (test module, conftest, tests/support or another helper) nor a
+    benchmark imports a test module, so none does through another either."""
     import ast
 
     def dotted(path: Path) -> str:
         return ".".join(path.relative_to(REPO).with_suffix("").parts)
 
-    test_files = sorted(
-        p for folder in ("tests", "e2e") for p in (REPO / folder).rglob("test_*.py")
+    test_modules = {
+        dotted(p) for folder in TEST_FOLDERS for p in (REPO / folder).rglob("test_*.py")
+    }
+    assert "tests.operator.test_datasample" in test_modules, "no test modules found"
+    importers = sorted(
+        p
+        for folder in IMPORTING_FOLDERS
+        for p in (REPO / folder).rglob("*.py")
+        if "__pycache__" not in p.parts
     )
-    test_modules = {dotted(p) for p in test_files}
+    assert any(p.name == "conftest.py" for p in importers), "no conftest found"
+    assert any(p.parent == REPO / "tests" / "support" for p in importers), "no tests/support"
     found: set[tuple[str, str]] = set()
-    for path in (p for p in test_files if p.is_relative_to(REPO / "tests")):
-        package = dotted(path).rpartition(".")[0]
+    for path in importers:
+        module = dotted(path)
+        package = module.rpartition(".")[0]
+        if path.name == "__init__.py":
+            module = package
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             names: list[str] = []
             if isinstance(node, ast.Import):
@@ -263,7 +268,7 @@ def test_no_test_module_imports_another() -> None:
             found.update(
                 (str(path.relative_to(REPO)), name)
                 for name in names
-                if name in test_modules and name != dotted(path)
+                if name in test_modules and name != module
             )
-    bad = sorted(f"{f} imports {m}" for f, m in found - TEST_MODULE_IMPORTS_ALLOWED)
+    bad = sorted(f"{f} imports {m}" for f, m in found)
     assert not bad, bad

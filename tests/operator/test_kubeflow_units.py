@@ -199,8 +199,8 @@ def test_bad_application_ref_names_the_field_and_the_allowed_values(
 
 
 def test_crd_rules_accept_both_kinds_and_refuse_the_rest() -> None:
-    from .test_cel import violations
-    from .test_crds import validate
+    from tests.support.crd_cel import violations
+    from tests.support.crd_schema import validate
 
     sample = yaml.safe_load((EXAMPLES_DIR / "kubeflow-datasample.yaml").read_text())
     validate("DataSample", sample)
@@ -224,7 +224,7 @@ def test_crd_rules_accept_both_kinds_and_refuse_the_rest() -> None:
 
 
 def test_the_kind_description_names_error_rows() -> None:
-    from .test_crds import schema_of
+    from tests.support.crd_schema import schema_of
 
     text = schema_of("DataSample")["properties"]["spec"]["properties"]["kind"]["description"]
     for words in ("error rows", "corrupt", "on_failure=emit_error", "on_error=emit_error"):

@@ -19,11 +19,8 @@ import asyncio
 import base64
 import contextlib
 import json
-import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -47,9 +44,10 @@ from sparkglass.service.store import (
 )
 from sparkglass.service.store.repository import RoundOwnershipError
 from tests.operator import conftest as operator_tests
-from tests.operator import test_datasample as datasample_tests
 from tests.operator.conftest import NAMESPACE, OperatorProcess, StrictApiServer, eventually
-from tests.operator.test_datasample import (
+from tests.service.fake_driver import PIPELINE, ServerThread
+from tests.support import datasamples
+from tests.support.datasamples import (
     APPS,
     SAMPLES,
     ScriptedDriver,
@@ -60,7 +58,8 @@ from tests.operator.test_datasample import (
     status,
     wait_final,
 )
-from tests.service.fake_driver import PIPELINE, ServerThread
+from tests.support.http_listener import Listener
+from tests.support.http_listener import listener as listener  # the fixture, by name
 from tests.support.result_service import ResultService
 
 pytestmark = pytest.mark.timeout(180)
@@ -68,7 +67,7 @@ pytestmark = pytest.mark.timeout(180)
 # The operator tests' fixtures (API server emulator, kubectl, the operator process, the
 # scripted driver), bound here by name so that pytest finds them in this module.
 operator = operator_tests.operator
-driver = datasample_tests.driver
+driver = datasamples.driver
 
 SERVICE_URL = "http://sparkglass.example:8000"
 STOLEN = "db-password-not-for-the-driver"
@@ -89,53 +88,12 @@ def store_url(
         yield url
 
 
-result_service = datasample_tests.result_service
+result_service = datasamples.result_service
 
 
 @pytest.fixture()
 def operator_args(result_service: ResultService) -> list[str]:
     return ["--service-url", SERVICE_URL, *result_service.operator_args()]
-
-
-@dataclass
-class Listener:
-    """The attacker's HTTP listener on 127.0.0.1: records every request, answers 200."""
-
-    requests: list[tuple[str, str, dict[str, str]]] = field(default_factory=list)
-    url: str = ""
-
-    def saw_secret(self, secret: str) -> bool:
-        return any(secret in json.dumps(r) for r in self.requests)
-
-
-@pytest.fixture()
-def listener() -> Iterator[Listener]:
-    seen = Listener()
-    lock = threading.Lock()
-
-    class Handler(BaseHTTPRequestHandler):
-        def _record(self) -> None:
-            with lock:
-                seen.requests.append((self.command, self.path, dict(self.headers)))
-            body = b'{"status":"PENDING","roundId":"evil-1"}'
-            self.send_response(202)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        do_GET = do_POST = _record
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    seen.url = f"http://127.0.0.1:{server.server_address[1]}"
-    yield seen
-    server.shutdown()
-    server.server_close()
 
 
 async def create_secret(kube: StrictApiServer, name: str, token: str) -> None:
