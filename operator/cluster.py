@@ -255,10 +255,21 @@ class Cluster:
         )
 
     async def patch_status(
-        self, kind: Kind, namespace: str, name: str, status: dict[str, Any]
+        self,
+        kind: Kind,
+        namespace: str,
+        name: str,
+        status: dict[str, Any],
+        *,
+        resource_version: str | None = None,
     ) -> dict[str, Any]:
-        """Merge ``status`` into the object's status subresource."""
-        return await self.patch(kind, namespace, name, {"status": status}, subresource="status")
+        """Merge ``status`` into the object's status subresource. With ``resource_version``
+        the write applies to that version only: :class:`Conflict` when the object changed
+        since (whoever wrote, a new leader included, is never overwritten blind)."""
+        patch: dict[str, Any] = {"status": status}
+        if resource_version is not None:
+            patch["metadata"] = {"resourceVersion": resource_version}
+        return await self.patch(kind, namespace, name, patch, subresource="status")
 
     async def delete(self, kind: Kind, namespace: str, name: str) -> bool:
         """Delete in the background (dependents via owner references); False if already gone."""

@@ -94,7 +94,7 @@ from sparkglass.runtime.control.client import (
 
 from . import children, kubeflow, names, sample_fit
 from .certificates import RENEWAL_MARGIN, read_stored_certificate
-from .cluster import APPS, PODS, SAMPLES, ApiError, NotFound
+from .cluster import APPS, PODS, SAMPLES, ApiError, Conflict, NotFound
 from .conditions import set_condition
 from .context import OperatorContext, SampleRecord
 from .driver_access import DriverAccess, control_endpoint, driver_access
@@ -141,6 +141,9 @@ DRIVER_POD_LABELS = {names.LABEL_ROLE: names.ROLE_DRIVER, names.LABEL_MANAGED_BY
 WAIT_RECHECK_SECONDS = 5.0
 #: Seconds before a step that failed on the API server is tried again.
 API_RETRY_SECONDS = 2.0
+#: A status write refused because the object changed since it was read: retried at once
+#: from the object as it now is.
+CONFLICT_RETRY_SECONDS = 0.2
 #: Queue workers: steps mostly wait on the network (driver, API server, store).
 ENGINE_WORKERS = 16
 
@@ -345,8 +348,8 @@ def start_engine(ctx: OperatorContext) -> asyncio.Task[None]:
         namespace, name = key
         try:
             return await reconcile(ctx, namespace, name)
-        except kopf.TemporaryError:
-            return API_RETRY_SECONDS
+        except kopf.TemporaryError as exc:
+            return exc.delay if exc.delay is not None else API_RETRY_SECONDS
 
     ctx.queue = WorkQueue(handle, workers=ENGINE_WORKERS, error_delay=API_RETRY_SECONDS)
     return asyncio.create_task(ctx.queue.run(), name="sparkglass-datasample-engine")
@@ -369,7 +372,9 @@ async def reconcile(ctx: OperatorContext, namespace: str, name: str) -> float | 
                 log.info("datasample gone", namespace=namespace, name=name)
                 return None
             RECONCILES.labels(names.SAMPLE_KIND, "error").inc()
-            raise kopf.TemporaryError(f"Kubernetes API call failed: {exc}", delay=2) from None
+            # A write that lost a race is retried soon, from the object as it now is.
+            delay = CONFLICT_RETRY_SECONDS if isinstance(exc, Conflict) else 2
+            raise kopf.TemporaryError(f"Kubernetes API call failed: {exc}", delay=delay) from None
         RECONCILES.labels(names.SAMPLE_KIND, "ok").inc()
         return step.next_step_in()
 
@@ -1084,7 +1089,24 @@ class _Step:
         # Labels first: whoever sees the new phase in status also finds it in the labels.
         await self._mirror_labels(phase)
         cluster = self.ctx.cluster
-        self.body = await cluster.patch_status(SAMPLES, self.namespace, self.name, fields)
+        try:
+            # Fenced by the version this step read: an operator that lost its Lease in the
+            # middle of a write (its call in flight past the new leader's start) cannot
+            # overwrite what the new leader wrote since.
+            self.body = await cluster.patch_status(
+                SAMPLES,
+                self.namespace,
+                self.name,
+                fields,
+                resource_version=self.body["metadata"].get("resourceVersion"),
+            )
+        except Conflict:
+            # Written since (a new leader, or someone patching the status): the next step
+            # starts from the object as it is now, not from the cache's copy.
+            fresh = await cluster.find(SAMPLES, self.namespace, self.name)
+            if fresh is not None:
+                self.ctx.samples.observe(fresh)
+            raise
         self.status = self.body.get("status") or {**self.status, **fields}
         # The answer is the object as written: newer than any watch event still on its way.
         self.ctx.samples.observe(self.body)

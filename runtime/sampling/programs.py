@@ -300,7 +300,8 @@ def _java_message(exc: Exception) -> str:
         except Exception:  # not an AnalysisException: cut below
             pass
     # Whatever the message, a plan starts on its own line (";\n'Filter …", "== SQL ==").
-    return text.split("\n", 1)[0].rstrip(";").strip()
+    # (A ParseException's message starts with a line break.)
+    return text.strip().split("\n", 1)[0].rstrip(";").strip()
 
 
 def _mentions(text: str, column: str) -> bool:

@@ -12,6 +12,7 @@ from tests.operator import conftest as operator_tests
 from tests.support import datasamples
 from tests.support.datasamples import (
     ScriptedDriver,
+    patch_status,
     post,
     running_app,
     sample_body,
@@ -73,3 +74,28 @@ async def test_a_burst_of_server_errors_on_the_driver_pod_create_still_submits(
     await eventually(lambda: state(kube, "after-5xx") == "SUBMITTED", timeout=60, operator=operator)
     assert kube.failing["POST", pods][0] == 0
     assert kube.stored("v1/pods", NAMESPACE, "after-5xx-driver") is not None
+
+
+async def test_a_status_write_held_up_past_another_writer_is_refused_not_applied(
+    kube: StrictApiServer, operator: OperatorProcess, driver: ScriptedDriver
+) -> None:
+    """Fencing: a status write carries the version it was computed from, so one held up in
+    flight (an operator that lost its Lease while the call was on the wire) cannot overwrite
+    what another writer (the new leader) wrote meanwhile; it is refused, and the writer still
+    in charge goes on from the object as it now is."""
+    await running_app(kube, operator, driver)
+    driver.behaviour["parse"] = "hold"
+    await post(kube, "datasamples", sample_body("fenced", "parse"))
+    await eventually(lambda: status(kube, "fenced").get("phase") == "InProgress", operator=operator)
+    path = f"{SAMPLES_PATH}/fenced/status"
+    kube.slow("PATCH", path, times=1, seconds=3)
+    driver.release()  # the operator's next status write is the one held up
+    await eventually(lambda: kube.slowed["PATCH", path][0] == 0, operator=operator)
+    await patch_status(kube, path, {"message": "written by the new leader"})
+    await eventually(
+        lambda: any(r[1] == path and r[2] == 409 for r in kube.refused),
+        what="the held-up write refused on its stale version",
+        operator=operator,
+    )
+    assert await wait_final(kube, "fenced", operator) == "Complete", status(kube, "fenced")
+    assert len(driver.rounds) == 1, driver.rounds
