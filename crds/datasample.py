@@ -195,7 +195,8 @@ class DataSampleSpec(ResourceModel):
     filter: Annotated[str, Field(min_length=1, max_length=MAX_FILTER_LENGTH)] | None = None
     """Spark SQL predicate over the step's columns (e.g. carrier = 'UA' AND dep_delay > 60),
     evaluated on the executors before the rate limit, which then spreads over the matching
-    rows; it may not name a redacted column. A bad one ends the DataSample Failed naming the column or the parse error."""
+    rows; it may not name a redacted column. A bad one ends the DataSample Failed naming the
+    column or the parse error."""
     columns: (
         Annotated[
             list[
