@@ -27,11 +27,13 @@ def _operator_config(values: dict[str, Any], monkeypatch: pytest.MonkeyPatch) ->
     container = one(manifests(values), "Deployment", "sparkglass-operator")["spec"]["template"][
         "spec"
     ]["containers"][0]
-    # The Downward API fills POD_NAMESPACE (the Lease's namespace) in a Pod.
+    # The container's own variables (the service's URLs among them); the Downward API fills
+    # POD_NAMESPACE (the Lease's namespace) in a Pod.
+    plain = {e["name"]: e["value"] for e in container.get("env", []) if "value" in e}
     result = CliRunner().invoke(
         cli.app,
         list(container["args"]),
-        env={"POD_NAMESPACE": "sparkglass-system"},
+        env={**plain, "POD_NAMESPACE": "sparkglass-system"},
         catch_exceptions=False,
     )
     assert result.exit_code == 0, result.output
