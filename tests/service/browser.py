@@ -86,3 +86,23 @@ def downloaded(page: Any, testid: str) -> tuple[str, str]:
     path = download.path()
     assert path is not None
     return download.suggested_filename, Path(path).read_text(encoding="utf-8")
+
+
+# ------------------------------------------------------------------ the service behind the page
+@contextmanager
+def page_service(driver_url: str, token: str, directory: Path) -> Iterator[Any]:
+    """The service in local mode in front of the fake driver at ``driver_url`` (application
+    ``flights``), its store in ``directory``, polling fast: what the page tests look at."""
+    from sparkglass.service.local import start_local_service
+
+    svc = start_local_service(
+        {"flights": (driver_url, token)},
+        database_url=f"sqlite:///{directory / 'page.db'}",
+        refresh_interval_seconds=60,
+        poll_interval_seconds=0.05,
+        round_grace_seconds=0,
+    )
+    try:
+        yield svc
+    finally:
+        svc.stop()

@@ -10,7 +10,7 @@ import pytest
 
 from sparkglass.service.local import LocalService, start_local_service
 
-from .browser import artifacts_dir, chromium_page
+from .browser import artifacts_dir, chromium_page, page_service
 from .fake_driver import TOKEN, FakeDriver
 
 pytestmark = pytest.mark.browser
@@ -18,15 +18,8 @@ pytestmark = pytest.mark.browser
 
 @pytest.fixture
 def service(tmp_path: Path, fake_driver: FakeDriver) -> Iterator[LocalService]:
-    svc = start_local_service(
-        {"flights": (fake_driver.url, TOKEN)},
-        database_url=f"sqlite:///{tmp_path / 'page.db'}",
-        refresh_interval_seconds=60,
-        poll_interval_seconds=0.05,
-        round_grace_seconds=0,
-    )
-    yield svc
-    svc.stop()
+    with page_service(fake_driver.url, TOKEN, tmp_path) as svc:
+        yield svc
 
 
 def test_page_shows_graph_statuses_and_records(service: LocalService) -> None:

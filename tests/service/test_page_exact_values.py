@@ -1,4 +1,4 @@
-"""The Data Sample page keeps every digit of a record's numbers (issue 33): integers beyond
+"""The Data Sample page keeps every digit of a record's numbers: integers beyond
 2^53, long decimals and nanosecond timestamps read exactly in the grid, the raw JSON view,
 the JSON Lines and the CSV exports, never as the nearest double, with the browser's
 reviver source text and without it. And the page's layout at a 1280-px viewport: the
@@ -21,10 +21,17 @@ from typing import Any
 
 import pytest
 
-from sparkglass.service.local import LocalService, start_local_service
+from sparkglass.service.local import LocalService
 
 from . import fake_driver as scripted
-from .browser import artifacts_dir, chromium_page, column, downloaded, open_vertex
+from .browser import (
+    artifacts_dir,
+    chromium_page,
+    column,
+    downloaded,
+    open_vertex,
+    page_service,
+)
 from .fake_driver import TOKEN, FakeDriver
 
 pytestmark = pytest.mark.browser
@@ -80,15 +87,8 @@ def service(
 
     # The fake driver (one per session) answers these records for VERTEX in this test only.
     monkeypatch.setattr(scripted, "final_result", final_result)
-    svc = start_local_service(
-        {"flights": (fake_driver.url, TOKEN)},
-        database_url=f"sqlite:///{tmp_path / 'page.db'}",
-        refresh_interval_seconds=60,
-        poll_interval_seconds=0.05,
-        round_grace_seconds=0,
-    )
-    yield svc
-    svc.stop()
+    with page_service(fake_driver.url, TOKEN, tmp_path) as svc:
+        yield svc
 
 
 def test_every_digit_in_grid_raw_view_and_exports(service: LocalService) -> None:

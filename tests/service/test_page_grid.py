@@ -15,9 +15,17 @@ from typing import Any
 
 import pytest
 
-from sparkglass.service.local import LocalService, start_local_service
+from sparkglass.service.local import LocalService
 
-from .browser import artifacts_dir, chromium_page, column, downloaded, headers, open_vertex
+from .browser import (
+    artifacts_dir,
+    chromium_page,
+    column,
+    downloaded,
+    headers,
+    open_vertex,
+    page_service,
+)
 from .fake_driver import NESTED_RECORDS, TOKEN, FakeDriver
 
 pytestmark = pytest.mark.browser
@@ -25,15 +33,8 @@ pytestmark = pytest.mark.browser
 
 @pytest.fixture
 def service(tmp_path: Path, fake_driver: FakeDriver) -> Iterator[LocalService]:
-    svc = start_local_service(
-        {"flights": (fake_driver.url, TOKEN)},
-        database_url=f"sqlite:///{tmp_path / 'page.db'}",
-        refresh_interval_seconds=60,
-        poll_interval_seconds=0.05,
-        round_grace_seconds=0,
-    )
-    yield svc
-    svc.stop()
+    with page_service(fake_driver.url, TOKEN, tmp_path) as svc:
+        yield svc
 
 
 def test_grid_sort_search_raw_json_copy_and_export(service: LocalService) -> None:
