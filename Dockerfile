@@ -38,15 +38,18 @@ ENV VIRTUAL_ENV=/opt/sparkglass/venv \
 RUN python3.11 -m venv "$VIRTUAL_ENV"
 
 WORKDIR /src
-# pyproject.toml maps the top-level folders to sparkglass.{runtime,service,operator};
-# src/sparkglass/{runtime,service,operator} are symlinks to them (COPY keeps symlinks).
+# pyproject.toml maps the top-level folders to sparkglass.{runtime,service,operator,crds};
+# src/sparkglass/{runtime,service,operator,crds} are symlinks to them (COPY keeps symlinks).
 COPY pyproject.toml README.md ./
 COPY src/ src/
 COPY runtime/ runtime/
 COPY service/ service/
 COPY operator/ operator/
-# A regular (not editable) install: the image must not depend on /src.
-RUN pip install . \
+COPY crds/ crds/
+# A regular (not editable) install: the image must not depend on /src. `[all]`: the image runs
+# the operator, the service, Spark drivers and executors, and the flights job (the demo's
+# data), so it holds the runtime and every extra but `pipelines` (README.md, "Install").
+RUN pip install "./[all]" \
  && sparkglass --version
 
 # The tap's JVM half, compiled with javac against the installed pyspark's own jars. The chart

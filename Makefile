@@ -34,8 +34,10 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 
+# `[all]`: the runtime, the service, the operator and the demo (a job image needs only
+# `pip install sparkglass`, the runtime: README.md, "Install"). The test extra includes it.
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install --quiet -e .
+	$(BIN)/pip install --quiet -e ".[all]"
 	@touch $@
 
 $(VENV)/.installed-test: pyproject.toml | $(BIN)/python

@@ -88,6 +88,38 @@ def _register() -> None:
 
     pipelines.register(app)
 
+    _check_extras()
+
+
+#: The commands that need an extra (pyproject.toml), by group ("" for the top level) and
+#: command (None: every command of the group). Without it they print one line naming the
+#: extra and exit 1 (cli/extras.py); `--help` works either way. `sample --service` checks
+#: for the service extra itself, as do the options that need one (urls.database_url).
+COMMAND_EXTRAS: dict[tuple[str, str | None], str] = {
+    ("", "demo"): "demo",
+    ("", "serve"): "service",
+    ("token", None): "service",
+    ("operator", "run"): "operator",
+    ("pipelines", "run"): "pipelines",
+}
+
+
+def _check_extras() -> None:
+    """Wrap the registered commands of :data:`COMMAND_EXTRAS` in the check for their extra
+    (here rather than in each module: the check is kept in one place, and demo.py's
+    command gets it too)."""
+    from .extras import needs
+
+    groups = {"": app}
+    for group in app.registered_groups:
+        if group.name and group.typer_instance is not None:
+            groups[group.name] = group.typer_instance
+    for (group_name, command), extra in COMMAND_EXTRAS.items():
+        for info in groups[group_name].registered_commands:
+            if info.callback is not None and command in (None, info.name):
+                name = " ".join(n for n in ("sparkglass", group_name, info.name) if n)
+                info.callback = needs(extra, name, info.callback)
+
 
 def main() -> None:
     """Entry point of the ``sparkglass`` console script."""

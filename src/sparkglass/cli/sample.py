@@ -95,6 +95,9 @@ def sample(
     except InvalidParameterError as exc:
         raise fail(f"--{exc.field}: {exc}") from None
     if service:
+        from .extras import require
+
+        require("service", "sparkglass sample --service")
         from sparkglass.service.client import ServiceClient, ServiceError
 
         try:

@@ -39,10 +39,13 @@ def http_url(value: str | None) -> str | None:
     return value
 
 
-def database_url(value: str | None) -> str | None:
+def database_url(ctx: typer.Context, value: str | None) -> str | None:
     """Callback of an optional store URL option (SQLite or PostgreSQL)."""
     if not value:
         return value
+    from .extras import command_name, require
+
+    require("service", command_name(ctx))  # the store is the service's (SQLAlchemy)
     from sqlalchemy import make_url
     from sqlalchemy.exc import ArgumentError
 
