@@ -12,11 +12,13 @@
 
 from __future__ import annotations
 
+import hmac
 import logging
 import re
 import threading
 import time
 from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -114,6 +116,43 @@ def _failure(driver_url: str, exc: ControlError, tls: ControlTLS | None) -> str:
     return f"{where} answered GET /api/v1/pipeline with HTTP {exc.status}"
 
 
+@dataclass(frozen=True)
+class Registration:
+    """What registering a local application did: the application's id, its current run,
+    and whether that run began with this registration (another driver than before)."""
+
+    application_id: int
+    run: int
+    new_run: bool
+
+
+def _same_driver(
+    session: Session,
+    app: Application,
+    driver_url: str,
+    driver_token: str,
+    driver_started_at: int | None,
+) -> bool:
+    """Whether ``app``'s stored driver is the one being registered. A restarted driver
+    listens on another port and holds another token unless both were configured; its
+    start (``driver_started_at``, when both registrations stated one) tells it apart then."""
+    if app.driver_url is None:
+        return True  # no driver before (rounds saved by the operator only): nothing to end
+    if app.driver_url != driver_url:
+        return False
+    try:
+        stored = repository.driver_token(session, app)
+    except ValueError:  # the store key cannot open it: it cannot be told to be the same
+        return False
+    if stored is None or not hmac.compare_digest(stored.encode(), driver_token.encode()):
+        return False
+    return (
+        driver_started_at is None
+        or app.driver_started_at is None
+        or driver_started_at == app.driver_started_at
+    )
+
+
 def register_local_application(
     sessions: sessionmaker[Session],
     name: str,
@@ -124,14 +163,30 @@ def register_local_application(
     description: PipelineDescription | None = None,
     sampling: dict[str, Any] | None = None,
     tls: ControlTLS | None = None,
-) -> None:
+    driver_started_at: int | None = None,
+) -> Registration:
     """Store a local application; reads its pipeline from the driver unless given
-    (``tls``: the certificate to pin for an ``https://`` driver)."""
+    (``tls``: the certificate to pin for an ``https://`` driver).
+
+    Registering it with another driver than before (another URL or token, or another
+    ``driver_started_at``: the driver's SparkContext start, ms, when the caller knows it)
+    begins a new run: the earlier run's rounds stay in the history but no longer answer a
+    poll (:func:`~.store.repository.note_driver`). Raises ``ValueError`` naming
+    ``driver_started_at`` for a negative one."""
+    if driver_started_at is not None and driver_started_at < 0:
+        raise ValueError(
+            f"driver_started_at: expected ms since the epoch (>= 0), got {driver_started_at}"
+        )
     if description is None:
         description, sampling = fetch_driver_pipeline(driver_url, driver_token, tls=tls)
     graph = graph_of(description)
     with sessions.begin() as session:
-        repository.upsert_application(
+        before = repository.get_application(session, namespace, name)
+        # Read before the upsert overwrites the stored driver with the new one.
+        new_run = before is not None and not _same_driver(
+            session, before, driver_url, driver_token, driver_started_at
+        )
+        app = repository.upsert_application(
             session,
             namespace,
             name,
@@ -143,6 +198,16 @@ def register_local_application(
             driver_token=driver_token,
             sampling=sampling or {},
         )
+        run = repository.note_driver(
+            session,
+            app,
+            new_run=new_run,
+            driver_started_at=driver_started_at,
+            at=repository.now_ms(),
+        )
+        if new_run:
+            log.info("application %s/%s: another driver registered, run %d", namespace, name, run)
+        return Registration(app.id, run, new_run)
 
 
 SPARKAPP_GROUP = "sparkglass.io"

@@ -11,9 +11,11 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 from pydantic.alias_generators import to_camel
+from sqlalchemy.orm import object_session
 
 from sparkglass.runtime.contract.sample_result import DataSampleResult
 
+from .driver_liveness import DriverState, DriverStatus
 from .driver_trust import driver_tls, http_url_problem
 from .store.orm import Application, AuditEvent, Round
 
@@ -89,6 +91,29 @@ class ApplicationSummary(_Model):
     vertex_count: int
     registered_at: int = Field(description="ms since the epoch")
     updated_at: int = Field(description="ms since the epoch")
+    run: int = Field(
+        default=1,
+        description="The current run: 1 at the first registration, one more each time the "
+        "application is registered with another driver (a restart). Only rounds of the "
+        "current run answer a data-sample poll.",
+    )
+    run_started_at: int | None = Field(
+        default=None,
+        description="When the current run began, ms since the epoch: the driver's start when "
+        "its registration stated it, else when the service first saw that driver",
+    )
+    driver_state: DriverState = Field(
+        default=DriverState.UNKNOWN,
+        description="live: the driver answered lately; ended: it did not answer the last "
+        "probe (gone, restarted elsewhere, or not answering within 2 s); unknown: not probed "
+        "yet, or no driver (Kubernetes mode). Listings probe a driver at most every 10 s.",
+    )
+    live: bool | None = Field(
+        default=None, description="driverState as a boolean (null when unknown)"
+    )
+    last_seen_at: int | None = Field(
+        default=None, description="When the driver last answered, ms since the epoch"
+    )
 
 
 class ApplicationDetail(ApplicationSummary):
@@ -112,6 +137,15 @@ class RegisterApplication(_Model):
 
     driver_url: str = Field(description="e.g. http://127.0.0.1:4041 or https://…")
     driver_token: str = Field(description="The control endpoint's bearer token (secret).")
+    driver_started_at: int | None = Field(
+        default=None,
+        ge=0,
+        description=(
+            "When the driver started (its SparkContext's startTime, ms since the epoch), when "
+            "known: a driver registered at the same URL with the same token but another start "
+            "is a restart, a new run. Without it, another URL or token makes a new run."
+        ),
+    )
     driver_ca_pem: str | None = Field(
         default=None,
         max_length=MAX_DRIVER_CA_PEM_CHARS,
@@ -167,6 +201,14 @@ class RoundSummary(_Model):
     end_timestamp: int | None = Field(description="ms since the epoch")
     total_record_count: int
     triggered_by: str | None
+    run: int | None = Field(
+        default=None, description="The application's run the round was started in"
+    )
+    earlier_run: bool = Field(
+        default=False,
+        description="The round is of an earlier run (a driver since replaced): kept in the "
+        "history, never the vertex's current result",
+    )
 
 
 class AuditEventInfo(_Model):
@@ -201,8 +243,9 @@ class AuditEventInfo(_Model):
     )
 
 
-def application_summary(app: Application) -> ApplicationSummary:
-    """Listing entry of an application row."""
+def application_summary(app: Application, driver: DriverStatus | None = None) -> ApplicationSummary:
+    """Listing entry of an application row (``driver``: what is known of its driver)."""
+    state = driver.state if driver is not None else DriverState.UNKNOWN
     return ApplicationSummary(
         namespace=app.namespace,
         name=app.name,
@@ -210,13 +253,18 @@ def application_summary(app: Application) -> ApplicationSummary:
         vertex_count=len(app.vertices),
         registered_at=app.registered_at,
         updated_at=app.updated_at,
+        run=app.run or 1,
+        run_started_at=app.run_started_at,
+        driver_state=state,
+        live=None if state is DriverState.UNKNOWN else state is DriverState.LIVE,
+        last_seen_at=driver.last_seen_at if driver is not None else app.driver_seen_at,
     )
 
 
-def application_detail(app: Application) -> ApplicationDetail:
+def application_detail(app: Application, driver: DriverStatus | None = None) -> ApplicationDetail:
     """Detail of an application row (never its driver URL or token)."""
     return ApplicationDetail(
-        **application_summary(app).model_dump(),
+        **application_summary(app, driver).model_dump(),
         vertices=[
             VertexInfo(
                 name=v.name,
@@ -236,7 +284,11 @@ def application_detail(app: Application) -> ApplicationDetail:
 
 
 def round_summary(row: Round) -> RoundSummary:
-    """History entry of a round row."""
+    """History entry of a round row; whether it is of an earlier run is read from its
+    application in the row's session (one lookup per application, by primary key: the
+    session's identity map answers the rest of a history)."""
+    session = object_session(row)
+    current = session.get(Application, row.application_id) if session is not None else None
     return RoundSummary(
         round_id=row.id,
         vertex=row.vertex,
@@ -246,6 +298,8 @@ def round_summary(row: Round) -> RoundSummary:
         end_timestamp=row.end_timestamp,
         total_record_count=row.total_record_count,
         triggered_by=row.triggered_by,
+        run=row.run,
+        earlier_run=(current is not None and row.run is not None and row.run < (current.run or 1)),
     )
 
 

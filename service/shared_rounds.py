@@ -14,6 +14,10 @@ One poll of ``GET .../data-sample`` (docs/architecture.md, "Lazy trigger and pol
 
 Claims go through the database (:func:`~sparkglass.service.store.repository.claim_round`),
 so the rule holds across threads, processes and service replicas sharing one store.
+
+One run is one run: only rounds of the application's current run (``Application.run``, one
+more each time it is registered with another driver) answer a poll, fresh or stale. A round
+of an earlier run came from a driver that is gone; it stays in the round history.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from sparkglass.runtime.contract.sampling_settings import (
     settings_from_spec,
 )
 
+from .driver_liveness import DriverLiveness
 from .execution.base import RoundExecutor, RoundRequest, failed
 from .metrics import ServiceMetrics
 from .result_body import ResultBodies, StreamGate
@@ -105,12 +110,14 @@ class SharedRounds:
         self._pool = ThreadPoolExecutor(
             max_workers=settings.round_workers, thread_name_prefix="sparkglass-round"
         )
-        #: (application id, vertex) -> (expires at ms, head of the fresh result): a few
-        #: hundred bytes per vertex; records are never held here.
-        self._fresh: dict[tuple[int, str], tuple[int, DataSampleResult]] = {}
+        #: (application id, vertex) -> (expires at ms, head of the fresh result, the run it
+        #: is of): a few hundred bytes per vertex; records are never held here. The run:
+        #: an application registered with another driver through another replica shows here
+        #: as an application row of a later run, which no answer of the earlier one serves.
+        self._fresh: dict[tuple[int, str], tuple[int, DataSampleResult, int]] = {}
         #: (application id, vertex) -> (expires at, monotonic s; the answer while a round
-        #: runs): as small as ``_fresh``.
-        self._interim: dict[tuple[int, str], tuple[float, DataSampleResult]] = {}
+        #: runs; the run it is of): as small as ``_fresh``.
+        self._interim: dict[tuple[int, str], tuple[float, DataSampleResult, int]] = {}
         #: (application id, vertex) -> rounds of it this replica saw end: a poll that read
         #: the store before a round ended must not keep its stale answer after.
         self._rounds_ended: dict[tuple[int, str], int] = {}
@@ -136,6 +143,9 @@ class SharedRounds:
         streams = self.bodies.streams
         metrics.result_streams_in_use.set_function(lambda: streams.in_use)
         metrics.result_streams_waiting.set_function(lambda: streams.waiting)
+        #: Whether each application's driver still answers (asked by listings, never by a
+        #: poll): kept here, with the rounds, as one per service instance.
+        self.drivers = DriverLiveness(sessions)
 
     @property
     def memory_gate(self) -> threading.BoundedSemaphore:
@@ -180,9 +190,9 @@ class SharedRounds:
         with self._cache_lock:
             fresh = self._fresh.get(key)
             interim = self._interim.get(key)
-        if fresh is not None and repository.now_ms() < fresh[0]:
+        if fresh is not None and repository.now_ms() < fresh[0] and fresh[2] == app.run:
             return PollAnswer(fresh[1], None)
-        if interim is not None and time.monotonic() < interim[0]:
+        if interim is not None and time.monotonic() < interim[0] and interim[2] == app.run:
             return PollAnswer(interim[1], None)
         return None
 
@@ -211,7 +221,7 @@ class SharedRounds:
         started: Round | None = None
         abandoned_before = t - int(policy.deadline_s * 1000) - 5000
         with self._sessions.begin() as session:
-            latest = repository.latest_finished_round(session, app.id, vertex)
+            latest = repository.latest_finished_round(session, app.id, vertex, run=app.run)
             if (
                 latest is not None
                 and t - (latest.end_timestamp or 0) < policy.refresh_ms
@@ -221,10 +231,10 @@ class SharedRounds:
                 with self._cache_lock:
                     if self._forgotten == seen[1]:
                         expires = (latest.end_timestamp or 0) + policy.refresh_ms
-                        self._fresh[fresh_key] = (expires, result)
+                        self._fresh[fresh_key] = (expires, result, app.run)
                 return PollAnswer(result, None)
             running = repository.running_round(
-                session, app.id, vertex, started_after=abandoned_before
+                session, app.id, vertex, started_after=abandoned_before, run=app.run
             )
             latest_result = repository.round_head(latest) if latest is not None else None
         if running is None:
@@ -242,13 +252,13 @@ class SharedRounds:
                     session, app.id, vertex, rid, interval_ms=policy.refresh_ms, at=t
                 ):
                     started = repository.create_round(
-                        session, rid, app.id, vertex, triggered_by=actor, at=t
+                        session, rid, app.id, vertex, triggered_by=actor, at=t, run=app.run
                     )
                     running = started
                 else:
                     # Someone else won this interval; their round row committed with the claim.
                     running = repository.running_round(
-                        session, app.id, vertex, started_after=abandoned_before
+                        session, app.id, vertex, started_after=abandoned_before, run=app.run
                     )
         if running is None and latest_result is None and not can_trigger:
             raise TriggerForbiddenError
@@ -263,7 +273,7 @@ class SharedRounds:
         if running is not None and time.monotonic() < expires_at:
             with self._cache_lock:
                 if (self._rounds_ended.get(fresh_key, 0), self._forgotten) == seen:
-                    self._interim[fresh_key] = (expires_at, answer)
+                    self._interim[fresh_key] = (expires_at, answer, app.run)
         if started is not None:
             self._launch(app, vertex, started.id, actor, policy)
         return PollAnswer(answer, started.id if started else None)
@@ -382,9 +392,9 @@ class SharedRounds:
     def _prune(self, now_ms: int, now: float) -> None:
         """Drop expired answers (called with the cache lock held, when a poll reads the
         store): both maps then hold only vertices polled within their lifetimes."""
-        for k in [k for k, (exp, _) in self._fresh.items() if exp <= now_ms]:
+        for k in [k for k, (exp, _, _) in self._fresh.items() if exp <= now_ms]:
             del self._fresh[k]
-        for k in [k for k, (exp, _) in self._interim.items() if exp <= now]:
+        for k in [k for k, (exp, _, _) in self._interim.items() if exp <= now]:
             del self._interim[k]
 
     def _drop_interim(self, key: tuple[int, str]) -> None:
@@ -433,3 +443,4 @@ class SharedRounds:
     def close(self) -> None:
         """Stop accepting rounds; running rounds finish."""
         self._pool.shutdown(wait=False, cancel_futures=True)
+        self.drivers.close()

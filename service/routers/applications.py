@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from fastapi import APIRouter, HTTPException, Request, Response, status
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
@@ -29,6 +31,7 @@ from ..settings import LOCAL_NAMESPACE, ExecutionMode
 from ..state import ServiceState
 from ..store import repository
 from ..store.cipher import StoreKeyMissing
+from ..store.orm import Application
 
 router = APIRouter(prefix="/api/v1", tags=["applications"])
 
@@ -49,11 +52,8 @@ def list_all_applications(
     else:
         known = {LOCAL_NAMESPACE}
     allowed = {ns for ns in known if check(state, principal, ns, Permission.READ)}
-    listed = [
-        application_summary(a)
-        for a in repository.list_applications(session)
-        if a.namespace in allowed
-    ]
+    apps = [a for a in repository.list_applications(session) if a.namespace in allowed]
+    listed = _summaries(state, apps)
     state.audit.note(
         principal.user,
         "list",
@@ -75,7 +75,7 @@ def list_applications(
 ) -> list[ApplicationSummary]:
     """Applications of one namespace (``local`` in local mode)."""
     refresh_catalog(state, namespace)
-    listed = [application_summary(a) for a in repository.list_applications(session, namespace)]
+    listed = _summaries(state, repository.list_applications(session, namespace))
     state.audit.note(
         principal.user,
         "list",
@@ -87,6 +87,14 @@ def list_applications(
     return listed
 
 
+def _summaries(state: ServiceState, apps: Sequence[Application]) -> list[ApplicationSummary]:
+    """Listing entries with what is known of each driver: a listing (never a poll) probes
+    the drivers not heard from within the last seconds, and waits a bounded time for them
+    (:class:`~sparkglass.service.driver_liveness.DriverLiveness`)."""
+    drivers = state.coordinator.drivers.statuses(apps, state.driver_trust)
+    return [application_summary(a, drivers.get(a.id)) for a in apps]
+
+
 @router.get(
     "/namespaces/{namespace}/applications/{application}",
     response_model=ApplicationDetail,
@@ -95,8 +103,10 @@ def list_applications(
 def get_application(
     namespace: str, application: str, state: StateDep, session: SessionDep, _: ReaderDep
 ) -> ApplicationDetail:
-    """One application with its vertices (attributes) and edges (``pipelined``/``blocking``)."""
-    return application_detail(application_or_404(state, namespace, application, session))
+    """One application with its vertices (attributes) and edges (``pipelined``/``blocking``);
+    its driver's state as last probed (a detail never probes)."""
+    app = application_or_404(state, namespace, application, session)
+    return application_detail(app, state.coordinator.drivers.known(app))
 
 
 @router.get(
@@ -149,10 +159,13 @@ async def register_application(
 ) -> ApplicationDetail:
     """Local mode: register (or re-register) a running driver; reads its pipeline (admin).
 
-    Body: ``{"driverUrl": ..., "driverToken": ..., "driverCaPem": ...}`` (``driverCaPem``
-    optional: the certificate to verify an ``https://`` driver with); 422 naming the bad
-    field; 502 when the driver cannot be read (unreachable, or a certificate that fails
-    verification: then the token was not sent)."""
+    Body: ``{"driverUrl": ..., "driverToken": ..., "driverStartedAt": ..., "driverCaPem":
+    ...}`` (``driverStartedAt`` optional: the driver's SparkContext start, ms;
+    ``driverCaPem`` optional: the certificate to verify an ``https://`` driver with); 422
+    naming the bad field; 502 when the driver cannot be read (unreachable, or a certificate
+    that fails verification: then the token was not sent). Another driver than the
+    registered one (URL, token or start) begins a new run: the earlier run's rounds stay in
+    the history, never the current result."""
     # A declared body parameter would make FastAPI read (and buffer) the whole body before
     # any dependency runs, i.e. before the caller is authenticated: read it only now.
     raw = await request.body()
@@ -179,13 +192,14 @@ def _register(
         )
     tls = driver_tls("driverCaPem", body.driver_url, body.driver_ca_pem)  # validated already
     try:
-        register_local_application(
+        registered = register_local_application(
             state.sessions,
             application,
             body.driver_url,
             body.driver_token,
             namespace=namespace,
             tls=tls,
+            driver_started_at=body.driver_started_at,
         )
     except StoreKeyMissing as exc:  # PostgreSQL without SPARKGLASS_STORE_KEY
         raise HTTPException(status.HTTP_409_CONFLICT, detail=str(exc)) from None
@@ -200,9 +214,17 @@ def _register(
         )
         raise HTTPException(status.HTTP_502_BAD_GATEWAY, detail=str(exc)) from None
     state.driver_trust.set(namespace, application, tls)
+    # What was known of the driver before is of another one, or older than this answer.
+    state.coordinator.drivers.forget(registered.application_id)
+    if registered.new_run:
+        # Answers this replica holds are of the earlier run's driver (other replicas tell
+        # by the run their cached answers were made for: shared_rounds.py).
+        state.coordinator.forget(registered.application_id)
     where = driver_location(body.driver_url)
     if tls is not None:
         where += " (its own certificate pinned)"
+    if registered.new_run:
+        where += f"; run {registered.run} begins"
     state.audit.note(
         principal.user,
         "register",
@@ -212,7 +234,8 @@ def _register(
         detail=f"driver {where}",
     )
     state.applications.invalidate(namespace, application)
-    return application_detail(application_or_404(state, namespace, application))
+    app = application_or_404(state, namespace, application)
+    return application_detail(app, state.coordinator.drivers.known(app))
 
 
 @router.delete(
@@ -237,6 +260,7 @@ def delete_application(
         detail=f"deleted with {rounds} rounds",
     )
     state.coordinator.forget(app.id)
+    state.coordinator.drivers.forget(app.id)
     state.coordinator.bodies.forget(f"{namespace}/{application}")
     state.metrics.expectations.forget(namespace, application)
     state.driver_trust.forget(namespace, application)

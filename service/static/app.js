@@ -15,7 +15,7 @@ const MAX_COLUMNS = 200;
 // Nested values and long strings are shown cut to this many characters, expandable.
 const COMPACT_CHARS = 80;
 
-const state = { token: "", app: null, detail: null, vertex: null, timer: null,
+const state = { token: "", app: null, apps: new Map(), detail: null, vertex: null, timer: null,
                 result: null, resultKey: null, subtask: "all", inflight: null,
                 // the records grid: all loaded rows, the filtered+sorted view, its page
                 rows: [], columns: [], view: [], page: 0, sort: null, search: "",
@@ -105,24 +105,58 @@ async function loadApplications() {
       return;
     }
     setMessage($("app-message"), "");
-    for (const a of apps) {
+    // Applications whose driver answers come first. Those whose driver ended (a run that
+    // stopped, or a demo restarted since) stay listed, marked, for their last results, but
+    // the page never picks one itself: all it could show of them is an Error 502.
+    const ordered = [...apps.filter((a) => !driverEnded(a)), ...apps.filter(driverEnded)];
+    state.apps = new Map(ordered.map((a) => [`${a.namespace}/${a.name}`, a]));
+    for (const a of ordered) {
       const opt = document.createElement("option");
       opt.value = `${a.namespace}/${a.name}`;
       opt.textContent = `${a.namespace} / ${a.name}` +
-        (a.pipelineName && a.pipelineName !== a.name ? ` (${a.pipelineName})` : "");
+        (a.pipelineName && a.pipelineName !== a.name ? ` (${a.pipelineName})` : "") +
+        (driverEnded(a) ? " (ended)" : "");
+      opt.dataset.driverState = a.driverState || "unknown";
+      if (driverEnded(a)) opt.title = endedText(a);
       select.appendChild(opt);
     }
     const wanted = new URLSearchParams(location.hash.slice(1)).get("app");
-    if (wanted && apps.some((a) => `${a.namespace}/${a.name}` === wanted)) select.value = wanted;
+    if (wanted && state.apps.has(wanted)) {
+      select.value = wanted;  // asked for by name: shown whatever its driver's state
+    } else if (ordered.every(driverEnded)) {
+      const none = document.createElement("option");
+      none.value = "";
+      none.disabled = true;
+      none.textContent = "— pick an application —";
+      select.prepend(none);
+      select.value = "";
+      setMessage($("app-message"), "No application's driver answers: each is marked " +
+        "(ended). Pick one to look at it.", "warn");
+      return;
+    } else {
+      select.value = `${ordered[0].namespace}/${ordered[0].name}`;
+    }
     await selectApplication(select.value);
   } catch (err) {
     setMessage($("app-message"), explain(err), "error");
   }
 }
 
+// Whether the service found the application's driver gone (it did not answer its probe).
+function driverEnded(a) { return a.driverState === "ended"; }
+
+function endedText(a) {
+  return "The driver of this application does not answer" + (a.lastSeenAt
+    ? ` (last seen ${new Date(a.lastSeenAt).toLocaleString()})` : "") +
+    ": new rounds and live metrics are unavailable.";
+}
+
 async function selectApplication(key) {
   stopPolling();
   stopMetrics();
+  const listed = state.apps.get(key);
+  setMessage($("app-message"), listed && driverEnded(listed) ? endedText(listed) : "",
+    listed && driverEnded(listed) ? "warn" : "info");
   state.app = key;
   state.vertex = null;
   state.result = null;

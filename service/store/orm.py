@@ -48,6 +48,19 @@ class Application(Base):
     plan_error: Mapped[str | None] = mapped_column(Text, nullable=True)
     registered_at: Mapped[int] = mapped_column(BigInteger)
     updated_at: Mapped[int] = mapped_column(BigInteger)
+    #: The current run: 1 at the first registration, one more each time the application is
+    #: registered with another driver (a restart). Rounds carry the run they were started
+    #: in (``Round.run``); only rounds of the current run answer a poll.
+    run: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
+    #: When the current run began (ms): the driver's start when its registration stated it,
+    #: else when the service first saw that driver. ``None``: never registered with a
+    #: driver (Kubernetes mode).
+    run_started_at: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    #: The current driver's own start (its SparkContext's, ms) when the registration stated
+    #: it: a driver at the same URL with the same token but another start is another run.
+    driver_started_at: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    #: When the driver last answered the service (registration or a liveness probe), ms.
+    driver_seen_at: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
 
     vertices: Mapped[list[Vertex]] = relationship(
         back_populates="application",
@@ -142,6 +155,10 @@ class Round(Base):
     #: ``maxRecords`` and ``subtaskIndex``: never the page's answer). ``None`` only while a
     #: migration is under way.
     request_key: Mapped[str | None] = mapped_column(Text, nullable=True)
+    #: The application's run (``Application.run``) the round was started in: a round of an
+    #: earlier run stays in the history but never answers a poll. ``None`` only while a
+    #: migration is under way.
+    run: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
 
 class SampleRecord(Base):

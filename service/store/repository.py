@@ -182,6 +182,51 @@ def delete_application(session: Session, namespace: str, name: str) -> bool:
     return True
 
 
+def note_driver(
+    session: Session, app: Application, *, new_run: bool, driver_started_at: int | None, at: int
+) -> int:
+    """Record that ``app``'s driver answered at ``at`` (ms), as it does when registered.
+
+    ``new_run``: the driver is another one than the current run's (a restart): the run
+    count goes one up, and the vertices' leases are released so the new driver's first
+    rounds need not wait out an interval the gone one claimed. The run begins at
+    ``driver_started_at`` (the driver's own start, when known) or ``at``. Returns the
+    application's current run."""
+    if new_run or app.run_started_at is None:
+        if new_run:
+            app.run = (app.run or 1) + 1
+            app.driver_started_at = None
+            session.execute(
+                update(VertexLease)
+                .where(VertexLease.application_id == app.id)
+                .values(next_start_at=0, round_id=None)
+                .execution_options(synchronize_session=False)
+            )
+        app.run_started_at = driver_started_at if driver_started_at is not None else at
+    if driver_started_at is not None:
+        app.driver_started_at = driver_started_at
+    app.driver_seen_at = at
+    session.flush()
+    return app.run
+
+
+def mark_driver_seen(session: Session, application_id: int, run: int, at: int) -> bool:
+    """Note that the driver of run ``run`` of the application answered at ``at`` (ms);
+    nothing is written when the application is in another run by now, or was seen later
+    already. Whether the row was written."""
+    result = session.execute(
+        update(Application)
+        .where(
+            Application.id == application_id,
+            Application.run == run,
+            (Application.driver_seen_at.is_(None)) | (Application.driver_seen_at < at),
+        )
+        .values(driver_seen_at=at)
+        .execution_options(synchronize_session=False)
+    )
+    return bool(getattr(result, "rowcount", 0) == 1)
+
+
 # --------------------------------------------------------------------------- shared rounds
 
 
@@ -249,9 +294,13 @@ def create_round(
     *,
     triggered_by: str | None,
     at: int | None = None,
+    run: int | None = None,
 ) -> Round:
     """Insert a ``PENDING`` round row (a plain round: ``request_key`` empty; a DataSample's
-    own round is marked by :func:`save_round`)."""
+    own round is marked by :func:`save_round`) of the application's ``run`` (default: its
+    current run, read from the store)."""
+    if run is None:
+        run = session.scalar(select(Application.run).where(Application.id == application_id))
     row = Round(
         id=round_id,
         application_id=application_id,
@@ -265,6 +314,7 @@ def create_round(
         failed_subtasks=[],
         triggered_by=triggered_by,
         request_key=PLAIN_ROUND,
+        run=run,
     )
     session.add(row)
     session.flush()
@@ -532,39 +582,44 @@ def get_round(session: Session, round_id: str) -> Round | None:
     return session.get(Round, round_id)
 
 
-def latest_finished_round(session: Session, application_id: int, vertex: str) -> Round | None:
+def latest_finished_round(
+    session: Session, application_id: int, vertex: str, *, run: int | None = None
+) -> Round | None:
     """The most recently ended plain round of ``vertex`` (any status but ``PENDING``; a
-    DataSample's narrowed round is not an answer to a plain poll)."""
-    return session.scalar(
-        select(Round)
-        .where(
-            Round.application_id == application_id,
-            Round.vertex == vertex,
-            Round.status != SampleStatus.PENDING.value,
-            Round.request_key == PLAIN_ROUND,
-        )
-        .order_by(Round.end_timestamp.desc(), Round.started_at.desc())
-        .limit(1)
+    DataSample's narrowed round is not an answer to a plain poll), of ``run`` when given (a
+    round of an earlier run came from a driver that is gone: never the current answer)."""
+    q = select(Round).where(
+        Round.application_id == application_id,
+        Round.vertex == vertex,
+        Round.status != SampleStatus.PENDING.value,
+        Round.request_key == PLAIN_ROUND,
     )
+    if run is not None:
+        q = q.where(Round.run == run)
+    return session.scalar(q.order_by(Round.end_timestamp.desc(), Round.started_at.desc()).limit(1))
 
 
 def running_round(
-    session: Session, application_id: int, vertex: str, *, started_after: int
+    session: Session,
+    application_id: int,
+    vertex: str,
+    *,
+    started_after: int,
+    run: int | None = None,
 ) -> Round | None:
     """The newest ``PENDING`` round of ``vertex`` started after ``started_after`` (older
-    pending rows belong to a replica that died mid-round and are ignored)."""
-    return session.scalar(
-        select(Round)
-        .where(
-            Round.application_id == application_id,
-            Round.vertex == vertex,
-            Round.status == SampleStatus.PENDING.value,
-            Round.started_at > started_after,
-            Round.request_key == PLAIN_ROUND,
-        )
-        .order_by(Round.started_at.desc())
-        .limit(1)
+    pending rows belong to a replica that died mid-round and are ignored), of ``run`` when
+    given (an earlier run's round waits on a driver that is gone)."""
+    q = select(Round).where(
+        Round.application_id == application_id,
+        Round.vertex == vertex,
+        Round.status == SampleStatus.PENDING.value,
+        Round.started_at > started_after,
+        Round.request_key == PLAIN_ROUND,
     )
+    if run is not None:
+        q = q.where(Round.run == run)
+    return session.scalar(q.order_by(Round.started_at.desc()).limit(1))
 
 
 def finished_result(session: Session, round_id: str) -> DataSampleResult | None:

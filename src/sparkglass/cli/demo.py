@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import fcntl
+import os
 import shutil
 import tempfile
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING
 
+import platformdirs
 import typer
 from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
+
+from . import urls
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -37,6 +42,55 @@ class DemoOptions:
     master: str
     service: bool = True
     service_port: int = 8080
+    database_url: str | None = None
+
+
+def demo_store_path() -> Path:
+    """The demo's own SQLite store: ``demo.db`` under the user's data directory, beside
+    (never in) ``service.db``, the default store of ``sparkglass serve`` and ``sparkglass
+    token``, so the demo's applications and rounds never show up in other work's."""
+    return Path(platformdirs.user_data_dir("sparkglass", appauthor=False)) / "demo.db"
+
+
+@dataclass
+class DemoStore:
+    """Where this demo's service keeps its store: ``url``, and what to say of it."""
+
+    url: str
+    shown: str
+    #: Held while the demo runs: another demo at once gets a store of its own instead.
+    lock: IO[bytes] | None = None
+
+    def close(self) -> None:
+        """Let the next demo use the default store (the lock ends with the file)."""
+        if self.lock is not None:
+            self.lock.close()
+            self.lock = None
+
+
+def demo_store(database_url: str | None, workdir: Path) -> DemoStore:
+    """The store of a demo run: ``database_url`` when given; else :func:`demo_store_path`;
+    else, when another demo runs on that file now, ``service.db`` in this demo's
+    ``workdir``. Two demos on one store would each register ``flights`` with their own
+    driver, each making the other's a run that ended."""
+    if database_url:
+        return DemoStore(database_url, "the store of --database-url")
+    path = demo_store_path()
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    # O_NOFOLLOW: a lock file planted as a link elsewhere is not opened.
+    fd = os.open(
+        path.with_name(path.name + ".run.lock"),
+        os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+        0o600,
+    )
+    lock = os.fdopen(fd, "r+b")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:  # another demo holds it
+        lock.close()
+        own = workdir / "service.db"
+        return DemoStore(f"sqlite:///{own}", f"{own} (another demo uses {path})")
+    return DemoStore(f"sqlite:///{path}", str(path), lock)
 
 
 def register(app: typer.Typer) -> None:
@@ -50,6 +104,9 @@ def register(app: typer.Typer) -> None:
             "and rows per vertex.\n\n"
             "Stops after --duration seconds, when every day was replayed and processed, or on "
             "Ctrl-C.\n\n"
+            f"The demo's service keeps its own store, `{demo_store_path()}` (not the "
+            "`service.db` of `sparkglass serve`; a second demo running at once uses one in "
+            "its work dir), unless `--database-url` names another.\n\n"
             "Example: `sparkglass demo --days 30 --duration 60`"
         ),
     )(demo)
@@ -81,6 +138,14 @@ def demo(
     service_port: int = typer.Option(
         8080, "--service-port", min=0, max=65535, help="Service port (0: any free port)."
     ),
+    database_url: str | None = typer.Option(
+        None,
+        "--database-url",
+        envvar="SPARKGLASS_DEMO_DATABASE_URL",
+        callback=urls.database_url,
+        help="The demo service's store (SQLAlchemy URL); default: its own SQLite file, "
+        "demo.db in the user data dir (shown above), never SPARKGLASS_DATABASE_URL's.",
+    ),
 ) -> None:
     run_demo(
         DemoOptions(
@@ -92,6 +157,7 @@ def demo(
             master,
             service,
             service_port,
+            database_url,
         )
     )
 
@@ -136,10 +202,13 @@ def run_demo(opts: DemoOptions) -> None:
         target=_sample_when_running, args=(spark, pipeline), name="demo-sampler", daemon=True
     )
     service = None
+    store: DemoStore | None = None
     try:
         pipeline.start()
         if opts.service:
-            service = _start_service(spark, opts.service_port)
+            store = demo_store(opts.database_url, root)
+            console.print(f"service store: {store.shown}", highlight=False)
+            service = _start_service(spark, opts.service_port, store.url)
         replay.start()
         sampler.start()
         reason = _watch(pipeline, replay, opts.duration, started)
@@ -150,6 +219,8 @@ def run_demo(opts: DemoOptions) -> None:
     finally:
         if service is not None:
             service.stop()
+        if store is not None:
+            store.close()
         replay.stop()
         progress = pipeline.progress()
         if sampler.is_alive():  # let a round that is under way finish and print
@@ -175,8 +246,10 @@ def run_demo(opts: DemoOptions) -> None:
         raise typer.Exit(1)
 
 
-def _start_service(spark: SparkSession, port: int) -> LocalService | None:
-    """Start the service in front of this driver's control endpoint; print URL and token."""
+def _start_service(spark: SparkSession, port: int, database_url: str) -> LocalService | None:
+    """Start the service in front of this driver's control endpoint, on the demo's store
+    (``database_url``: never the environment's ``SPARKGLASS_DATABASE_URL``); print URL and
+    token."""
     from sparkglass.runtime.sampling.registry import endpoint_for
     from sparkglass.service.local import start_local_service
 
@@ -186,9 +259,9 @@ def _start_service(spark: SparkSession, port: int) -> LocalService | None:
         return None
     drivers = {"flights": (endpoint.url, endpoint.token)}
     try:
-        service = start_local_service(drivers, port=port)
+        service = start_local_service(drivers, port=port, database_url=database_url)
     except (RuntimeError, OSError):  # the port is taken: any free one will do
-        service = start_local_service(drivers, port=0)
+        service = start_local_service(drivers, port=0, database_url=database_url)
     console.print(f"[bold]Data Sample page[/]: {service.page_url}", highlight=False)
     console.print(
         f"service token: {service.token}  (e.g. `sparkglass sample parse --service "
