@@ -112,6 +112,20 @@ def _metadata(app: str, namespace: str, uid: str, name: str, role: str) -> dict[
     }
 
 
+#: ``sparkglass.io/role`` of the ConfigMap and of the headless Service (the Secret's and the
+#: driver Pod's are in ``names``). The operator watches these two kinds with a server-side
+#: selector on the role and ``app.kubernetes.io/managed-by`` (:data:`WATCH_SELECTORS`).
+ROLE_CONFIG = "config"
+ROLE_SERVICE = "driver-service"
+#: The label selector of the operator's ConfigMap and Service watches, by plural: its own
+#: children only, not every ConfigMap and Service of a namespace. Secrets are not watched
+#: (a Role that may list Secrets may read every Secret of the namespace).
+WATCH_SELECTORS = {
+    plural: f"{names.LABEL_ROLE}={role},{names.LABEL_MANAGED_BY}={names.MANAGED_BY}"
+    for plural, role in (("configmaps", ROLE_CONFIG), ("services", ROLE_SERVICE))
+}
+
+
 #: What the API server lets a ConfigMap's values hold together (core/v1 ``MaxSecretSize``).
 MAX_CONFIG_MAP_BYTES = 1024 * 1024
 
@@ -157,7 +171,7 @@ def config_map(
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": _metadata(app, namespace, uid, names.config_map_name(app), "config"),
+        "metadata": _metadata(app, namespace, uid, names.config_map_name(app), ROLE_CONFIG),
         "data": data,
     }
 
@@ -251,7 +265,7 @@ def secret_tls_data(secret_body: dict[str, Any]) -> dict[str, str | None]:
 def service(app: str, namespace: str, uid: str, spec: SparkApplicationSpec) -> dict[str, Any]:
     """Headless Service ``<app>-driver`` selecting the driver Pod (RPC, blocks, UI, control),
     with ``spec.sparkUIOptions``' labels (under the operator's) and annotations."""
-    meta = _metadata(app, namespace, uid, names.service_name(app), "driver-service")
+    meta = _metadata(app, namespace, uid, names.service_name(app), ROLE_SERVICE)
     ui = spec.spark_ui_options
     meta["labels"] = {**ui.service_labels, **meta["labels"]}  # ours win
     if ui.service_annotations:
@@ -281,6 +295,21 @@ def service(app: str, namespace: str, uid: str, spec: SparkApplicationSpec) -> d
             ],
         },
     }
+
+
+def service_patch(existing: dict[str, Any], desired: dict[str, Any]) -> dict[str, Any]:
+    """The merge patch that brings the Service ``existing`` in line with ``desired`` (its
+    ports; the labels and annotations ``desired`` sets, added or changed only: others may
+    label and annotate it too); empty when it is."""
+    patch: dict[str, Any] = {}
+    if (existing.get("spec") or {}).get("ports") != desired["spec"]["ports"]:
+        patch["spec"] = {"ports": desired["spec"]["ports"]}
+    for key in ("labels", "annotations"):
+        have = (existing.get("metadata") or {}).get(key) or {}
+        want = desired["metadata"].get(key) or {}
+        if any(have.get(k) != v for k, v in want.items()):
+            patch.setdefault("metadata", {})[key] = want
+    return patch
 
 
 def driver_pod(

@@ -38,6 +38,29 @@ class SampleRecord:
 
 
 @dataclass
+class ApplicationRecord:
+    """What this process last read from the API about one SparkApplication, for the passes
+    that decide from memory whether a full pass is due (:mod:`.sparkapplication`, "Cost
+    follows live work"):
+
+    * ``checked_at``: ``time.monotonic()`` when its last full pass (every object read from
+      the API) ended without an error; 0.0: none yet in this process;
+    * ``app``: the newest version a full pass read or a status write answered, kept only
+      while kopf's index has not caught up with it (then None);
+    * ``secrets``: the Secrets its last full pass read (its control Secret, those its spec
+      references), by name (None: there was none), reduced to what a memory pass reads:
+      metadata, the control token and the certificate; never a private key;
+    * ``resolved``: the resolved pipeline (status ``vertices`` and ``edges``) of one
+      ``(uid, generation)``, so a memory pass does not plan the pipeline again.
+    """
+
+    checked_at: float = 0.0
+    app: dict[str, Any] | None = None
+    secrets: dict[str, dict[str, Any] | None] = field(default_factory=dict)
+    resolved: tuple[tuple[str, Any], dict[str, Any]] | None = None
+
+
+@dataclass
 class OperatorContext:
     """The configuration, the API client, the service's result route (if configured), one
     lock per object so that a queue worker, a change handler and a Pod event never reconcile
@@ -48,16 +71,18 @@ class OperatorContext:
       without ``status.samples`` (the records: no step reads them);
     * ``applications`` / ``driver_pods``: kopf indexes of SparkApplications and of the driver
       Pods (the latter watched with a server-side label selector), keyed by
-      ``(namespace, name)``; set by the first DataSample event (kopf passes indexes to
-      handlers only), None in unit tests (then reads go to the API); ``executor_pods``:
-      the executor Pods Spark created for each application, keyed by ``(namespace, app)``
-      (same watch; set by the first SparkApplication or executor Pod handler call);
+      ``(namespace, name)``; set by the first DataSample or SparkApplication handler call
+      (kopf passes indexes to handlers only), None in unit tests (then reads go to the
+      API); ``executor_pods``: the executor Pods Spark created for each application, keyed
+      by ``(namespace, app)`` (same watch; set the same way);
     * ``queue``: the DataSample work queue (None until :func:`datasample.start_engine`);
     * ``driver_access``: per DataSample, the driver access found when its round was opened
       and the driver Pod version it was read from (so polls do not read the Secret again);
     * ``records``: the operator's own :class:`SampleRecord` of each DataSample, by uid;
     * ``kubeflow_secrets``: per Kubeflow SparkApplication uid, when (epoch seconds) to look
-      at its control Secret again (:func:`datasample.on_kubeflow_application_event`).
+      at its control Secret again (:func:`datasample.on_kubeflow_application_event`);
+    * ``app_records``: per SparkApplication ``(namespace, name)``, its
+      :class:`ApplicationRecord`.
     """
 
     config: OperatorConfig
@@ -72,6 +97,7 @@ class OperatorContext:
     driver_access: dict[tuple[str, str], tuple[Any, Any]] = field(default_factory=dict)
     records: dict[str, SampleRecord] = field(default_factory=dict)
     kubeflow_secrets: dict[str, float] = field(default_factory=dict)
+    app_records: dict[tuple[str, str], ApplicationRecord] = field(default_factory=dict)
     _locks: dict[tuple[str, str, str], asyncio.Lock] = field(
         default_factory=lambda: defaultdict(asyncio.Lock)
     )

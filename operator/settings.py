@@ -20,6 +20,9 @@ MAX_TTL_SECONDS = 31_536_000
 #: them a single replica would be a load test of its API server, not a client of it.
 MIN_API_QPS, MAX_API_QPS = 1.0, 1000.0
 MIN_API_BURST, MAX_API_BURST = 1, 5000
+#: Default and bounds of ``full_resync_seconds`` (0: every resync is a full pass).
+DEFAULT_FULL_RESYNC_SECONDS = 300.0
+MAX_FULL_RESYNC_SECONDS = 86_400.0
 
 
 @dataclass(frozen=True)
@@ -65,6 +68,11 @@ class OperatorConfig:
     metrics_port: int | None = 9090
     metrics_address: str = "0.0.0.0"
     resync_seconds: float = 10.0
+    #: How often a live SparkApplication's pass reads everything from the API again (the
+    #: application, its driver Pod, ConfigMap, Secret and Service): in between, resyncs
+    #: decide from the watches what is due, at no request (:mod:`.sparkapplication`). 0:
+    #: every resync reads everything, as before the watches.
+    full_resync_seconds: float = DEFAULT_FULL_RESYNC_SECONDS
     #: Kubernetes API requests started per second at most, and at once at most (client-go's
     #: ``QPS`` and ``Burst``: a bucket of ``api_burst`` tokens refilled at ``api_qps`` per
     #: second); the Lease's renewals have their own client, outside this limit.
@@ -106,6 +114,11 @@ class OperatorConfig:
             raise ValueError(
                 f"api_burst={self.api_burst} is out of range: allowed {MIN_API_BURST} to "
                 f"{MAX_API_BURST} requests at once"
+            )
+        if not 0 <= self.full_resync_seconds <= MAX_FULL_RESYNC_SECONDS:
+            raise ValueError(
+                f"full_resync_seconds={self.full_resync_seconds} is out of range: allowed 0 "
+                f"to {MAX_FULL_RESYNC_SECONDS:g} seconds"
             )
         ttl = self.default_ttl_seconds_after_finished
         if not 0 <= ttl <= MAX_TTL_SECONDS:

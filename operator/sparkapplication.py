@@ -3,8 +3,26 @@
 One idempotent pass, :func:`reconcile`, reads the application and its driver Pod fresh from
 the API and moves the world one step towards the spec; all state lives in the status (none
 in this process), so any pass, in any process, continues where the last one stopped. It runs
-on create/resume/spec change, on every driver Pod event, and on a resync timer (which makes
-re-runs after their back-off and TTL deletion happen).
+on create/resume/spec change, on every driver Pod event, on an event of its ConfigMap or
+Service that shows it gone or changed, and on a resync timer (which makes re-runs after
+their back-off, start timeouts and TTL deletion happen).
+
+Cost follows live work. A full pass reads the application, its ConfigMap, Secret, Service
+and driver Pod (and each Secret the spec references) from the API. Resyncs and the events
+of driver and executor Pods (kopf's index holds the event's Pod before the handler runs)
+first run a *memory pass*: the same steps over what the watches hold (the application and
+its driver and executor Pods from kopf's indexes, the Secrets as the last full pass read
+them; the ConfigMap and Service are left to their own watch events) through a read-only
+view of the API, :class:`_MemoryView`. When that pass finds nothing to do, no request is
+made; the only writes it makes itself are what the driver and the executor Pods report
+(``progress``, ``executorState``, ``sparkApplicationId``), fenced by the application's
+``resourceVersion``; any other step that would act (a state to write, a Pod to create or
+delete, a read the watches cannot answer) stops it, and a full pass decides from fresh
+reads instead, at once. A full pass also runs when the last one is
+``full_resync_seconds`` old (``--full-resync-seconds``, default 300; 0: every resync), so
+what no watch shows (the Secret, which the operator may not list; an event lost in a
+watch's gap) is seen within that. A running application then costs no request per
+resync, and 5 per full resync.
 
 Steps of a pass:
 
@@ -51,10 +69,10 @@ from pydantic import ValidationError
 from sparkglass.crds.sparkapplication import MAX_MESSAGE_LENGTH
 
 from . import children, executors, names
-from .certificates import ControlCertificate, issue_control_certificate, reissue_reason
-from .cluster import APPS, CONFIG_MAPS, PODS, SECRETS, SERVICES, ApiError, Conflict
+from .certificates import CERT_KEY, ControlCertificate, issue_control_certificate, reissue_reason
+from .cluster import APPS, CONFIG_MAPS, PODS, SECRETS, SERVICES, ApiError, Cluster, Conflict, Kind
 from .conditions import get_condition, set_condition
-from .context import OperatorContext
+from .context import ApplicationRecord, OperatorContext
 from .driver_access import control_endpoint, owned_by
 from .driver_progress import progress_due, read_progress
 from .driver_state import (
@@ -75,6 +93,7 @@ from .metrics import (
     RECONCILES,
     SUBMISSION_SECONDS,
 )
+from .object_cache import newer
 from .pipeline_status import InvalidPipeline, resolve
 from .pod_privileges import (
     PodPrivilegeRefused,
@@ -141,6 +160,7 @@ def register(registry: kopf.OperatorRegistry, resync_seconds: float) -> None:
     kopf.on.create(*res, registry=registry, id="reconcile")(on_application)
     kopf.on.update(*res, field="spec", registry=registry, id="reconcile")(on_application)
     kopf.timer(*res, interval=resync_seconds, registry=registry, id="resync")(on_resync)
+    kopf.on.event(*res, registry=registry, id="forget-application")(on_application_event)
     kopf.on.event(
         "",
         "v1",
@@ -158,12 +178,40 @@ def register(registry: kopf.OperatorRegistry, resync_seconds: float) -> None:
     kopf.on.event("", "v1", "pods", labels=executor_labels, registry=registry, id="executor-pod")(
         on_executor_pod
     )
+    # The ConfigMaps and Services the operator created: watched (selected by the API server,
+    # see ``children.WATCH_SELECTORS``) so that one deleted or changed by someone is put back
+    # at once, without reading them on every resync. Event handlers only: kopf writes
+    # nothing to them (no finalizer, no annotation).
+    kopf.on.startup(registry=registry, id="child-watch-selectors")(select_children)
+    for plural in children.WATCH_SELECTORS:
+        kopf.on.event(
+            "",
+            "v1",
+            plural,
+            labels={names.LABEL_MANAGED_BY: names.MANAGED_BY, names.LABEL_APP: kopf.PRESENT},
+            registry=registry,
+            id=f"child-{plural}",
+        )(on_child)
 
 
-def _adopt_executor_index(ctx: OperatorContext, kwargs: dict[str, Any]) -> None:
+def select_children(settings: kopf.OperatorSettings, **_: Any) -> None:
+    """kopf startup handler (before any watch starts): the API server selects the ConfigMaps
+    and Services the operator watches by its labels (``children.WATCH_SELECTORS``). kopf
+    matches a key by its parts: ``("v1", "configmaps")`` is core ConfigMaps."""
+    for plural, selector in children.WATCH_SELECTORS.items():
+        settings.watching.label_selectors["v1", plural] = selector
+
+
+def _adopt_indexes(ctx: OperatorContext, kwargs: dict[str, Any]) -> None:
     # kopf hands its indexes to handlers only; reconcile passes read them through ``ctx``.
+    # ``sg_applications`` and ``sg_driver_pods`` are the DataSample engine's (datasample.py):
+    # the same objects whichever handler hands them over first.
     if ctx.executor_pods is None and "sg_executor_pods" in kwargs:
         ctx.executor_pods = kwargs["sg_executor_pods"]
+    if ctx.applications is None and "sg_applications" in kwargs:
+        ctx.applications = kwargs["sg_applications"]
+    if ctx.driver_pods is None and "sg_driver_pods" in kwargs:
+        ctx.driver_pods = kwargs["sg_driver_pods"]
 
 
 def index_executor_pod(namespace: str | None, labels: Any, body: kopf.Body, **_: Any) -> Any:
@@ -173,23 +221,34 @@ def index_executor_pod(namespace: str | None, labels: Any, body: kopf.Body, **_:
 
 
 async def on_application(namespace: str | None, name: str, memo: Any, **kwargs: Any) -> None:
-    """Create / resume / spec change / resync: one reconcile pass."""
-    _adopt_executor_index(memo, kwargs)
+    """Create / resume / spec change: one full reconcile pass."""
+    _adopt_indexes(memo, kwargs)
     if namespace:
         await reconcile(memo, namespace, name)
+
+
+async def on_application_event(
+    event: Any, namespace: str | None, name: str, memo: Any, **kwargs: Any
+) -> None:
+    """Every event of an application: when it is gone, drop what this process kept of it."""
+    if (event or {}).get("type") == "DELETED" and namespace:
+        memo.app_records.pop((namespace, name), None)
+        _forbidden.pop((namespace, name), None)
 
 
 async def on_resync(
     body: kopf.Body, namespace: str | None, name: str, memo: Any, **kwargs: Any
 ) -> None:
-    """The resync timer: a pass for a live application; none, and no API request, for one
-    that ended and has nothing due (see :func:`settled`). Its events still bring passes: a
-    spec change (the update handler), its driver or executor Pods changing or going."""
+    """The resync timer: for a live application a memory pass (no API request when nothing
+    is due), a full pass when it finds something to do or the last full one is
+    ``full_resync_seconds`` old; nothing, and no API request, for one that ended and has
+    nothing due (see :func:`settled`). Its events still bring passes: a spec change (the
+    update handler), its driver or executor Pods, ConfigMap or Service changing or going."""
     if settled(dict(body), time.time()):
         return
-    _adopt_executor_index(memo, kwargs)
+    _adopt_indexes(memo, kwargs)
     if namespace:
-        await reconcile(memo, namespace, name, resync=True)
+        await reconcile(memo, namespace, name, resync=True, memory_first=True, known=dict(body))
 
 
 def settled(app: dict[str, Any], now: float) -> bool:
@@ -211,18 +270,24 @@ def settled(app: dict[str, Any], now: float) -> bool:
 
 
 async def on_driver_pod(body: kopf.Body, memo: Any, **kwargs: Any) -> None:
-    """Any event of a driver Pod: reconcile its application (named by the Pod's label)."""
-    _adopt_executor_index(memo, kwargs)
+    """Any event of a driver Pod: a pass of its application (named by the Pod's label),
+    memory first. kopf updates its index with the event before it calls handlers, so the
+    memory pass sees what changed and hands over to a full pass at once when the state, the
+    driver's address or its start must be written; an event that changes nothing the
+    status says (a watch that lists or replays the Pod again, a condition of no
+    consequence) then costs no request."""
+    _adopt_indexes(memo, kwargs)
     app = (body.metadata.labels or {}).get(names.LABEL_APP)
     if app and body.metadata.namespace:
-        await reconcile(memo, body.metadata.namespace, app)
+        await reconcile(memo, body.metadata.namespace, app, memory_first=True)
 
 
 async def on_executor_pod(body: kopf.Body, memo: Any, **kwargs: Any) -> None:
-    """An executor Pod changed: reconcile its application when the status shows another
-    state for it (most events of a Pod change nothing the status says; the resync timer
-    records the rest, e.g. a Pod gone)."""
-    _adopt_executor_index(memo, kwargs)
+    """An executor Pod changed: a memory pass of its application when the status shows
+    another state for it (most events of a Pod change nothing the status says; the resync
+    timer records the rest, e.g. a Pod gone). What executors show is written from memory;
+    a full pass only when the pass finds more to do."""
+    _adopt_indexes(memo, kwargs)
     namespace, app = body.metadata.namespace, (body.metadata.labels or {}).get(names.LABEL_APP)
     if not namespace or not app:
         return
@@ -238,21 +303,92 @@ async def on_executor_pod(body: kopf.Body, memo: Any, **kwargs: Any) -> None:
         and status.get("sparkApplicationId")
     ):
         return
-    await reconcile(memo, namespace, app)
+    await reconcile(memo, namespace, app, memory_first=True)
+
+
+async def on_child(event: Any, body: kopf.Body, resource: Any, memo: Any, **kwargs: Any) -> None:
+    """An event of a ConfigMap or Service the operator created: a full pass of its
+    application when it is gone, or no longer what the application wants (someone changed
+    it); nothing for the events of the operator's own writes, nor for an application that
+    is gone, being deleted or :func:`settled` (a finished run needs its children no more)."""
+    ctx: OperatorContext = memo
+    _adopt_indexes(ctx, kwargs)
+    namespace = body.metadata.namespace
+    app_name = (body.metadata.labels or {}).get(names.LABEL_APP)
+    plural = getattr(resource, "plural", "")
+    if not namespace or not app_name or body.metadata.name != _child_name(plural, app_name):
+        return
+    app = _known_app(ctx, namespace, app_name)
+    if app is None or app["metadata"].get("deletionTimestamp") or settled(app, time.time()):
+        return
+    gone = (event or {}).get("type") == "DELETED"
+    if not gone and _child_current(ctx, app, plural, dict(body)):
+        return
+    await reconcile(ctx, namespace, app_name)
+
+
+def _child_name(plural: str, app: str) -> str | None:
+    if plural == "configmaps":
+        return names.config_map_name(app)
+    if plural == "services":
+        return names.service_name(app)
+    return None
+
+
+def _child_current(
+    ctx: OperatorContext, app: dict[str, Any], plural: str, child: dict[str, Any]
+) -> bool:
+    """Whether ``child`` (the application's ConfigMap or Service, as a watch delivered it)
+    is the application's own and what its spec makes it (as :func:`_ensure_children`
+    compares); False when that cannot be told without a full pass (the spec does not parse:
+    the pass reports it)."""
+    name, namespace = app["metadata"]["name"], app["metadata"]["namespace"]
+    uid = app["metadata"].get("uid") or ""
+    try:
+        spec = SparkApplicationSpec.parse(app.get("spec"))
+        if plural == "configmaps":
+            desired = children.config_map(
+                name,
+                namespace,
+                uid,
+                spec,
+                resolved=_resolved(ctx, app, spec),
+                env=ctx.config.driver,
+            )
+            return owned_by(child, app, children.ROLE_CONFIG) and (
+                child.get("data") == desired["data"]
+            )
+        desired = children.service(name, namespace, uid, spec)
+        return owned_by(child, app, children.ROLE_SERVICE) and not children.service_patch(
+            child, desired
+        )
+    except (ValidationError, InvalidPipeline, children.ConfigTooLarge):
+        return False
 
 
 async def reconcile(
-    ctx: OperatorContext, namespace: str, name: str, *, resync: bool = False
+    ctx: OperatorContext,
+    namespace: str,
+    name: str,
+    *,
+    resync: bool = False,
+    memory_first: bool = False,
+    known: dict[str, Any] | None = None,
 ) -> None:
     """One pass for ``namespace/name``; API failures raise ``kopf.TemporaryError``. After a
     forbidden pass, passes until its back-off ends return at once (no request). A
-    ``resync`` pass stops after reading the application when it is :func:`settled`."""
+    ``resync`` pass stops after reading the application when it is :func:`settled`.
+    ``memory_first``: a memory pass first (``known``: a version of the application the
+    caller holds, e.g. the timer's), and a full pass only when it cannot settle the
+    application (module docstring, "Cost follows live work")."""
     key = (namespace, name)
     async with ctx.lock(names.APP_KIND, namespace, name):
         refused = _forbidden.get(key)
         if refused is not None and time.monotonic() < refused.retry_at:
             return
         try:
+            if memory_first and refused is None and await _memory_pass(ctx, key, known):
+                return
             await _reconcile(ctx, namespace, name, resync=resync)
         except ApiError as exc:
             RECONCILES.labels(names.APP_KIND, "error").inc()
@@ -261,7 +397,234 @@ async def reconcile(
                 raise kopf.TemporaryError(f"forbidden: {exc}", delay=delay) from None
             raise kopf.TemporaryError(f"Kubernetes API call failed: {exc}", delay=5) from None
         _forbidden.pop(key, None)
+        record = ctx.app_records.get(key)
+        if record is not None:  # None: the application is gone
+            record.checked_at = time.monotonic()
         RECONCILES.labels(names.APP_KIND, "ok").inc()
+
+
+# ---------------------------------------------------------------------------- memory passes
+class _Stale(Exception):
+    """A memory pass reached a step that acts, or a read the watches cannot answer: a full
+    pass decides instead."""
+
+
+#: Status fields a memory pass writes itself: what the driver (``progress``) and the
+#: executor Pods' watch (``executorState``, ``sparkApplicationId``) report, display only.
+_MEMORY_WRITES = frozenset({"progress", "executorState", "sparkApplicationId"})
+#: Entries of the control Secret a memory pass reads (``driver_access``: the token to send,
+#: the certificate to pin); its private key and the redaction key are never kept.
+_KEPT_SECRET_KEYS = (names.TOKEN_KEY, CERT_KEY)
+_KEPT_SECRET_METADATA = ("name", "namespace", "uid", "resourceVersion", "labels", "ownerReferences")
+
+
+class _MemoryView:
+    """The API client of a memory pass: reads answered from memory, no request. The
+    application is the newest version known (``app``); its driver Pod comes from kopf's
+    index (watched: an absent entry means no such Pod, or one the watch has not delivered
+    yet, which a full pass then confirms); the Secrets as the application's last full pass
+    read them (``record``). Any other read, and every write but a status patch of
+    :data:`_MEMORY_WRITES` only, raises :class:`_Stale`; that patch carries the
+    application's ``resourceVersion``, so it never lands on a version it was not computed
+    from (a ``409`` is :class:`_Stale` too)."""
+
+    def __init__(
+        self,
+        ctx: OperatorContext,
+        app: dict[str, Any],
+        record: ApplicationRecord,
+        *,
+        driver_pod: dict[str, Any] | None = None,
+    ) -> None:
+        self._ctx, self._app, self._record = ctx, app, record
+        #: The driver Pod a full pass just read (for its progress read), instead of the index.
+        self._driver_pod = driver_pod
+
+    async def find(self, kind: Kind, namespace: str, name: str) -> dict[str, Any] | None:
+        app_name = self._app["metadata"]["name"]
+        if namespace != self._app["metadata"]["namespace"]:
+            raise _Stale(f"{kind.plural} {namespace}/{name}: another namespace")
+        if kind == APPS and name == app_name:
+            return copy.deepcopy(self._app)
+        if kind == PODS and name == names.driver_pod_name(app_name):
+            if self._driver_pod is not None:
+                return copy.deepcopy(self._driver_pod)
+            return _indexed(self._ctx.driver_pods, (namespace, name))
+        if kind == SECRETS and name in self._record.secrets:
+            kept = self._record.secrets[name]
+            return copy.deepcopy(kept) if kept is not None else None
+        raise _Stale(f"{kind.plural} {name}: not known from memory")
+
+    async def get(self, kind: Kind, namespace: str, name: str) -> dict[str, Any]:
+        found = await self.find(kind, namespace, name)
+        if found is None:
+            raise _Stale(f"{kind.plural} {name}: absent")
+        return found
+
+    async def patch_status(
+        self,
+        kind: Kind,
+        namespace: str,
+        name: str,
+        status: dict[str, Any],
+        *,
+        resource_version: str | None = None,
+    ) -> dict[str, Any]:
+        if kind != APPS or not set(status) <= _MEMORY_WRITES:
+            raise _Stale(f"a status change of {sorted(status)}")
+        fence = resource_version or self._app["metadata"].get("resourceVersion")
+        try:
+            return await self._ctx.cluster.patch_status(
+                kind, namespace, name, status, resource_version=fence
+            )
+        except Conflict:
+            raise _Stale("the application changed since it was read") from None
+
+    async def list_objects(self, kind: Kind, *_: Any, **__: Any) -> list[dict[str, Any]]:
+        raise _Stale(f"a list of {kind.plural}")
+
+    async def create(self, kind: Kind, *_: Any, **__: Any) -> dict[str, Any]:
+        raise _Stale(f"a create of {kind.plural}")
+
+    async def patch(self, kind: Kind, *_: Any, **__: Any) -> dict[str, Any]:
+        raise _Stale(f"a patch of {kind.plural}")
+
+    async def delete(self, kind: Kind, *_: Any, **__: Any) -> bool:
+        raise _Stale(f"a delete of {kind.plural}")
+
+
+def _in_memory(ctx: OperatorContext) -> bool:
+    return isinstance(ctx.cluster, _MemoryView)
+
+
+def _act(ctx: OperatorContext, what: str) -> None:
+    """Before a step that acts (Events, logs and writes that must not run twice): a memory
+    pass stops here, for a full pass to do it from fresh reads."""
+    if _in_memory(ctx):
+        raise _Stale(what)
+
+
+async def _memory_pass(
+    ctx: OperatorContext, key: tuple[str, str], known: dict[str, Any] | None
+) -> bool:
+    """A memory pass of application ``key``: True when it settled the application (nothing
+    to do, or only what :data:`_MEMORY_WRITES` says), False when a full pass must run: the
+    last one is ``full_resync_seconds`` old (or there was none in this process), kopf's
+    indexes are not handed over yet, or the pass found a step to take."""
+    record = ctx.app_records.get(key)
+    if record is None or not record.checked_at:
+        return False
+    if time.monotonic() - record.checked_at >= ctx.config.full_resync_seconds:
+        return False
+    if ctx.applications is None or ctx.driver_pods is None or ctx.executor_pods is None:
+        return False
+    app = _known_app(ctx, *key, known)
+    if app is None:
+        return False
+    view = copy.copy(ctx)  # shares every field but the API client
+    view.cluster = cast(Cluster, _MemoryView(ctx, app, record))
+    try:
+        await _reconcile(view, *key, resync=True)
+    except _Stale as exc:
+        log.debug("full pass due", namespace=key[0], name=key[1], why=str(exc))
+        return False
+    return True
+
+
+async def _read_progress(
+    ctx: OperatorContext, app: dict[str, Any], pod: dict[str, Any]
+) -> dict[str, Any] | None:
+    """:func:`read_progress` of ``app``'s running driver ``pod``. A full pass hands it the
+    Pod and the control Secret it has just read (no second read of either); a memory pass
+    its own view."""
+    record = ctx.app_records.get((app["metadata"]["namespace"], app["metadata"]["name"]))
+    if _in_memory(ctx) or record is None:
+        return await read_progress(ctx, app)
+    view = copy.copy(ctx)
+    view.cluster = cast(Cluster, _MemoryView(ctx, app, record, driver_pod=pod))
+    try:
+        return await read_progress(view, app)
+    except _Stale:  # the Secret was not read by this pass (another made it): read it
+        return await read_progress(ctx, app)
+
+
+def _indexed(index: Any, key: tuple[str, str]) -> dict[str, Any] | None:
+    """A copy of the one object a kopf index holds under ``key`` (None when absent)."""
+    store = index.get(key) if index is not None else None
+    found = next(iter(store), None) if store else None
+    return copy.deepcopy(found) if found is not None else None
+
+
+def _known_app(
+    ctx: OperatorContext, namespace: str, name: str, *candidates: dict[str, Any] | None
+) -> dict[str, Any] | None:
+    """The newest version of the application this process knows, without a request: kopf's
+    index, ``candidates``, what a full pass read or a status write answered. The latter is
+    dropped once the index has caught up with it."""
+    record = ctx.app_records.get((namespace, name))
+    indexed = _indexed(ctx.applications, (namespace, name))
+    best: dict[str, Any] | None = None
+    for candidate in (indexed, *candidates, record.app if record is not None else None):
+        if candidate is not None and (best is None or newer(candidate, best)):
+            best = candidate
+    kept = record.app if record is not None else None
+    if record is not None and kept is not None and indexed is not None and not newer(kept, indexed):
+        record.app = None
+    return best
+
+
+def _record(ctx: OperatorContext, app: dict[str, Any]) -> ApplicationRecord:
+    key = (app["metadata"]["namespace"], app["metadata"]["name"])
+    record = ctx.app_records.get(key)
+    if record is None:
+        record = ctx.app_records[key] = ApplicationRecord()
+    return record
+
+
+def _remember_app(ctx: OperatorContext, app: Any) -> None:
+    """Keep ``app`` (read or written) as the newest version known, when it is."""
+    if not isinstance(app, dict) or not (app.get("metadata") or {}).get("name"):
+        return
+    record = _record(ctx, app)
+    if record.app is None or newer(app, record.app):
+        record.app = copy.deepcopy(app)
+
+
+def _remember_secret(
+    ctx: OperatorContext, app: dict[str, Any], name: str, secret: dict[str, Any] | None
+) -> None:
+    """Keep what a full pass read (or wrote) of Secret ``name``, for memory passes: its
+    metadata, and of the application's own control Secret the token and certificate."""
+    if _in_memory(ctx):
+        return
+    kept: dict[str, Any] | None = None
+    if secret is not None:
+        meta = secret.get("metadata") or {}
+        kept = {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {k: copy.deepcopy(meta[k]) for k in _KEPT_SECRET_METADATA if k in meta},
+        }
+        if name == names.secret_name(app["metadata"]["name"]):
+            data = secret.get("data") or {}
+            kept["data"] = {k: data[k] for k in _KEPT_SECRET_KEYS if k in data}
+    _record(ctx, app).secrets[name] = kept
+
+
+def _resolved(
+    ctx: OperatorContext, app: dict[str, Any], spec: SparkApplicationSpec
+) -> dict[str, Any]:
+    """The resolved pipeline of ``app``'s spec, planned once per ``(uid, generation)``.
+    Raises ``InvalidPipeline``."""
+    meta = app["metadata"]
+    version = (str(meta.get("uid") or ""), meta.get("generation"))
+    record = ctx.app_records.get((meta["namespace"], meta["name"]))
+    if record is not None and record.resolved is not None and record.resolved[0] == version:
+        return record.resolved[1]
+    resolved = resolve(spec.pipeline_description(meta["name"]))
+    if record is not None and version[1] is not None:
+        record.resolved = (version, resolved)
+    return resolved
 
 
 async def _forbidden_pass(ctx: OperatorContext, namespace: str, name: str, exc: ApiError) -> float:
@@ -313,12 +676,19 @@ def rbac_refusal(exc: ApiError) -> bool:
 
 
 async def _reconcile(ctx: OperatorContext, namespace: str, name: str, *, resync: bool) -> None:
+    """The pass; a memory pass when ``ctx.cluster`` is a :class:`_MemoryView`."""
     cluster = ctx.cluster
+    memory = _in_memory(ctx)
     app = await cluster.find(APPS, namespace, name)
     if app is None or app["metadata"].get("deletionTimestamp"):
+        _act(ctx, "the application is gone or going")
         ctx.forget(names.APP_KIND, namespace, name)
+        ctx.app_records.pop((namespace, name), None)
         _forbidden.pop((namespace, name), None)
         return
+    if not memory:
+        _remember_app(ctx, app)
+        _record(ctx, app).secrets.clear()  # this pass reads again the ones the spec names
     if resync and settled(app, time.time()):
         # The timer saw the application before the pass that ended it (it waited for that
         # pass's lock): the rest of this pass would read four children for nothing.
@@ -334,7 +704,7 @@ async def _reconcile(ctx: OperatorContext, namespace: str, name: str, *, resync:
         return
     try:
         spec = SparkApplicationSpec.parse(app.get("spec"))
-        resolved = resolve(spec.pipeline_description(name))
+        resolved = _resolved(ctx, app, spec)
     except ValidationError as exc:
         await _invalid(ctx, app, "InvalidSpec", _validation_message(exc))
         return
@@ -352,7 +722,10 @@ async def _reconcile(ctx: OperatorContext, namespace: str, name: str, *, resync:
     uid = meta.get("uid") or ""
     hash = children.spec_hash(app.get("spec") or {})
     try:
-        await _ensure_children(ctx, app, spec, resolved)
+        if not memory:
+            # A memory pass leaves them to their watch events (on_child), and the Secret,
+            # which is not watched, to the next full pass.
+            await _ensure_children(ctx, app, spec, resolved)
         pod = await cluster.find(PODS, namespace, pod_name)
         _must_own(
             app, pod, {"kind": "Pod", "metadata": {"labels": {names.LABEL_ROLE: names.ROLE_DRIVER}}}
@@ -475,7 +848,7 @@ async def _reconcile(ctx: OperatorContext, namespace: str, name: str, *, resync:
             return
     new.update(applicationState={"state": pod_state.value}, driverInfo=_driver_info(name, pod))
     if pod_state is AppState.RUNNING and progress_due(status, now, ctx.config.progress_seconds):
-        progress = await read_progress(ctx, app)
+        progress = await _read_progress(ctx, app, pod)
         if progress is not None:
             new["progress"] = progress
     await _write(
@@ -543,6 +916,7 @@ async def _submit(
     rerun: bool,
 ) -> None:
     """Create the driver Pod (a first run, a re-run, or the run of a changed spec)."""
+    _act(ctx, "a driver Pod to create")
     name, namespace = app["metadata"]["name"], app["metadata"]["namespace"]
     status: dict[str, Any] = app.get("status") or {}
     restarts = int(status.get("restarts") or 0) + 1 if rerun else 0
@@ -745,21 +1119,20 @@ async def _ensure_children(
         body = children.secret(name, namespace, uid, token, certificate)
         if await _create(ctx, SECRETS, namespace, body):
             _log_issued(app, certificate, "new application")
+            secret = body
+        else:  # another pass made it: the next full pass reads it
+            secret = None
+    if secret is not None:
+        _remember_secret(ctx, app, names.secret_name(name), secret)
     desired_svc = children.service(name, namespace, uid, spec)
     svc = await cluster.find(SERVICES, namespace, names.service_name(name))
     _must_own(app, svc, desired_svc)
     if svc is None:
         await _create(ctx, SERVICES, namespace, desired_svc)
     else:
-        svc_patch: dict[str, Any] = {}
-        if (svc.get("spec") or {}).get("ports") != desired_svc["spec"]["ports"]:
-            svc_patch["spec"] = {"ports": desired_svc["spec"]["ports"]}
-        for key in ("labels", "annotations"):
-            # Added or changed only (spec.sparkUIOptions): others may annotate it too.
-            have = svc["metadata"].get(key) or {}
-            want = desired_svc["metadata"].get(key) or {}
-            if any(have.get(k) != v for k, v in want.items()):
-                svc_patch.setdefault("metadata", {})[key] = want
+        # Labels and annotations added or changed only (spec.sparkUIOptions): others may
+        # annotate it too.
+        svc_patch = children.service_patch(svc, desired_svc)
         if svc_patch:
             await cluster.patch(SERVICES, namespace, names.service_name(name), svc_patch)
 
@@ -778,6 +1151,7 @@ async def _check_pod_privileges(
             continue
         seen.add(name)
         secret = await ctx.cluster.find(SECRETS, namespace, name)
+        _remember_secret(ctx, app, name, secret)
         if secret is not None and is_operator_secret(secret):
             raise refuse_secret(field, name, "carries the labels of the operator's Secrets")
 
@@ -789,6 +1163,7 @@ async def _refused(
     was started before the rule, or under a wider allowlist), create nothing, and report
     ``SUBMISSION_FAILED`` naming the field. ``specHash`` is cleared, so that once the spec or
     the allowlist changes, the next pass submits again."""
+    _act(ctx, "a refused submission")
     name, namespace = app["metadata"]["name"], app["metadata"]["namespace"]
     pod = await ctx.cluster.find(PODS, namespace, names.driver_pod_name(name))
     owned = pod is not None and owned_by(pod, app, names.ROLE_DRIVER)
@@ -895,7 +1270,9 @@ async def _ensure_certificate(ctx: OperatorContext, app: dict[str, Any]) -> None
         data.update(children.certificate_data(certificate))
     if not data:
         return
-    await ctx.cluster.patch(SECRETS, namespace, names.secret_name(name), {"data": data})
+    patched = await ctx.cluster.patch(SECRETS, namespace, names.secret_name(name), {"data": data})
+    if isinstance(patched, dict):
+        _remember_secret(ctx, app, names.secret_name(name), patched)
     if certificate is not None and reason is not None:
         _log_issued(app, certificate, reason)
     if names.REDACTION_KEY_KEY in data:
@@ -924,6 +1301,7 @@ async def _invalid(
 ) -> None:
     """An invalid spec: stop the driver, report why, retry nothing until the spec changes.
     ``has_children`` False: the name cannot have any (no API call about them)."""
+    _act(ctx, f"an invalid application ({reason})")
     name, namespace = app["metadata"]["name"], app["metadata"]["namespace"]
     if has_children:
         await ctx.cluster.delete(PODS, namespace, names.driver_pod_name(name))
@@ -977,6 +1355,9 @@ async def _write(
         generation=app["metadata"].get("generation"),
     )
     previous = _state(status)
+    # Written first, announced after: a memory pass stops at the write (_MemoryView), before
+    # an Event or a log line a full pass would repeat.
+    await _patch_if_changed(ctx, app, new)
     if previous != state.value:
         APPLICATION_TRANSITIONS.labels(state.value).inc()
         log.info(
@@ -993,7 +1374,6 @@ async def _write(
             f"State{state.value.title().replace('_', '')}",
             message or error or default_message,
         )
-    await _patch_if_changed(ctx, app, new)
 
 
 async def _patch_if_changed(ctx: OperatorContext, app: dict[str, Any], new: dict[str, Any]) -> None:
@@ -1010,9 +1390,10 @@ async def _patch_if_changed(ctx: OperatorContext, app: dict[str, Any], new: dict
     ):
         return
     if changed:
-        await ctx.cluster.patch_status(
+        written = await ctx.cluster.patch_status(
             APPS, app["metadata"]["namespace"], app["metadata"]["name"], changed
         )
+        _remember_app(ctx, written)
 
 
 def _cut(message: str) -> str:
@@ -1048,6 +1429,7 @@ async def _expire(
     ended = epoch_or_zero(status.get("terminationTime"))
     if ttl is None or not ended or time.time() < ended + ttl:
         return
+    _act(ctx, "timeToLiveSeconds is due")
     _event(app, "Normal", "Expired", f"deleting: ended more than {ttl}s ago (timeToLiveSeconds)")
     log.info(
         "application expired",

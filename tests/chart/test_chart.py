@@ -507,6 +507,11 @@ def test_operator_rights_match_what_it_calls(rendered: Rendered) -> None:
     for resource in ("pods", "configmaps", "secrets", "services"):
         assert allows(rules, "", resource, "create"), resource
     assert allows(rules, "", "pods", "watch")  # kopf's driver-Pod event handler
+    # The ConfigMaps and Services it creates are watched (by its labels), never Secrets.
+    for resource in ("configmaps", "services"):
+        for verb in ("list", "watch"):
+            assert allows(rules, "", resource, verb), (resource, verb)
+    assert not allows(rules, "", "secrets", "list") and not allows(rules, "", "secrets", "watch")
     assert allows(rules, "", "pods", "delete")
     assert allows(rules, "", "events", "create")
     for plural in ("sparkapplications", "datasamples"):
@@ -519,6 +524,8 @@ def test_operator_rights_match_what_it_calls(rendered: Rendered) -> None:
     assert not allows(rules, "apiextensions.k8s.io", "customresourcedefinitions", "watch")
     wide = rules_for(rendered("cluster-wide"), "sparkglass-operator", "anywhere")
     assert allows(wide, "apiextensions.k8s.io", "customresourcedefinitions", "watch")
+    for resource in ("configmaps", "services"):  # cluster-wide watches of its children
+        assert allows(wide, "", resource, "list") and allows(wide, "", resource, "watch")
     assert not allows(rules, "", "secrets", "delete")
     # The control certificate is added to (or renewed in) the Secret before a driver starts.
     assert allows(rules, "", "secrets", "patch")

@@ -144,6 +144,9 @@ def requests_naming(kube: StrictApiServer, app: str) -> int:
     )
 
 
+# --full-resync-seconds 0: every resync of the running application reads it from the API
+# (the witness below); a running one's own cost: test_api_cost.py.
+@pytest.mark.parametrize("operator_args", [["--full-resync-seconds", "0"]])
 async def test_an_ended_application_costs_no_request_per_resync(
     kube: StrictApiServer, operator: OperatorProcess
 ) -> None:

@@ -205,10 +205,13 @@ operator.clusterWide=true).
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["get", "list", "watch", "create", "delete"]
-# The driver's ConfigMap and headless Service: created, kept in line with the spec.
+# The driver's ConfigMap and headless Service: created, kept in line with the spec, and
+# watched (list, watch) with a label selector on the operator's own labels, so that one
+# deleted or changed is put back at once without reading them on every resync. (Secrets
+# are never listed nor watched: that would read every Secret of the namespace.)
 - apiGroups: [""]
   resources: ["configmaps", "services"]
-  verbs: ["get", "create", "patch"]
+  verbs: ["get", "list", "watch", "create", "patch"]
 # The control Secret: created once, read to call the driver's control endpoint (token,
 # certificate to pin); patched to add or renew the TLS certificate before a driver starts.
 # Scoped by the namespaces it manages: Secrets cannot be narrowed by a name pattern.

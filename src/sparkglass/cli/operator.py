@@ -140,6 +140,19 @@ def run(
     resync: float = typer.Option(
         10.0, "--resync-seconds", min=0.2, max=3600, help="SparkApplication resync interval."
     ),
+    full_resync: float = typer.Option(
+        300.0,
+        "--full-resync-seconds",
+        min=0,
+        max=86400,
+        envvar="SPARKGLASS_FULL_RESYNC_SECONDS",
+        help=(
+            "How often a live SparkApplication's resync reads it and its children from the "
+            "API again (0-86400). In between, resyncs decide from the operator's watches "
+            "(driver and executor Pods, ConfigMaps and Services it created), at no API "
+            "request; 0: every resync reads everything."
+        ),
+    ),
     api_qps: float = typer.Option(
         20.0,
         "--api-qps",
@@ -336,6 +349,7 @@ def run(
         metrics_port=metrics_port or None,
         metrics_address=bind,
         resync_seconds=resync,
+        full_resync_seconds=full_resync,
         api_qps=api_qps,
         api_burst=api_burst,
         progress_seconds=progress,
