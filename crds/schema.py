@@ -3,17 +3,9 @@
 The custom resources are written once, as pydantic models (:mod:`.sparkapplication`,
 :mod:`.datasample`); the CRD YAML, the chart's copy and the field reference are generated from
 them (``make crds``), as controller-gen does for Go operators. pydantic's JSON Schema is close
-to what the API server takes, with these differences, all settled here:
-
-* ``$ref``/``$defs`` are inlined (a structural schema has no references); a field's own
-  description, default and rules override or extend its type's;
-* ``Optional[X]`` is ``X`` that is not required (``anyOf`` with ``null`` is not structural);
-* ``title`` goes, a single-value ``const`` becomes an ``enum``;
-* extensions (``x-kubernetes-validations``, formats, ``x-kubernetes-preserve-unknown-fields``...)
-  come from the :class:`Schema` and :class:`Rule` annotations below.
-
-Descriptions are the models' docstrings (``use_attribute_docstrings``): what ``kubectl
-explain`` prints is what a reader of the code reads.
+to what the API server takes; :func:`openapi_schema` settles the differences. Descriptions
+are the models' docstrings (``use_attribute_docstrings``): what ``kubectl explain`` prints is
+what a reader of the code reads.
 """
 
 from __future__ import annotations
@@ -143,6 +135,17 @@ class _StructuralJsonSchema(GenerateJsonSchema):
 
 def openapi_schema(model: type[BaseModel]) -> dict[str, Any]:
     """The structural OpenAPI v3 schema of ``model`` (validation mode, wire names).
+
+    What differs from pydantic's JSON Schema, all settled here:
+
+    * ``$ref``/``$defs`` are inlined (a structural schema has no references); a field's own
+      description, default and rules override or extend its type's;
+    * ``Optional[X]`` is ``X`` that is not required (``anyOf`` with ``null`` is not
+      structural);
+    * ``title`` goes, a single-value ``const`` becomes an ``enum``;
+    * extensions (``x-kubernetes-validations``, formats,
+      ``x-kubernetes-preserve-unknown-fields``...) come from the :class:`Schema` and
+      :class:`Rule` annotations.
 
     Raises ``ValueError`` naming the path of a node that cannot be made structural."""
     raw = model.model_json_schema(by_alias=True, schema_generator=_StructuralJsonSchema)

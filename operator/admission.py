@@ -1,53 +1,14 @@
 """The DataSample validating admission webhook: what the CRD schema cannot check.
 
-The CRD's schema and CEL rules check a DataSample's shape (ranges, the kind, an expectation
-only with ``kind: violations``). They cannot know the application: whether ``spec.vertex``
-is one of its steps, whether ``spec.samplingWindow`` fits its ``sampling.samplingWindow``,
-whether ``spec.filter`` parses and names columns the vertex has, whether ``spec.columns``
-exist and ``spec.expectation`` is declared there. This webhook answers those at
-``kubectl apply``, naming the field::
-
-    $ kubectl apply -f sample.yaml
-    Error from server (Forbidden): admission webhook "datasamples.sparkglass.io" denied the
-    request: spec.filter: unknown column 'carier' at vertex 'parse'; columns: carrier, ...
-
-How each is checked:
-
-* ``spec.vertex`` against the application's declared ``pipeline.vertices`` (when it
-  declares them), ``spec.samplingWindow`` against its window and whether it samples at all,
-  from the application (:mod:`.sample_fit`, the rules the DataSample's reconcile applies too,
-  for both kinds of application);
-* kind, filter, columns and expectation, and the vertex of an application that declares no
-  pipeline, by asking its running driver (``GET /api/v1/vertices/{vertex}/round-check``):
-  Spark's own parser and analyzer against the vertex's schema, the words of a refused open.
-  The driver is found only as the DataSample reconcile finds it (:mod:`.driver_access`):
-  never from a field a user can write. A Kubeflow spark-operator application's driver is
-  not asked (reaching it needs the control Secret the operator creates at the first round,
-  and a review has no side effects): its name, sampling settings, window and sampling switch
-  are checked, the rest when the round opens.
-
-When a check cannot be made (the application is not there or not running yet, its driver
-does not answer within :data:`DRIVER_CHECK_SECONDS`, or more than
-:data:`MAX_CONCURRENT_DRIVER_CHECKS` are under way) the DataSample is admitted with a
-warning saying what was not checked: the driver checks the round again when it opens, and a
-refusal then ends the DataSample ``Failed`` (``RoundRejected``) with the same message.
-
-The server runs in every operator replica (leader or not: the API server may call any of
-them through the Service), over HTTPS with the certificate and key files the chart mounts,
-read again when they change. Like every admission webhook it cannot tell the API server from
-another caller that reaches its port (the API server presents no client certificate by
-default), so:
-
-* it holds little for anyone: a body up to :data:`MAX_REVIEW_BYTES`, arriving within
-  :data:`REVIEW_READ_SECONDS`, at most :data:`MAX_REVIEWS_IN_FLIGHT` reviews at once
-  (413, 408, 503 otherwise), parsed off the event loop the Lease renewal shares;
-* a review for a namespace the operator does not watch reads nothing, and one whose object
-  claims another namespace than the request is denied;
-* a denial names the field and what is wrong with the given value in the webhook's own
-  words, never a list of the vertex's columns, the application's vertices or its
-  expectations, nor a column's type or a struct's fields (:func:`_public`): a forged review
-  learns whether a guessed name exists, not the schema. The chart's
-  ``networkPolicy.webhookFrom`` admits the port only from the API servers' addresses.
+The CRD's schema and CEL rules check a DataSample's shape; they cannot know the
+application: whether ``spec.vertex`` is one of its steps, whether ``spec.samplingWindow``
+fits its window, whether ``spec.filter`` parses and names columns the vertex has, whether
+``spec.columns`` exist and ``spec.expectation`` is declared there. This webhook answers
+those at ``kubectl apply``, naming the field (:class:`DataSampleReviewer`); what cannot be
+checked then is admitted with a warning. It runs in every operator replica and cannot tell
+the API server from another caller that reaches its port, so it holds little
+(:func:`build_app`) and answers no lists (:func:`_public`). Docs: docs/architecture.md,
+"Admission: what the CRD cannot check"; docs/security.md, "The admission webhook".
 """
 
 from __future__ import annotations
@@ -181,7 +142,31 @@ def _denied(message: str) -> Verdict:
 # --------------------------------------------------------------------------- the checks
 class DataSampleReviewer:
     """Reviews DataSample creations for one operator process (``ctx``: its configuration and
-    API client). Holds the semaphore bounding the driver checks under way."""
+    API client). Holds the semaphore bounding the driver checks under way.
+
+    How each is checked:
+
+    * ``spec.vertex`` against the application's declared ``pipeline.vertices`` (when it
+      declares them), ``spec.samplingWindow`` against its window and whether it samples at
+      all, from the application (:mod:`.sample_fit`, the rules the DataSample's reconcile
+      applies too, for both kinds of application);
+    * kind, filter, columns and expectation, and the vertex of an application that declares
+      no pipeline, by asking its running driver (``GET /api/v1/vertices/{vertex}/round-check``):
+      Spark's own parser and analyzer against the vertex's schema, the words of a refused
+      open. The driver is found only as the DataSample reconcile finds it
+      (:mod:`.driver_access`): never from a field a user can write. A Kubeflow spark-operator
+      application's driver is not asked (reaching it needs the control Secret the operator
+      creates at the first round, and a review has no side effects): its name, sampling
+      settings, window and sampling switch are checked, the rest when the round opens.
+
+    When a check cannot be made (the application is not there or not running yet, its driver
+    does not answer within :data:`DRIVER_CHECK_SECONDS`, or more than
+    :data:`MAX_CONCURRENT_DRIVER_CHECKS` are under way) the DataSample is admitted with a
+    warning saying what was not checked: the driver checks the round again when it opens,
+    and a refusal then ends the DataSample ``Failed`` (``RoundRejected``) with the same
+    message. A review for a namespace the operator does not watch reads nothing, and one
+    whose object claims another namespace than the request is denied.
+    """
 
     def __init__(self, ctx: OperatorContext) -> None:
         self.ctx = ctx
@@ -369,7 +354,14 @@ _SCHEMA_WORDS = re.compile(
 
 
 def _public(message: str, vertex: str) -> str:
-    """The driver's refusal reduced to what a forged review may learn (see above)."""
+    """The driver's refusal reduced to what a forged review may learn.
+
+    A denial names the field and what is wrong with the given value in the webhook's own
+    words, never a list of the vertex's columns, the application's vertices or its
+    expectations, nor a column's type or a struct's fields: a forged review learns whether a
+    guessed name exists, not the schema. The chart's ``networkPolicy.webhookFrom`` admits the
+    port only from the API servers' addresses.
+    """
     first = message.strip().splitlines()[0].strip() if message.strip() else ""
     spark = _SPARK_CLASS.match(first)
     if spark is not None:
@@ -418,7 +410,14 @@ def _ssl_context(config: WebhookConfig) -> ssl.SSLContext:
 
 
 def build_app(reviewer: DataSampleReviewer) -> aiohttp.web.Application:
-    """The aiohttp application serving :data:`PATH` (POST only)."""
+    """The aiohttp application serving :data:`PATH` (POST only).
+
+    Like every admission webhook it cannot tell the API server from another caller that
+    reaches its port (the API server presents no client certificate by default), so it holds
+    little for anyone: a body up to :data:`MAX_REVIEW_BYTES`, arriving within
+    :data:`REVIEW_READ_SECONDS`, at most :data:`MAX_REVIEWS_IN_FLIGHT` reviews at once (413,
+    408, 503 otherwise), parsed off the event loop the Lease renewal shares.
+    """
     in_flight = asyncio.Semaphore(MAX_REVIEWS_IN_FLIGHT)
 
     async def validate(http: aiohttp.web.Request) -> aiohttp.web.Response:
@@ -469,7 +468,11 @@ def build_app(reviewer: DataSampleReviewer) -> aiohttp.web.Application:
 async def serve(ctx: OperatorContext, config: WebhookConfig) -> AsyncIterator[int]:
     """Serve the webhook over HTTPS until the block ends; yields the port listened on.
     Raises ``OSError`` when the port is taken or a TLS file cannot be read, ``ssl.SSLError``
-    when they hold no matching certificate and key."""
+    when they hold no matching certificate and key.
+
+    It runs in every operator replica, leader or not (the API server may call any of them
+    through the Service), with the certificate and key files the chart mounts, read again
+    when they change."""
     context = _ssl_context(config)
     runner = aiohttp.web.AppRunner(build_app(DataSampleReviewer(ctx)), access_log=None)
     await runner.setup()

@@ -4,20 +4,8 @@ kopf watches and patches the resources it handles; everything else (child object
 resource's status, Events) goes through :class:`Cluster`. It wraps the official ``kubernetes``
 client, whose calls block, so each call runs in a worker thread. Objects stay plain dicts (no
 generated models) so that what is sent is exactly what the manifests in ``names``/``children``
-describe. Patches are JSON merge patches (``None`` deletes a key).
-
-Errors: :class:`NotFound` (404), :class:`Conflict` (409) and :class:`ApiError` (anything
-else, with ``status``); network failures surface as :class:`ApiError` with status 0.
-
-A 429 (API Priority and Fairness throttling the operator's flow) is retried here, after the
-``Retry-After`` the API server gives (capped at :data:`MAX_RETRY_AFTER_S`), up to
-:data:`THROTTLED_ATTEMPTS` times, waiting without holding a thread; past that the caller gets
-it, with :attr:`ApiError.transient` true, as for status 0, 5xx and a ResourceQuota's 403.
-
-Requests start at most ``qps`` per second, in bursts of at most ``burst`` (client-go's token
-bucket: ``burst`` tokens, refilled at ``qps`` per second; a request takes one or waits).
-Every attempt is counted in ``sparkglass_operator_api_requests_total`` by verb, resource
-and the status code answered (:mod:`.metrics`).
+describe. It also paces the operator's requests and retries throttled ones
+(docs/architecture.md, "Throttling and quota").
 """
 
 from __future__ import annotations
@@ -148,7 +136,23 @@ def load_client_config() -> kubernetes.client.Configuration:
 
 
 class Cluster:
-    """Awaitable CRUD on namespaced objects as dicts (see the module docstring for errors)."""
+    """Awaitable CRUD on namespaced objects as dicts. Patches are JSON merge patches
+    (``None`` deletes a key).
+
+    Errors: :class:`NotFound` (404), :class:`Conflict` (409) and :class:`ApiError` (anything
+    else, with ``status``); network failures surface as :class:`ApiError` with status 0.
+
+    A 429 (API Priority and Fairness throttling the operator's flow) is retried here, after
+    the ``Retry-After`` the API server gives (capped at :data:`MAX_RETRY_AFTER_S`), up to
+    :data:`THROTTLED_ATTEMPTS` times, waiting without holding a thread; past that the caller
+    gets it, with :attr:`ApiError.transient` true, as for status 0, 5xx and a ResourceQuota's
+    403.
+
+    Requests start at most ``qps`` per second, in bursts of at most ``burst`` (client-go's
+    token bucket: ``burst`` tokens, refilled at ``qps`` per second; a request takes one or
+    waits). Every attempt is counted in ``sparkglass_operator_api_requests_total`` by verb,
+    resource and the status code answered (:mod:`.metrics`).
+    """
 
     def __init__(
         self,

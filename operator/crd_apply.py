@@ -3,14 +3,10 @@
 Helm installs a chart's ``crds/`` on the first install and never upgrades them, so a
 ``helm upgrade`` to a release whose operator expects new CRD fields would run it against the
 old schemas (the API server prunes the fields it does not know). With
-``crds.upgradeHook.enabled`` the chart runs ``python -m sparkglass.operator.crd_apply`` in a
-``pre-install,pre-upgrade`` hook Job, from the operator's own image, before anything else of
-the release changes. It applies the CRDs packaged with that image (the ones
-``sparkglass operator crds`` prints, which are the ones the operator in the same image
-expects), as ``kubectl apply --server-side --force-conflicts`` would (the image has no
-kubectl), and waits until each is ``Established``. Exit status 1 (which fails the hook, so
-Helm stops the upgrade) when a file is not a CustomResourceDefinition of sparkglass.io, the
-API server refuses one, or one is not established in time.
+``crds.upgradeHook.enabled`` the chart runs this module in a ``pre-install,pre-upgrade`` hook
+Job, from the operator's own image, before anything else of the release changes: it applies
+the CRDs packaged with that image as ``kubectl apply --server-side --force-conflicts`` would
+(the image has no kubectl) and waits until each is ``Established`` (docs/gitops.md).
 
 Usage: ``python -m sparkglass.operator.crd_apply [--dir DIR] [--timeout-seconds S]``.
 """
@@ -113,6 +109,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Apply the CRDs (those ``sparkglass operator crds`` prints, which are the ones the
+    operator in the same image expects) and wait until they are established. Exit status 1
+    (which fails the hook, so Helm stops the upgrade) when a file is not a
+    CustomResourceDefinition of sparkglass.io, the API server refuses one, or one is not
+    established in time."""
     args = build_parser().parse_args(argv)
     try:
         crds = load_crds(args.dir or packaged_crd_dir())

@@ -1,67 +1,14 @@
 """Reconciling a ``DataSample``: one sampling round, Pending → InProgress → a final phase.
 
-Event-driven: kopf's watch feeds every DataSample event into ``ctx.samples`` (the newest
-version of each object, see :mod:`.object_cache`) and, when it is news, adds the DataSample
-to a delaying work queue (:mod:`.work_queue`); events of its SparkApplication and driver Pod
-(kopf indexes; the Pods are watched with a server-side label selector) wake the DataSamples
-of that application. A queue worker runs :func:`reconcile`, one step, which returns when the
-DataSample next needs a step: at once on create and resume, every ``poll_seconds`` only
-while a round is in flight, at ``nextAttemptTime`` after a transient failure, and once
-``ttlSecondsAfterFinished`` after ``completionTime`` for a finished one (its deletion).
-Nothing else runs for a finished DataSample, and steps read the DataSample, its application
-and driver Pod from memory, not from the API.
-
-Status is output. Whoever may patch ``datasamples/status`` can write it, so the operator
-never takes from it which round to read, how long to keep a DataSample, or how often to
-retry. It keeps its own record per DataSample uid (``ctx.records``, :class:`SampleRecord`):
-the round the driver opened for it, when, the retries, when it finished. A process meeting a
-DataSample mid-flight (restart, failover) takes its predecessor's bookkeeping from the status
-once, within bounds where a false value can only end the DataSample sooner (:meth:`_Step._adopt`),
-and the round it reads is always the one the driver gives for the DataSample's uid: rounds are
-opened with the uid as idempotency key, so asking again (:meth:`_Step._relearn`) answers the
-round already opened, and a crash between opening a round and writing its id opens no second
-one. A claimed ``roundId`` the driver does not confirm (a later driver run, or a planted one)
-is never read: the DataSample ends ``Abandoned``. The TTL counts from the operator's record of
-the completion (a ``completionTime`` pushed into the future keeps nothing longer). Saving the
-result is keyed by the round id (saving twice replaces).
-
-Why not an annotation or another object: an annotation is as writable as the status, and an
-object of the operator's own per DataSample would double the API writes of every round. The
-driver already binds the uid to its round, and memory holds the rest; what a restart costs is
-the bounded adoption above.
-
-An application that is still starting (``SUBMITTED``, ``PENDING_RERUN``, no state yet) is
-waited for, up to ``spec.applicationStartTimeout`` after the DataSample's creation (default
-``5m``), without spending retries. A Kubeflow spark-operator application
-(``applicationRef.apiVersion: sparkoperator.k8s.io/v1beta2``) is found by its own rule
-(:mod:`.kubeflow`: read from the API, its driver Pod by labels and owner reference, the
-operator's ``<app>-sparkglass-control`` Secret); from there the round runs the same way.
-Final phases and their causes:
-
-===========  ================================================================================
-Complete     the round ended and every subtask answered
-Partial      some subtasks did not answer (``failedSubtasks``, ``errorCode``)
-NoData       no record passed the vertex during the window
-Disabled     the application's ``spec.sampling.enabled`` is false (or the driver says so)
-Failed       invalid spec; unknown vertex (the message lists the vertices); a samplingWindow
-             longer than the application's; a driver the token must not be sent to
-             (``ControlNotEncrypted``: started without TLS, or no valid certificate to
-             verify it with; the message says to restart the application); the driver refused
-             the round; the round failed on the driver (``errorCode``); a transient failure
-             outlived ``backoffLimit`` retries (``ApplicationNotFound``, driver unreachable,
-             ``TOO_MANY_CONCURRENT_ROUNDS``); no result before the deadline (``TIMEOUT``);
-             for a Kubeflow application also ``KubeflowNotEnabled`` (the operator may not read
-             it) and ``ControlPortMissing`` (its driver Pod declares no ``sg-control`` port)
-Abandoned    the application is not running (over, or not started within
-             ``applicationStartTimeout``),
-             or the driver run holding the open round ended, whichever the operator sees
-             first: the application's state, the driver Pod, or a driver that no longer
-             knows the round (``RoundLost``); an open round is never reopened (README.md)
-===========  ================================================================================
-
-Transient failures are retried with exponential back-off (1 s, 2 s, 4 s... at most 60 s)
-up to ``spec.backoffLimit`` times. Finished DataSamples are deleted
-``ttlSecondsAfterFinished`` after they finished (the operator's record, see above).
+Event-driven: kopf's watch feeds every DataSample event into ``ctx.samples``
+(:mod:`.object_cache`) and queues a step when it is news (:mod:`.work_queue`); events of its
+SparkApplication and driver Pod wake the DataSamples of that application. A queue worker runs
+:func:`reconcile`, one step, which returns when the DataSample next needs one. Status is
+output: the operator keeps its own record per DataSample uid (:meth:`_Step.record`), and the
+driver binds the round to that uid, so a process meeting a DataSample mid-flight adopts it
+within bounds (:meth:`_Step._adopt`, :meth:`_Step._relearn`). The rules: operator/README.md
+("When the driver dies mid-round", "When the operator restarts mid-round", "The DataSample
+engine"); the phases: docs/architecture.md, "DataSample".
 """
 
 from __future__ import annotations
@@ -506,8 +453,13 @@ class _Step:
         return copy.deepcopy(body) if body is not None else None
 
     def next_step_in(self) -> float | None:
-        """Seconds until this DataSample needs its next step (see the module docstring);
-        None when only an event can give it work."""
+        """Seconds until this DataSample needs its next step; None when only an event can
+        give it work: at once on create and resume, every ``poll_seconds`` only while a round
+        is in flight, at ``nextAttemptTime`` after a transient failure (exponential back-off,
+        1 s, 2 s, 4 s... at most 60 s, up to ``spec.backoffLimit`` times), and once
+        ``ttlSecondsAfterFinished`` after the operator's record of the completion for a
+        finished one (its deletion). Nothing else runs for a finished DataSample, and steps
+        read the DataSample, its application and driver Pod from memory, not from the API."""
         if self.gone or not self.status:
             return None
         now = time.time()

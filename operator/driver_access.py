@@ -1,30 +1,12 @@
 """Where a SparkApplication's driver listens, and its control token: only from what we own.
 
 The operator sends the control token (``Authorization: Bearer``) to the driver, so both the
-address and the token must come from objects this operator created for the application, not
-from anything a user can write. A SparkApplication's ``status.driverInfo`` is output only:
-anyone allowed to patch ``sparkapplications/status`` could otherwise point
-``controlEndpoint`` at a listener of theirs and ``controlSecretName`` at any Secret with a
-``token`` key, and the operator would deliver that token.
-
-What is trusted:
-
-* the driver Pod ``<app>-driver`` when it carries the operator's labels (application, role
-  ``driver``, managed-by) and a controller owner reference to this application's uid (the
-  API server sets ``status.podIP``; the control port is the Pod's own ``control`` port, the
-  one the driver was started with);
-* the Secret ``<app>-control-token`` (its name derived from the application, never read
-  from status or an annotation) when it carries the same labels and owner reference.
-
-Transport: a driver Pod the operator created with the control TLS volume serves HTTPS with
-the certificate in that Secret; the client pins exactly that certificate
-(:class:`~sparkglass.runtime.control.client.ControlTLS` with ``ca_pem`` = the Secret's
-``tls.crt`` and ``server_name`` = ``<app>-driver.<namespace>.svc``), so a listener at the
-driver's address with any other certificate, even one a cluster CA signed for the same name,
-fails the handshake before the token is sent. A driver Pod without that volume was started
-by an operator older than control TLS and speaks plain HTTP: the token is not sent to it
-unless the operator runs with ``--allow-cleartext-control`` (``DriverAccess.refusal`` says
-to restart the application, whose new driver gets the certificate).
+address and the token must come from objects this operator created for the application (the
+driver Pod and the Secret ``<app>-control-token``, each with our labels and a controller
+owner reference to the application's uid: :func:`owned_by`), not from anything a user can
+write: ``status.driverInfo`` is output only, or whoever may patch it could have the token
+sent to a listener of theirs. The client pins the Secret's certificate (:func:`pinned_access`).
+The rules: operator/README.md, "Trust boundary".
 """
 
 from __future__ import annotations
@@ -113,6 +95,21 @@ def control_endpoint(pod: dict[str, Any]) -> str | None:
 async def driver_access(ctx: OperatorContext, app: dict[str, Any]) -> DriverAccess | str:
     """How to reach ``app``'s running driver (:class:`DriverAccess`), or a message saying
     why there is none (no owned driver Pod, or it is not running yet).
+
+    What is trusted: the driver Pod ``<app>-driver`` when it carries the operator's labels
+    (application, role ``driver``, managed-by) and a controller owner reference to this
+    application's uid (the API server sets ``status.podIP``; the control port is the Pod's
+    own ``control`` port, the one the driver was started with); the Secret
+    ``<app>-control-token`` (its name derived from the application, never read from status or
+    an annotation) when it carries the same labels and owner reference. A driver Pod the
+    operator created with the control TLS volume serves HTTPS with the certificate in that
+    Secret, and the client pins exactly that certificate (``ca_pem`` = the Secret's
+    ``tls.crt``, ``server_name`` = ``<app>-driver.<namespace>.svc``), so a listener at the
+    driver's address with any other certificate, even one a cluster CA signed for the same
+    name, fails the handshake before the token is sent. A driver Pod without that volume was
+    started by an operator older than control TLS and speaks plain HTTP: the token is not
+    sent to it unless the operator runs with ``--allow-cleartext-control`` (``refusal`` says
+    to restart the application, whose new driver gets the certificate).
 
     The token is None when ``<app>-control-token`` is missing, not owned by ``app`` or has
     no ``token``. ``refusal`` is set when the driver serves HTTPS but the Secret holds no

@@ -4,26 +4,9 @@ In Kubernetes execution mode the service holds no driver token (the operator doe
 page's graph reads the metrics from the application's status. The operator asks the driver
 (``GET /api/v1/progress``, through the same owned-objects-only access and pinned TLS as for
 rounds: :mod:`.driver_access`) at most every ``progress_seconds`` (operator option
-``--progress-seconds``, default 10 s; 0 turns it off) and writes the answer, in the
-:class:`~sparkglass.runtime.contract.pipeline_metrics.PipelineMetrics` shape (its
-``observedAt``: the driver's clock, ms), plus ``publishedAt`` (RFC 3339, the operator's clock,
-when it was read). ``failed`` (a failed query's message) is cut to
-:data:`MAX_FAILED_CHARS`; ``vertices`` keeps only the vertices of the pipeline in the
-application's spec.
-
-The status lives in etcd (objects of at most ~1.5 MiB, rewritten on every publish) and every
-reader of the application receives it, so :func:`bound_progress` bounds it whatever the driver
-(the application's own code) answers: at most :data:`MAX_PROGRESS_VERTICES` vertices (in the
-spec's order), :data:`MAX_PROGRESS_EXPECTATIONS` expectations each, and
-:data:`MAX_PROGRESS_BYTES` as compact JSON; what does not fit is left out and
-``truncated`` is true. The status is written with a JSON merge patch, which keeps map keys
-the patch does not name, so :func:`progress_patch` also deletes (``null``) the vertices and
-expectations of the previous status that are not published again: otherwise the stored
-status would be the union of every publish, and a driver naming new expectations on each
-answer would grow it without bound.
-
-A driver that does not answer costs the reconcile pass at most ``PROGRESS_TIMEOUT_S`` and
-leaves the last published metrics in place (their ``observedAt`` says how old they are).
+``--progress-seconds``, default 10 s; 0 turns it off) and writes the answer
+(:func:`read_progress`), bounded whatever the driver, the application's own code, answers
+(:func:`bound_progress`, :func:`progress_patch`).
 """
 
 from __future__ import annotations
@@ -74,7 +57,14 @@ def progress_due(status: dict[str, Any], now: float, interval_s: float) -> bool:
 async def read_progress(ctx: OperatorContext, app: dict[str, Any]) -> dict[str, Any] | None:
     """The driver's metrics as a status entry, or None when there is none to publish (no
     running driver of the application's own, no token, a refused or untrusted driver, no
-    answer). Never raises for the driver's failures; ``ApiError`` from the API server does."""
+    answer). Never raises for the driver's failures; ``ApiError`` from the API server does.
+
+    The entry is the :class:`~sparkglass.runtime.contract.pipeline_metrics.PipelineMetrics`
+    shape (its ``observedAt``: the driver's clock, ms), plus ``publishedAt`` (RFC 3339, the
+    operator's clock, when it was read), with only the vertices of the pipeline in the
+    application's spec. A driver that does not answer costs the reconcile pass at most
+    :data:`PROGRESS_TIMEOUT_S` and leaves the last published metrics in place (their
+    ``observedAt`` says how old they are)."""
     access = await driver_access(ctx, app)
     if not isinstance(access, DriverAccess) or access.refusal or not access.token:
         return None
@@ -128,7 +118,9 @@ def bound_progress(entry: Mapping[str, Any], declared: Iterable[str]) -> dict[st
     round-robin over the vertices (first of each, then second of each...), so that a vertex
     with many expectations cannot crowd out the others; the first one that does not fit
     ends the filling. ``failed`` is cut to :data:`MAX_FAILED_CHARS`. ``truncated`` says
-    whether anything was left out.
+    whether anything was left out. The status lives in etcd (objects of at most ~1.5 MiB,
+    rewritten on every publish) and every reader of the application receives it, hence the
+    bounds.
     """
     out: dict[str, Any] = {k: v for k, v in entry.items() if k not in ("vertices", "truncated")}
     if out.get("failed"):
@@ -180,7 +172,9 @@ def progress_patch(bounded: dict[str, Any], previous: Any) -> dict[str, Any]:
     """``bounded`` as a merge patch over ``previous`` (the status's current
     ``progress``): vertices and expectations of ``previous`` that ``bounded`` does not hold
     are set to ``None`` (a merge patch's delete), so that the stored status becomes exactly
-    ``bounded`` instead of the union of every publish."""
+    ``bounded`` instead of the union of every publish (a JSON merge patch keeps map keys it
+    does not name, so a driver naming new expectations on each answer would otherwise grow
+    the status without bound)."""
     patch = dict(bounded)
     old_vertices = previous.get("vertices") if isinstance(previous, Mapping) else None
     if not isinstance(old_vertices, Mapping):

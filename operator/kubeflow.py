@@ -4,46 +4,11 @@ A DataSample whose ``spec.applicationRef.apiVersion`` is ``sparkoperator.k8s.io/
 samples a SparkApplication of the Kubeflow spark-operator. That operator, not sparkglass,
 creates the driver Pod, so the rule of :mod:`.driver_access` ("only children we created")
 cannot hold for the Pod. The operator still takes nothing a user can write as an address or
-a Secret name. What it trusts, and why:
-
-* **The application**: read from the API in the DataSample's own namespace (the reference
-  has no namespace), with its ``metadata.uid``. ``status.applicationState.state`` is read
-  only to decide *whether* to wait (not ``RUNNING`` yet) or give up (an end state); it never
-  says *where* to connect. ``status.driverInfo`` (``podName``, ``webUIAddress``,
-  ``webUIServiceName``...) is never read.
-* **The driver Pod**: a Pod of that namespace labelled ``spark-role=driver`` (Spark's label)
-  and ``sparkoperator.k8s.io/app-name=<name>`` (the spark-operator's) **and** carrying a
-  controller owner reference to the application's uid (apiVersion
-  ``sparkoperator.k8s.io/v1beta2``, kind ``SparkApplication``), which the spark-operator puts
-  on every driver Pod it starts (its driver Pod template and its Pod webhook both add it). It
-  must be ``Running``, not being deleted, with ``status.podIP`` (written by the kubelet) and
-  a container port named :data:`CONTROL_PORT_NAME` (from the application's ``driver.ports``).
-  The endpoint is ``https://<podIP>:<that port>``.
-* **The token and certificate**: the Secret ``<name>-sparkglass-control`` (name derived from
-  the application, never read from a spec or status), created by this operator with a random
-  token and a self-signed certificate, labelled like its other control Secrets and owned by
-  the application's uid (so it goes with the application). The user's SparkApplication reads
-  the token from it (``env`` ``secretKeyRef``) and mounts ``tls.crt``/``tls.key``; a Secret
-  the user names is never read, because a DataSample could otherwise have the operator send
-  someone else's Secret to a listener. A Secret at that name the operator did not create is
-  ignored (``ControlTokenMissing``).
-* **Transport**: always HTTPS, pinned to exactly that Secret's certificate, checked against
-  ``<name>-sparkglass-control.<namespace>.svc``. A driver answering in clear text, or with
-  any other certificate, fails the handshake before the token is sent (``DriverUntrusted``).
-
-What this proves, honestly: labels and an owner reference are metadata anyone allowed to
-create Pods in the namespace can also write. Such a person can equally mount the Secret, so
-the token and key are no secret from them (the same holds for sparkglass's own applications:
-``get secrets`` or ``create pods`` in a namespace reads its control tokens). The rule keeps
-the token from going anywhere a status, an annotation or a DataSample spec points to, and the
-pin keeps it from any listener that does not hold the key.
-
-The operator creates the Secret when it sees an application whose ``spec.sparkConf`` sets
-``spark.sparkglass.sampling.enabled=true`` (the kopf event handler, enabled when the operator
-may list these applications: chart value ``kubeflow.enabled``), and otherwise when a
-DataSample first needs it. Its certificate is replaced (missing, unreadable, for another name,
-or within 30 days of expiry) only while no driver Pod of the application runs: a running
-driver loaded the old one.
+a Secret name: the application is read from the API (:func:`read_application`), its driver
+Pod must carry the driver labels and a controller owner reference to the application's uid
+(:func:`is_driver_pod`), and the token and the pinned certificate come only from the Secret
+this operator creates (:func:`ensure_control_secret`). The trust rule, what it proves and its
+limits: docs/pipelines.md, "Kubeflow spark-operator applications".
 """
 
 from __future__ import annotations
@@ -340,7 +305,13 @@ async def ensure_control_secret(
     missing. Returns None when a Secret the operator did not create holds the name (left
     alone: it is never read). With ``renew`` a certificate that is missing, unreadable, for
     another name or within 30 days of expiry is replaced (the token kept), but only while no
-    driver Pod of the application runs. Raises ``ApiError``."""
+    driver Pod of the application runs (a running driver loaded the old one). Raises
+    ``ApiError``.
+
+    Called when the operator sees an application whose ``spec.sparkConf`` sets
+    ``spark.sparkglass.sampling.enabled=true`` (the kopf event handler, enabled when the
+    operator may list these applications: chart value ``kubeflow.enabled``), and otherwise
+    when a DataSample first needs the Secret."""
     meta = app["metadata"]
     name, namespace = meta["name"], meta["namespace"]
     secret = await cluster.find(SECRETS, namespace, secret_name(name))

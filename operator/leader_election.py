@@ -1,27 +1,9 @@
 """Leader election on a ``coordination.k8s.io/v1`` Lease, as client-go's ``leaderelection``.
 
 Replicas of the operator compete for one Lease (``sparkglass-operator`` in the operator's
-namespace). The holder writes its identity and renews ``spec.renewTime`` every
-``retry_period`` seconds; the others look every ``retry_period`` seconds and take the Lease
-over once it has not changed for ``lease_duration`` seconds *by their own clock* (they time
-how long they have seen the same record, never compare the holder's timestamps with their own
-clock, so clock skew between nodes does not matter). The wait is the Lease's own
-``leaseDurationSeconds`` when shorter (a released Lease says 1 s), never longer than
-``lease_duration``: a record claiming decades that nobody renews is taken over like any
-other. Every write carries the
-``resourceVersion`` read before it, so when two replicas try at once the API server accepts
-one write and answers 409 to the other.
-
-A leader that cannot renew for ``renew_deadline`` seconds (API server unreachable, or another
-replica holds the Lease) stops acting: :meth:`LeaderElector.hold` returns, and the process
-exits so that nothing it started keeps running (Kubernetes restarts it as a candidate). A
-leader that stops cleanly releases the Lease (empty holder, 1 s duration) so the other takes
-over at its next look instead of after ``lease_duration``.
-
-Failover takes at most ``lease_duration + retry_period`` seconds after the leader's last
-renewal (defaults 15 s + 2 s); all state of DataSamples and SparkApplications is in their
-status, so the new leader continues every round where the old one stopped
-(operator/README.md, "Two replicas").
+namespace); only the holder acts, and it stops acting (the process exits) when it cannot
+renew. All state of DataSamples and SparkApplications is in their status, so a new leader
+continues every round where the old one stopped (operator/README.md, "Two replicas").
 """
 
 from __future__ import annotations
@@ -78,7 +60,26 @@ def default_identity() -> str:
 
 
 class LeaderElector:
-    """One candidate. ``await acquire()`` until leader, then ``await hold()`` while leader."""
+    """One candidate. ``await acquire()`` until leader, then ``await hold()`` while leader.
+
+    The holder writes its identity and renews ``spec.renewTime`` every ``retry_period``
+    seconds; the others look every ``retry_period`` seconds and take the Lease over once it
+    has not changed for ``lease_duration`` seconds *by their own clock* (they time how long
+    they have seen the same record, never compare the holder's timestamps with their own
+    clock, so clock skew between nodes does not matter). The wait is the Lease's own
+    ``leaseDurationSeconds`` when shorter (a released Lease says 1 s), never longer than
+    ``lease_duration``: a record claiming decades that nobody renews is taken over like any
+    other. Every write carries the ``resourceVersion`` read before it, so when two replicas
+    try at once the API server accepts one write and answers 409 to the other.
+
+    A leader that cannot renew for ``renew_deadline`` seconds (API server unreachable, or
+    another replica holds the Lease) stops acting: :meth:`hold` returns, and the process
+    exits so that nothing it started keeps running (Kubernetes restarts it as a candidate).
+    A leader that stops cleanly releases the Lease (empty holder, 1 s duration) so the other
+    takes over at its next look instead of after ``lease_duration``. Failover takes at most
+    ``lease_duration + retry_period`` seconds after the leader's last renewal (defaults
+    15 s + 2 s).
+    """
 
     def __init__(
         self,

@@ -1,19 +1,12 @@
 """Names the operator reads and writes: API coordinates, labels and child object names.
 
-Child objects of a SparkApplication ``<app>`` (all owned by it, so deleting the application
-deletes them through Kubernetes' garbage collector):
-
-=============  =========================  =============================================
-kind           name                       holds
-=============  =========================  =============================================
-ConfigMap      ``<app>-sparkglass``       ``pipeline.json``, ``sampling.json``,
-                                          ``spark-defaults.conf``
-Secret         ``<app>-control-token``    ``token``: bearer token of the control endpoint;
-                                          ``tls.crt``/``tls.key``: its TLS certificate;
-                                          ``redaction-key``: key of the ``hash`` redaction
-Service        ``<app>-driver``           headless; executors reach the driver through it
-Pod            ``<app>-driver``           ``spark-submit --deploy-mode client``
-=============  =========================  =============================================
+Child objects of a SparkApplication ``<app>``, all owned by it (deleting the application
+deletes them through Kubernetes' garbage collector): the ConfigMap ``<app>-sparkglass``
+(``pipeline.json``, ``sampling.json``, ``spark-defaults.conf``), the Secret
+``<app>-control-token`` (``token``: bearer token of the control endpoint;
+``tls.crt``/``tls.key``: its TLS certificate; ``redaction-key``: key of the ``hash``
+redaction), the headless Service ``<app>-driver`` (executors reach the driver through it)
+and the driver Pod ``<app>-driver`` (``spark-submit --deploy-mode client``).
 """
 
 from __future__ import annotations

@@ -3,19 +3,10 @@ under the operator's own parts, and the restricted security defaults.
 
 sparkglass creates the driver Pod itself and hands Spark an executor Pod template
 (``spark.kubernetes.executor.podTemplateFile``), so every setting applies without a
-mutating webhook. What the operator owns cannot be replaced by a user addition: its volumes
-and mount paths (the config directory, the control TLS files), the driver's control and
-identity environment variables, its container names, ports, labels and owner references. A
-user volume, mount, variable or container that collides with them is refused by
-:func:`check_pod_settings` with an error naming the field (``InvalidSpec``).
-
-Security defaults (Pod Security Standards, profile ``restricted``): every Pod gets
-``runAsNonRoot: true`` and seccomp ``RuntimeDefault``; every container (main, init, sidecar)
-``allowPrivilegeEscalation: false`` and ``capabilities.drop: [ALL]``. The user's
-``podSecurityContext`` / ``securityContext`` are merged over them key by key, so a user
-setting wins where it is set and the defaults apply where it is not. The image must run as a
-numeric non-root user (``USER 10001`` in the project's image) or the spec must set
-``podSecurityContext.runAsUser``.
+mutating webhook. What the operator owns cannot be replaced by a user addition
+(:func:`check_pod_settings`), and every Pod gets the Pod Security Standards' ``restricted``
+defaults with the user's security contexts merged over them (:func:`pod_security_context`,
+:func:`container_security_context`). The rules: operator/README.md, "Pod settings".
 """
 
 from __future__ import annotations
@@ -79,7 +70,16 @@ def merged(defaults: dict[str, Any], user: dict[str, Any] | None) -> dict[str, A
 
 def pod_security_context(settings: PodSettings, **operator: Any) -> dict[str, Any]:
     """The Pod ``securityContext``: restricted defaults, ``operator`` extras (the driver's
-    ``fsGroup``), the user's ``podSecurityContext`` over both."""
+    ``fsGroup``), the user's ``podSecurityContext`` over both.
+
+    Security defaults (Pod Security Standards, profile ``restricted``): every Pod gets
+    ``runAsNonRoot: true`` and seccomp ``RuntimeDefault``; every container (main, init,
+    sidecar) ``allowPrivilegeEscalation: false`` and ``capabilities.drop: [ALL]``
+    (:func:`container_security_context`). The user's ``podSecurityContext`` /
+    ``securityContext`` are merged over them key by key, so a user setting wins where it is
+    set and the defaults apply where it is not. The image must run as a numeric non-root
+    user (``USER 10001`` in the project's image) or the spec must set
+    ``podSecurityContext.runAsUser``."""
     return merged({**POD_SECURITY_DEFAULTS, **operator}, settings.pod_security_context)
 
 
@@ -155,7 +155,11 @@ def executor_pod_template(spec: SparkApplicationSpec) -> dict[str, Any]:
 def check_pod_settings(settings: PodSettings, volumes: list[dict[str, Any]], *, role: str) -> None:
     """Refuse user additions that collide with the operator's parts of a ``role`` Pod
     (``driver`` or ``executor``). Raises ``ValueError`` naming the field (relative to
-    ``spec.<role>``) and what it collides with; ``volumes`` is ``spec.volumes``."""
+    ``spec.<role>``) and what it collides with; ``volumes`` is ``spec.volumes``.
+
+    What the operator owns: its volumes and mount paths (the config directory, the control
+    TLS files), the driver's control and identity environment variables, its container
+    names, ports, labels and owner references. The spec then ends ``InvalidSpec``."""
     known = {v.get("name") for v in volumes}
     main = DRIVER_CONTAINER if role == "driver" else EXECUTOR_CONTAINER
     if role == "driver":

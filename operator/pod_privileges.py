@@ -4,32 +4,11 @@ The operator creates the driver Pod (and, through the executor Pod template and 
 conf, the executors) with its own rights, so whoever may create a SparkApplication would
 otherwise borrow those rights: run the driver as any ServiceAccount of the namespace (the
 operator's own can read every Secret it watches), or mount any Secret, including the
-``<app>-control-token`` Secret of another application (its control token and TLS key).
-Two rules close that, checked before anything is created and on every pass after:
-
-* **ServiceAccounts from an allowlist.** ``spec.driver.serviceAccount`` and
-  ``spec.executor.serviceAccount`` must be empty, the namespace's ``default`` account (what a
-  Pod gets when it names none, so naming it grants nothing new), or one of the operator's
-  ``allowed_service_accounts`` (``sparkglass operator run --allowed-service-account`` or
-  ``SPARKGLASS_ALLOWED_SERVICE_ACCOUNTS``, chart value ``operator.allowedServiceAccounts``;
-  by default the chart's driver account, ``spark-driver``). The Spark properties that name them
-  (``spark.kubernetes.authenticate.{driver,executor}.serviceAccountName``) are the
-  operator's (``specs.OPERATOR_OWNED_CONF_KEYS``), so ``sparkConf`` cannot go around this.
-* **No control-token Secret.** No Secret reference anywhere in the Pod settings
-  (``spec.volumes`` including projected sources and volume plugins' ``secretRef``s, ``env``
-  ``valueFrom.secretKeyRef``, ``envFrom.secretRef`` of the main, init and sidecar containers,
-  ``imagePullSecrets``) nor Spark's own secret properties
-  (``spark.kubernetes.{driver,executor}.secrets.<name>``,
-  ``spark.kubernetes.{driver,executor}.secretKeyRef.<VAR>=<name>:<key>``) may name a Secret
-  the operator creates for applications: by name (``*-control-token``, every application's
-  Secret name; the suffix is reserved) and, read from the API, by label
-  (``sparkglass.io/role: control-token`` or ``app.kubernetes.io/managed-by:
-  sparkglass-operator``). The operator mounts an application's own Secret itself (its
-  ``tls.crt``/``tls.key`` and the token variable); a user reference is never needed.
-
-A refusal ends the submission (``SUBMISSION_FAILED``; a running driver is stopped) with a
-message naming the field and, for ServiceAccounts, the allowed values. It holds until the
-spec (or the allowlist) changes.
+``<app>-control-token`` Secret of another application (its control token and TLS key). Two
+rules close that, checked before anything is created and on every pass after:
+ServiceAccounts from an allowlist (:func:`check_service_accounts`) and no control-token
+Secret (:func:`secret_references`). A refusal ends the submission (``SUBMISSION_FAILED``)
+until the spec changes: operator/README.md, "Whose rights the Pods get".
 """
 
 from __future__ import annotations
@@ -85,7 +64,17 @@ def parse_service_accounts(
 
 
 def check_service_accounts(spec: SparkApplicationSpec, allowed: tuple[str, ...]) -> None:
-    """Raise :class:`PodPrivilegeRefused` when a Pod would run as an account not allowed."""
+    """Raise :class:`PodPrivilegeRefused` when a Pod would run as an account not allowed.
+
+    ``spec.driver.serviceAccount`` and ``spec.executor.serviceAccount`` must be empty, the
+    namespace's ``default`` account (what a Pod gets when it names none, so naming it grants
+    nothing new), or one of ``allowed`` (``sparkglass operator run
+    --allowed-service-account`` or ``SPARKGLASS_ALLOWED_SERVICE_ACCOUNTS``, chart value
+    ``operator.allowedServiceAccounts``; by default the chart's driver account,
+    ``spark-driver``). The Spark properties that name them
+    (``spark.kubernetes.authenticate.{driver,executor}.serviceAccountName``) are the
+    operator's (``specs.OPERATOR_OWNED_CONF_KEYS``), so ``sparkConf`` cannot go around this.
+    """
     for role, settings in (("driver", spec.driver), ("executor", spec.executor)):
         account = settings.service_account
         if not account or account == DEFAULT_SERVICE_ACCOUNT or account in allowed:
@@ -100,7 +89,21 @@ def check_service_accounts(spec: SparkApplicationSpec, allowed: tuple[str, ...])
 
 
 def secret_references(spec: SparkApplicationSpec) -> Iterator[tuple[str, str]]:
-    """Every Secret the application's Pods would reference, as ``(spec field, name)``."""
+    """Every Secret the application's Pods would reference, as ``(spec field, name)``:
+    ``spec.volumes`` including projected sources and volume plugins' ``secretRef``s, ``env``
+    ``valueFrom.secretKeyRef``, ``envFrom.secretRef`` of the main, init and sidecar
+    containers, ``imagePullSecrets``, and Spark's own secret properties
+    (``spark.kubernetes.{driver,executor}.secrets.<name>``,
+    ``spark.kubernetes.{driver,executor}.secretKeyRef.<VAR>=<name>:<key>``).
+
+    None may name a Secret the operator creates for applications: by name
+    (``*-control-token``, every application's Secret name; the suffix is reserved:
+    :func:`check_secret_names`) and, read from the API, by label
+    (``sparkglass.io/role: control-token`` or ``app.kubernetes.io/managed-by:
+    sparkglass-operator``: :func:`is_operator_secret`). The operator mounts an application's
+    own Secret itself (its ``tls.crt``/``tls.key`` and the token variable); a user reference
+    is never needed.
+    """
     for i, volume in enumerate(spec.volumes):
         yield from _walk(volume, f"spec.volumes[{i}]")
     for role, settings in (("driver", spec.driver), ("executor", spec.executor)):

@@ -2,35 +2,10 @@
 
 The admission webhook (:mod:`.admission`, at ``kubectl apply``) and the DataSample reconciler
 (:mod:`.datasample`, before it looks for the driver) both call :func:`check`, for sparkglass's
-own SparkApplication and for a Kubeflow spark-operator one (``sparkoperator.k8s.io/v1beta2``).
-What can be told from the application's object, in this order (the first rule broken is the
-answer):
-
-1. the application: a sparkglass one's spec parses (:class:`.specs.SparkApplicationSpec`); a
-   Kubeflow one's name can name its control Secret (:func:`.kubeflow.app_name_problem`) and
-   its ``spec.sparkConf`` ``spark.sparkglass.sampling.*`` parse
-   (:func:`.kubeflow.sampling_settings`);
-2. ``spec.vertex`` is one of the application's ``spec.pipeline.vertices``, when it declares
-   them (a Kubeflow application never does);
-3. ``spec.samplingWindow`` is at most the application's window (``spec.sampling.samplingWindow``;
-   ``sparkConf spark.sparkglass.sampling.sampling-window``);
-4. sampling is enabled (``spec.sampling.enabled``; ``sparkConf
-   spark.sparkglass.sampling.enabled=true``), else the DataSample ends ``Disabled``.
-
-A Kubeflow application the operator may not read at all (the chart's ``kubeflow.enabled`` is
-off) is refused by both alike too (:func:`kubeflow_not_enabled`).
-
-The rest only the running driver knows, against the vertex's schema and its declared
-expectations, and the driver is the one place that checks it: ``spec.kind``, ``filter``,
-``columns``, ``expectation``, a vertex an application does not declare (the webhook asks its
-round check, the reconciler's open is refused), and the application's redaction (applied on
-the executors; no round request can lower it, a filter may not name a redacted column).
-``maxRecords`` has no bound of the application's: the CRD caps it.
-
-Each refusal is written once here, in the words of both callers (:class:`Misfit`): the status
-message and Ready reason the reconciler ends the DataSample with, and the webhook's answer,
-which names the DataSample's field and lists nothing of the application (its vertices are in
-the status message only, for those who may read the DataSample).
+own SparkApplication and for a Kubeflow spark-operator one (``sparkoperator.k8s.io/v1beta2``):
+what can be told from the application's object (its spec, the vertex, the window, whether it
+samples). The rest only the running driver knows, and the driver is the one place that
+checks it. Each refusal is written once here, in the words of both callers (:class:`Misfit`).
 """
 
 from __future__ import annotations
@@ -68,7 +43,8 @@ class Misfit:
       is the application's (an invalid one, sampling off), which a DataSample cannot fix;
     * ``review``: the webhook's words: the denial (``"<field>: why"``) when :attr:`denies`,
       else the warning the DataSample is admitted with. Never a list of the application's
-      vertices (the webhook cannot tell the API server from a forged caller).
+      vertices (the webhook cannot tell the API server from a forged caller): those are in
+      the status message only, for those who may read the DataSample.
     """
 
     reason: Reason
@@ -122,8 +98,29 @@ def check(spec: DataSampleSpec, app: dict[str, Any]) -> Fit | Misfit:
     ``applicationRef`` names (a sparkglass ``SparkApplication`` or, with
     ``applicationRef.apiVersion: sparkoperator.k8s.io/v1beta2``, a Kubeflow one), as read
     from the API: ``{"metadata": ..., "spec": ...}``. Raises nothing: the first rule
-    broken (in the module docstring's order) is the :class:`Misfit` returned; a DataSample
-    that breaks none gets the :class:`Fit` its round runs with.
+    broken (in this order) is the :class:`Misfit` returned; a DataSample that breaks none
+    gets the :class:`Fit` its round runs with.
+
+    1. the application: a sparkglass one's spec parses (:class:`.specs.SparkApplicationSpec`);
+       a Kubeflow one's name can name its control Secret (:func:`.kubeflow.app_name_problem`)
+       and its ``spec.sparkConf`` ``spark.sparkglass.sampling.*`` parse
+       (:func:`.kubeflow.sampling_settings`);
+    2. ``spec.vertex`` is one of the application's ``spec.pipeline.vertices``, when it
+       declares them (a Kubeflow application never does);
+    3. ``spec.samplingWindow`` is at most the application's window
+       (``spec.sampling.samplingWindow``; ``sparkConf spark.sparkglass.sampling.sampling-window``);
+    4. sampling is enabled (``spec.sampling.enabled``; ``sparkConf
+       spark.sparkglass.sampling.enabled=true``), else the DataSample ends ``Disabled``.
+
+    A Kubeflow application the operator may not read at all (the chart's ``kubeflow.enabled``
+    is off) is refused by both callers alike too (:func:`kubeflow_not_enabled`).
+
+    The rest only the running driver knows, against the vertex's schema and its declared
+    expectations: ``spec.kind``, ``filter``, ``columns``, ``expectation``, a vertex an
+    application does not declare (the webhook asks its round check, the reconciler's open is
+    refused), and the application's redaction (applied on the executors; no round request can
+    lower it, a filter may not name a redacted column). ``maxRecords`` has no bound of the
+    application's: the CRD caps it.
     """
     name = spec.application_ref.name
     read = _kubeflow(name, app) if spec.application_ref.is_kubeflow else _sparkglass(name, app)

@@ -2,21 +2,9 @@
 
 The operator translates the spec (spark-operator v1beta2 field names) into Spark properties
 for ``spark-submit --deploy-mode client`` against the Kubernetes master, adds the sparkglass
-plugin and sampling settings, then applies ``spec.sparkConf`` on top (so users can override
-anything but the plugin and jar lists, which are merged rather than replaced, and the keys
-the operator owns (``specs.operator_owned``: master, deploy mode, namespace, driver Pod name,
-host and ports, executor Pod template, the control endpoint's address, token and TLS files,
-the ServiceAccounts and ``spark.authenticate``), which the CRD and the spec's validation
-refuse and which are set again after the user's properties anyway). The control endpoint's
-tuning knobs (``specs.USER_CONTROL_CONF_KEYS``: ``max-body-bytes``, ``connection-timeout``,
-``max-connections``, ``max-connections-per-address``) are the user's: the operator sets none
-of them, so the driver's defaults apply unless ``sparkConf`` names them.
-``spec.hadoopConf`` entries become ``spark.hadoop.<key>``, before ``spec.sparkConf``.
-
-The redaction key (``spark.sparkglass.sampling.redact.secret``) is never a property here:
-this file is a ConfigMap anyone who may read ConfigMaps reads. The driver Pod gets it from
-the Secret on ``spark-submit``'s command line (``children.driver_pod``); a ``sparkConf``
-entry for it is dropped.
+plugin and sampling settings, then applies ``spec.sparkConf`` on top, keeping the keys the
+operator owns (:func:`spark_properties`). The file is a ConfigMap anyone who may read
+ConfigMaps reads, so the redaction key never goes into it.
 """
 
 from __future__ import annotations
@@ -61,7 +49,25 @@ class DriverEnvironment:
 def spark_properties(
     spec: SparkApplicationSpec, *, app: str, namespace: str, env: DriverEnvironment
 ) -> dict[str, str]:
-    """The driver's Spark properties, ordered (operator-set first, user overrides last)."""
+    """The driver's Spark properties, ordered (operator-set first, user overrides last).
+
+    ``spec.sparkConf`` goes on top, so users can override anything but the plugin and jar
+    lists, which are merged rather than replaced, and the keys the operator owns
+    (``specs.operator_owned``: master, deploy mode, namespace, driver Pod name, host and
+    ports, executor Pod template, the control endpoint's address, token and TLS files, the
+    ServiceAccounts and ``spark.authenticate``), which the CRD and the spec's validation
+    refuse and which are set again after the user's properties anyway. The control
+    endpoint's tuning knobs (``specs.USER_CONTROL_CONF_KEYS``: ``max-body-bytes``,
+    ``connection-timeout``, ``max-connections``, ``max-connections-per-address``) are the
+    user's: the operator sets none of them, so the driver's defaults apply unless
+    ``sparkConf`` names them. ``spec.hadoopConf`` entries become ``spark.hadoop.<key>``,
+    before ``spec.sparkConf``.
+
+    The redaction key (``spark.sparkglass.sampling.redact.secret``) is never a property here:
+    this file is a ConfigMap anyone who may read ConfigMaps reads. The driver Pod gets it
+    from the Secret on ``spark-submit``'s command line (``children.driver_pod``); a
+    ``sparkConf`` entry for it is dropped.
+    """
     conf: dict[str, str] = {
         "spark.master": env.kubernetes_master,
         "spark.submit.deployMode": "client",

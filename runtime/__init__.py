@@ -1,22 +1,8 @@
 """The in-job library a PySpark job imports.
 
-``Pipeline`` is the DSL; ``spark_session`` creates a session with sparkglass defaults.
-
-Sub-packages, by what they are (``docs/architecture.md`` has the whole map):
-
-==================  ==================================================================
-``contract``        Spark-free models and rules shared with the service and the operator:
-                    the data-sample result, pipeline description, plan and planner,
-                    attributes, sampling settings, durations, errors, the DataSample
-                    status codec
-``control``         the driver control endpoint and its one client
-``sampling``        the tap, the JVM bridge, the round coordinator, the per-application
-                    registry and the sampling jar
-``optimizations``   executing a plan in Spark: materialized outputs, latest-per-key,
-                    fused Arrow vertices
-``async_ops``       async vertices, the async sink writer, retry strategies
-``pipeline``        the DSL; ``session``: creating a SparkSession
-==================  ==================================================================
+``Pipeline`` is the DSL; ``spark_session`` creates a session with sparkglass defaults. The
+sub-packages (``contract``, ``control``, ``sampling``, ``optimizations``, ``async_ops``) are
+mapped in docs/architecture.md, "runtime".
 
 The names below are imported on first use (PEP 562), so that ``import
 sparkglass.runtime.contract`` (what the service and the operator do) never imports pyspark.

@@ -3,18 +3,8 @@
 A :class:`Pipeline` is a small DAG of named steps. A *source* is a DataFrame (bounded
 when it is a batch DataFrame, unbounded when it is streaming); a *vertex* is a function of
 its input DataFrames returning a DataFrame; a *sink* writes one input. ``start()`` plans
-the pipeline (:mod:`sparkglass.runtime.contract.planner`) and runs it phase by phase: each phase
-starts its streaming queries, runs its bounded sinks and writes its end-of-input outputs
-before the next phase starts. Names are DNS-1123 labels because they appear in REST URLs and
-Kubernetes labels.
-
-Example::
-
-    p = Pipeline("flights", spark)
-    p.source("flights", spark.readStream.schema(schema).csv(path))
-    p.vertex("parse", "flights", parse)
-    p.sink("out", "parse", lambda df: df.writeStream.format("memory").queryName("out"))
-    p.start(); p.await_termination(60); p.stop()
+the pipeline (:mod:`sparkglass.runtime.contract.planner`) and runs it phase by phase. Names
+are DNS-1123 labels because they appear in REST URLs and Kubernetes labels.
 """
 
 from __future__ import annotations
@@ -334,7 +324,13 @@ class Pipeline:
 
     ``checkpoint_root`` is where streaming sinks without their own checkpoint location
     keep their checkpoints (default: a temporary directory removed by ``stop()``).
-    Errors in the graph raise :class:`PipelineError` naming the offending vertex.
+    Errors in the graph raise :class:`PipelineError` naming the offending vertex. Example::
+
+        p = Pipeline("flights", spark)
+        p.source("flights", spark.readStream.schema(schema).csv(path))
+        p.vertex("parse", "flights", parse)
+        p.sink("out", "parse", lambda df: df.writeStream.format("memory").queryName("out"))
+        p.start(); p.await_termination(60); p.stop()
     """
 
     def __init__(

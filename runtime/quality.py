@@ -1,28 +1,11 @@
 """Applying a vertex's expectations to its output DataFrame.
 
 At a vertex with expectations (:mod:`sparkglass.runtime.contract.expectations`) the output
-goes through, in this order:
-
-1. the counter: on a streaming vertex, the rows that failed each expectation and all rows
-   (so passed = rows − failed) are counted per micro-batch, and the pipeline's query
-   listener adds them up. The count is :func:`count_expectations`: a code-generated
-   expression of the sampling jar (``io.sparkglass.quality.ExpectationCounter``) counting
-   into a Spark accumulator kept per micro-batch, so expectations cost what their conditions
-   cost; without the jar (or with ``spark.sparkglass.expectations.nativeCount=false``),
-   Spark's observed metrics named ``sg_expect_<vertex>`` (``observe``, which costs a
-   whole-stage code generation break and per-row aggregate updates);
-2. the violations tap (with sampling enabled): rounds of kind ``violations`` capture rows
-   here, before any is dropped, with the names of the expectations they failed (the names
-   are computed only for rows the gate admits);
-3. ``expect_or_fail``: the first failing row raises ``raise_error`` with a message naming
-   the vertex, the expectation, its condition and the row rendered with the application's
-   redaction, which fails the task and so the micro-batch;
-4. ``expect_or_drop``: failing rows are filtered out.
-
-A row passes when the condition is true; false and NULL fail.
-
-Error rows (:mod:`sparkglass.runtime.contract.error_rows`) are split off before any of this by
-:func:`route_errors`: the errors tap sees them, expectations and everything downstream do not.
+is counted (:func:`count_expectations`: a code-generated counter of the sampling jar, else
+Spark's ``observe``), tapped for rounds of kind ``violations``, then ``expect_or_fail`` and
+``expect_or_drop`` are enforced, in that order (:func:`apply_expectations`). Error rows
+(:mod:`sparkglass.runtime.contract.error_rows`) are split off before any of this by
+:func:`route_errors`. docs/architecture.md, "Expectations", says why a counter of our own.
 """
 
 from __future__ import annotations
@@ -216,9 +199,27 @@ def _native_count_failed(vertex: str, exc: Exception) -> None:
 def apply_expectations(
     pipeline: Any, vertex: str, df: DataFrame, expectations: Sequence[Expectation]
 ) -> tuple[DataFrame, ExpectationTally | None]:
-    """``df`` with ``expectations`` counted, tapped, enforced (see module docstring), and the
-    tally counting them (``None``: no expectations, a bounded vertex, or counted with
-    ``observe``).
+    """``df`` with ``expectations`` counted, tapped, enforced, and the tally counting them
+    (``None``: no expectations, a bounded vertex, or counted with ``observe``). In order:
+
+    1. the counter: on a streaming vertex, the rows that failed each expectation and all rows
+       (so passed = rows − failed) are counted per micro-batch, and the pipeline's query
+       listener adds them up. The count is :func:`count_expectations`: a code-generated
+       expression of the sampling jar (``io.sparkglass.quality.ExpectationCounter``) counting
+       into a Spark accumulator kept per micro-batch, so expectations cost what their
+       conditions cost; without the jar (or with
+       ``spark.sparkglass.expectations.nativeCount=false``), Spark's observed metrics named
+       ``sg_expect_<vertex>`` (``observe``, which costs a whole-stage code generation break
+       and per-row aggregate updates);
+    2. the violations tap (with sampling enabled): rounds of kind ``violations`` capture rows
+       here, before any is dropped, with the names of the expectations they failed (the
+       names are computed only for rows the gate admits);
+    3. ``expect_or_fail``: the first failing row raises ``raise_error`` with a message naming
+       the vertex, the expectation, its condition and the row rendered with the
+       application's redaction, which fails the task and so the micro-batch;
+    4. ``expect_or_drop``: failing rows are filtered out.
+
+    A row passes when the condition is true; false and NULL fail.
 
     Raises :class:`PlanError` for a condition that does not fit the vertex's columns.
     """

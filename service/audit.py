@@ -1,31 +1,12 @@
 """The audit trail: who read, triggered, listed, registered or deleted what, and who was
 refused (401/403), when, from where and how many records they got.
 
-Events are queued in memory and written in batches every ``audit_flush_seconds`` by a
-background thread (and on shutdown), so a poll costs no extra database write in its own
-request: 200 clients polling every 3 s would otherwise add ~70 writes/s to SQLite.
-
-Reads are coalesced (``audit_read_window_seconds``, 60 s by default): repeated identical
-reads, the same principal reading the same round of the same vertex (or the same listing)
-from the same address with the same outcome, become one event per window carrying how many
-requests it stands for (``request_count``) and the first and last time (``at``,
-``last_at``); ``record_count`` is the sum of the records they were sent (a ``304`` sends
-none). A page polling a shared result once a second then costs one row a minute instead of
-sixty, so the store grows with rounds and principals, not with polls. Only ``read`` and
-``list`` events are coalesced: triggers, writes, admin actions and denials (401/403) are
-each queued as their own event at once, whatever reads surround them, so no request can
-hide a refusal or a write inside a count. Open windows are bounded in bytes
-(``audit_read_buffer_bytes``): when full, the oldest window is closed early (queued as an
-event; nothing is lost, that key just coalesces less). Windows are closed when they end,
-when the audit trail is read in this process (``flush``) and on shutdown.
-
-The queue of events waiting to be written is bounded (``audit_buffer_events``): while the
-database refuses writes, events beyond the bound are dropped, counted in
-``sparkglass_audit_events_dropped_total`` (a read window as the reads it stood for) and
-logged once per flush, so a failing database costs a bounded amount of memory and the loss
-is visible. Reads are dropped first (oldest
-first); a refusal, write or trigger is dropped only when the queue holds nothing else, so a
-flood of reads cannot push a denial out of the queue.
+Events are queued in memory and written in batches by a background thread
+(:class:`AuditWriter`), so a poll costs no extra database write in its own request, and
+identical reads are coalesced, so the store grows with rounds and principals, not with
+polls. Triggers, writes, admin actions and denials are never coalesced, and a bounded queue
+drops reads first, so no request can hide or push out a refusal. The rules:
+docs/security.md, "The audit trail"; the settings: service/README.md, "Audit trail".
 """
 
 from __future__ import annotations
@@ -139,6 +120,32 @@ class AuditWriter:
     registry; a private one when ``None``). Raises ``ValueError`` when ``max_events`` is
     below 1, ``flush_seconds`` not positive, or ``read_window_seconds`` /
     ``read_buffer_bytes`` negative.
+
+    Events are written every ``audit_flush_seconds`` by a background thread (and on
+    shutdown), so a poll costs no extra database write in its own request: 200 clients
+    polling every 3 s would otherwise add ~70 writes/s to SQLite.
+
+    Reads are coalesced (``audit_read_window_seconds``, 60 s by default): repeated identical
+    reads, the same principal reading the same round of the same vertex (or the same
+    listing) from the same address with the same outcome, become one event per window
+    carrying how many requests it stands for (``request_count``) and the first and last time
+    (``at``, ``last_at``); ``record_count`` is the sum of the records they were sent (a
+    ``304`` sends none). A page polling a shared result once a second then costs one row a
+    minute instead of sixty. Only ``read`` and ``list`` events are coalesced: triggers,
+    writes, admin actions and denials (401/403) are each queued as their own event at once,
+    whatever reads surround them, so no request can hide a refusal or a write inside a
+    count. When the open windows reach ``audit_read_buffer_bytes`` the oldest window is
+    closed early (queued as an event; nothing is lost, that key just coalesces less).
+    Windows are closed when they end, when the audit trail is read in this process
+    (:meth:`flush`) and on shutdown.
+
+    The queue of events waiting to be written is bounded (``audit_buffer_events``): while
+    the database refuses writes, events beyond the bound are dropped, counted in
+    ``sparkglass_audit_events_dropped_total`` (a read window as the reads it stood for) and
+    logged once per flush, so a failing database costs a bounded amount of memory and the
+    loss is visible. Reads are dropped first (oldest first); a refusal, write or trigger is
+    dropped only when the queue holds nothing else, so a flood of reads cannot push a
+    denial out of the queue.
     """
 
     def __init__(

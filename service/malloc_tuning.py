@@ -1,20 +1,9 @@
 """glibc ``malloc`` settings for the service process, which moves bodies of up to ~50 MB.
 
-Measured with ``make bench-memory``: with glibc's defaults the service's
-RSS stayed hundreds of MB above what it held alive, for two reasons:
-
-* the *dynamic* mmap threshold: once a large buffer (an HTTP body, a chunk of a response)
-  allocated with ``mmap`` is freed, glibc raises the threshold to its size (up to 32 MB),
-  so later buffers of that size come from the heap, and freed heap memory is rarely
-  given back to the system;
-* one heap *arena* per thread, up to 8 per core: the round workers and the request
-  threads each kept their own freed megabytes.
-
-:func:`tune_malloc` fixes the threshold at 128 KiB (buffers above it are mapped and
-unmapped, so freeing one returns it to the system) and allows at most 2 arenas. It changes
-no behaviour, only where memory comes from, and does nothing where the C library is not
-glibc. ``MALLOC_ARENA_MAX`` / ``MALLOC_MMAP_THRESHOLD_`` set in the environment win (glibc
-reads them at start; they are not overridden).
+Measured with ``make bench-memory``: with glibc's defaults the service's RSS stayed hundreds
+of MB above what it held alive, because of glibc's dynamic mmap threshold and its one heap
+arena per thread. :func:`tune_malloc` fixes both; it changes no behaviour, only where memory
+comes from.
 """
 
 from __future__ import annotations
@@ -41,7 +30,21 @@ ARENA_MAX = 2
 
 def tune_malloc() -> bool:
     """Apply the settings above to this process's glibc malloc; ``False`` when the C
-    library is not glibc (nothing changed). Call before the service allocates much."""
+    library is not glibc (nothing changed). Call before the service allocates much.
+
+    Why, with glibc's defaults:
+
+    * the *dynamic* mmap threshold: once a large buffer (an HTTP body, a chunk of a
+      response) allocated with ``mmap`` is freed, glibc raises the threshold to its size (up
+      to 32 MB), so later buffers of that size come from the heap, and freed heap memory is
+      rarely given back to the system;
+    * one heap *arena* per thread, up to 8 per core: the round workers and the request
+      threads each kept their own freed megabytes.
+
+    So the threshold is fixed at :data:`MMAP_THRESHOLD_BYTES` (buffers above it are mapped
+    and unmapped, so freeing one returns it to the system) and at most :data:`ARENA_MAX`
+    arenas are allowed. ``MALLOC_ARENA_MAX`` / ``MALLOC_MMAP_THRESHOLD_`` set in the
+    environment win (glibc reads them at start; they are not overridden)."""
     name = ctypes.util.find_library("c")
     if not name:
         return False

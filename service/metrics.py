@@ -1,38 +1,10 @@
 """Prometheus metrics served at ``/metrics``.
 
 Each service instance owns its own :class:`~prometheus_client.CollectorRegistry` so tests can
-create many apps in one process.
-
-- ``sparkglass_rounds_total{status}``: rounds that ended, by final status.
-- ``sparkglass_rounds_started_total``: rounds this replica started.
-- ``sparkglass_round_duration_seconds``: round latency, start to end.
-- ``sparkglass_result_streams_in_use`` and ``sparkglass_result_streams_waiting``: result
-  bodies being sent from the store now (``stream_concurrency`` bounds them) and requests
-  waiting for a slot; a waiting count that stays above 0 says to raise ``stream_concurrency``
-  or ``result_cache_bytes`` (this process's figures: each worker has its own).
-- ``sparkglass_http_requests_total{method,route,code}`` and
-  ``sparkglass_http_request_duration_seconds{method,route}``: per route template (not per
-  URL, which would create a series per application and vertex).
-
-- ``sparkglass_expectation_rows_total{namespace,application,vertex,expectation,action,outcome}``:
-  rows that ``passed`` or ``failed`` an expectation since the pipeline started (a counter: it
-  restarts at 0 with the driver); ``sparkglass_expectation_rows_last_micro_batch{...}`` the
-  same in the latest micro-batch; ``sparkglass_expectation_observed_timestamp_seconds
-  {namespace,application}`` when those numbers were read from the driver (or the
-  SparkApplication's ``status.progress``). They are the application's
-  :class:`~sparkglass.runtime.contract.pipeline_metrics.PipelineMetrics` as the service last
-  read them (``GET .../progress``: the page reads it every 3 s while open); an application not
-  read for :data:`EXPECTATION_SERIES_TTL_S` leaves ``/metrics``.
-
-Every HTTP label value comes from a fixed set, so no request can add series: methods outside
-:data:`KNOWN_METHODS` count as ``OTHER``, routes are templates (``unmatched`` when none
-matched), and codes outside :data:`KNOWN_CODES` count as their class (``2xx`` ... ``5xx``).
-The expectation series carry names from the applications: vertex names must be vertices the
-store knows for the application, expectation names DNS-1123 labels (the contract checks
-them), at most 32 per vertex, and all applications together hold at most
-:data:`MAX_EXPECTATION_SERIES` (application, vertex, expectation) series; past it the
-applications read longest ago leave first, and ``sparkglass_expectation_series_dropped_total``
-counts the series left out.
+create many apps in one process. :class:`ServiceMetrics` holds the round, result-stream and
+HTTP instruments; :class:`ExpectationSeries` exports each application's latest expectation
+counts. No request can add series: HTTP label values come from fixed sets, and the
+expectation series are bounded in number. The list: service/README.md, "Metrics".
 """
 
 from __future__ import annotations
@@ -197,7 +169,41 @@ class ExpectationSeries(Collector):
 
 
 class ServiceMetrics:
-    """The service's instruments in their own registry."""
+    """The service's instruments in their own registry.
+
+    - ``sparkglass_rounds_total{status}``: rounds that ended, by final status.
+    - ``sparkglass_rounds_started_total``: rounds this replica started.
+    - ``sparkglass_round_duration_seconds``: round latency, start to end.
+    - ``sparkglass_result_streams_in_use`` and ``sparkglass_result_streams_waiting``: result
+      bodies being sent from the store now (``stream_concurrency`` bounds them) and requests
+      waiting for a slot; a waiting count that stays above 0 says to raise
+      ``stream_concurrency`` or ``result_cache_bytes`` (this process's figures: each worker
+      has its own).
+    - ``sparkglass_http_requests_total{method,route,code}`` and
+      ``sparkglass_http_request_duration_seconds{method,route}``: per route template (not
+      per URL, which would create a series per application and vertex).
+    - the expectation series of :class:`ExpectationSeries`:
+      ``sparkglass_expectation_rows_total{namespace,application,vertex,expectation,action,outcome}``:
+      rows that ``passed`` or ``failed`` an expectation since the pipeline started (a
+      counter: it restarts at 0 with the driver);
+      ``sparkglass_expectation_rows_last_micro_batch{...}`` the same in the latest
+      micro-batch; ``sparkglass_expectation_observed_timestamp_seconds
+      {namespace,application}`` when those numbers were read from the driver (or the
+      SparkApplication's ``status.progress``). They are the application's
+      :class:`~sparkglass.runtime.contract.pipeline_metrics.PipelineMetrics` as the service
+      last read them (``GET .../progress``: the page reads it every 3 s while open); an
+      application not read for :data:`EXPECTATION_SERIES_TTL_S` leaves ``/metrics``.
+
+    Every HTTP label value comes from a fixed set, so no request can add series: methods
+    outside :data:`KNOWN_METHODS` count as ``OTHER``, routes are templates (``unmatched``
+    when none matched), and codes outside :data:`KNOWN_CODES` count as their class (``2xx``
+    ... ``5xx``). The expectation series carry names from the applications: vertex names
+    must be vertices the store knows for the application, expectation names DNS-1123 labels
+    (the contract checks them), at most 32 per vertex, and all applications together hold at
+    most :data:`MAX_EXPECTATION_SERIES` (application, vertex, expectation) series; past it
+    the applications read longest ago leave first, and
+    ``sparkglass_expectation_series_dropped_total`` counts the series left out.
+    """
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()

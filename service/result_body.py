@@ -2,37 +2,12 @@
 a cache of finished bodies bounded in bytes.
 
 A result may be ~50 MB of JSON (5000 records of 10000 characters). Decoded into pydantic
-objects and serialized whole, it cost twice that per request, and a few concurrent polls
-of large results took the service past 1 GB. Here nothing holds a whole
-large result:
-
-* :func:`plan_body` reads only the head of the round (the round row) and how many records
-  each subtask stored, and applies the ``subtaskIndex``/``maxRecords`` post-filters to
-  those counts with the contract's own :func:`fair_truncate`;
-* :func:`render_body` writes the body from the plan, a page of records per store query and
-  chunks of about ``CHUNK_BYTES``: a response being sent holds one page and one chunk
-  whatever the result's size, and no database transaction stays open between pages. A page
-  is planned by :func:`plan_pages` from the records' sizes in the store: at most
-  ``PAGE_BYTES`` (1 MiB) of record data (``data`` and ``dataType``, UTF-8), or one record
-  when a single one is larger (a record may be ``max-record-length``, 1,000,000 characters:
-  a page of 100 such records was ~100 MB, review item A4). The bytes are exactly
-  ``model_dump_json(by_alias=True)`` of the post-filtered :class:`DataSampleResult`;
-* :class:`StreamGate` bounds how many bodies are written from the store at once
-  (``stream_concurrency``); a request beyond waits for a slot, holding no record, up to
-  ``stream_wait_seconds``, then gets 503 with ``Retry-After``. Bodies sent from the cache
-  need no slot (they copy a chunk of a body the cache already holds);
-* :class:`ResultBodies` keeps finished bodies, per (round, post-filters), of at most a
-  quarter of ``result_cache_bytes`` each in a :class:`~sparkglass.service.byte_cache.ByteLRU`
-  of ``result_cache_bytes``. A cached body is sent by copying one chunk at a time out of the
-  cache, never by holding the body: an evicted body is freed at once, and the rest of the
-  response is written from the store again;
-* a cached body of at least ``gzip_min_bytes`` is also kept gzip-compressed (compressed
-  once, when it is built), and clients that accept gzip get those bytes: when a round turns
-  over and 200 open pages fetch its new body, the compression is not done 200 times (the
-  service's gzip middleware passes a body that already has a ``Content-Encoding``);
-* every body carries a weak ``ETag`` (:func:`entity_tag`), and a request whose
-  ``If-None-Match`` names it gets ``304 Not Modified`` with no body: 200 open pages polling an
-  unchanged result cost the service a hash of the round's head each, not 200 bodies.
+objects and serialized whole, it cost twice that per request, and a few concurrent polls of
+large results took the service past 1 GB. Here nothing holds a whole large result: a body is
+planned from the store's counts (:func:`plan_body`), written a page and a chunk at a time
+(:func:`render_body`, :func:`plan_pages`), bounded in how many are written at once
+(:class:`StreamGate`), and kept when finished in a byte-bounded cache, gzip-compressed once
+and validated by a weak ``ETag`` (:class:`ResultBodies`, :func:`entity_tag`).
 """
 
 from __future__ import annotations
@@ -116,7 +91,9 @@ def entity_tag(
 ) -> str:
     """The weak entity tag (``W/"<24 hex digits>"``) of the body of ``head`` after the
     post-filters. Records of a stored round never change, so the head (round id, status,
-    counts, ``stale``) and the filters determine the body's bytes."""
+    counts, ``stale``) and the filters determine the body's bytes. A request whose
+    ``If-None-Match`` names it gets ``304 Not Modified`` with no body: 200 open pages polling
+    an unchanged result cost the service a hash of the round's head each, not 200 bodies."""
     digest = hashlib.blake2b(head.model_dump_json(by_alias=True).encode(), digest_size=12)
     digest.update(b"|%s|%s" % (str(subtask_index).encode(), str(max_records).encode()))
     return f'W/"{digest.hexdigest()}"'
@@ -304,6 +281,12 @@ def render_body(sessions: sessionmaker[Session], plan: BodyPlan) -> Iterator[byt
     session of ``sessions``; a page holds at most ``PAGE_BYTES`` of record data, or one
     record (:func:`plan_pages`).
 
+    A response being sent holds one page and one chunk whatever the result's size, and no
+    database transaction stays open between pages. A page is planned from the records' sizes
+    in the store (a record may be ``max-record-length``, 1,000,000 characters: a page of 100
+    such records was ~100 MB). The bytes are exactly ``model_dump_json(by_alias=True)`` of
+    the post-filtered :class:`DataSampleResult`.
+
     A round deleted meanwhile (retention, its application removed) ends its records early:
     the body stays valid JSON with fewer records than ``totalRecordCount`` says.
     """
@@ -487,7 +470,19 @@ class ResultBodies:
     memory gate (``result_concurrency``): a body is built for the cache only while a pass
     is free, otherwise it is sent from the store. ``streams`` bounds the bodies sent from
     the store at once (``stream_concurrency``): a request beyond waits ``stream_wait_s``
-    for a slot, then gets 503 with ``Retry-After``.
+    for a slot, holding no record, then gets 503 with ``Retry-After``. Bodies sent from the
+    cache need no slot (they copy a chunk of a body the cache already holds).
+
+    Finished bodies are kept per (round, post-filters), each of at most a quarter of
+    ``result_cache_bytes`` (:data:`ENTRY_SHARE`), in a
+    :class:`~sparkglass.service.byte_cache.ByteLRU` of ``result_cache_bytes``. A cached body
+    is sent by copying one chunk at a time out of the cache, never by holding the body: an
+    evicted body is freed at once, and the rest of the response is written from the store
+    again. A cached body of at least ``gzip_min_bytes`` is also kept gzip-compressed
+    (compressed once, when it is built), and clients that accept gzip get those bytes: when a
+    round turns over and 200 open pages fetch its new body, the compression is not done 200
+    times (the service's gzip middleware passes a body that already has a
+    ``Content-Encoding``).
     """
 
     def __init__(

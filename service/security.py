@@ -1,19 +1,11 @@
 """Pure ASGI middlewares guarding every request before any route runs.
 
-- :class:`BodyLimitMiddleware`: a request body larger than ``max_body_bytes`` is refused with
-  413: at once when ``Content-Length`` says so (nothing read), or as soon as a chunked body
-  passes the limit (reading stops there).
-- :class:`AuthFailureLimiter`: a client address (or one of its tokens) that collected too
-  many 401s under ``/api/`` is answered 429 with ``Retry-After`` (token buckets per address
-  and per (address, token)), so garbage tokens cannot each cost a TokenReview; tokens that
-  authenticated recently are never refused, so users sharing an Ingress's address with the
-  sender of garbage keep being served.
-- :class:`SecurityHeadersMiddleware`: CSP, ``X-Frame-Options``, ``nosniff``,
-  ``Referrer-Policy`` on every response and ``Cache-Control: no-store`` on API responses
-  (they carry sampled records and authorization-dependent answers).
-
-They are pure ASGI (not ``BaseHTTPMiddleware``) so that they see the raw ``receive`` and can
-answer before the application reads anything.
+:class:`BodyLimitMiddleware` refuses request bodies over ``max_body_bytes`` (413);
+:class:`AuthFailureLimiter` answers 429 to a client address (or one of its tokens) that
+collected too many 401s, without refusing users who share its address;
+:class:`SecurityHeadersMiddleware` adds CSP and the other security headers. They are pure
+ASGI (not ``BaseHTTPMiddleware``) so that they see the raw ``receive`` and can answer before
+the application reads anything (docs/security.md, "Limits on clients").
 """
 
 from __future__ import annotations
@@ -93,7 +85,8 @@ class BodyLimit:
 
 class BodyLimitMiddleware:
     """413 for request bodies over ``max_bytes``, or over the first of ``routes`` that
-    matches (see the module docstring); 400 for a ``Content-Length`` that is not a
+    matches: at once when ``Content-Length`` says so (nothing read), or as soon as a chunked
+    body passes the limit (reading stops there); 400 for a ``Content-Length`` that is not a
     non-negative integer."""
 
     def __init__(self, app: ASGIApp, max_bytes: int, routes: Sequence[BodyLimit] = ()) -> None:
@@ -415,7 +408,9 @@ class AuthFailureLimiter:
 
 
 class SecurityHeadersMiddleware:
-    """Adds the security headers to every HTTP response (headers the route set win)."""
+    """Adds the security headers to every HTTP response (headers the route set win): CSP,
+    ``X-Frame-Options``, ``nosniff``, ``Referrer-Policy``, and ``Cache-Control: no-store`` on
+    API responses (they carry sampled records and authorization-dependent answers)."""
 
     def __init__(self, app: ASGIApp) -> None:
         self._app = app

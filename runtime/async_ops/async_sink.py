@@ -2,33 +2,10 @@
 
 Subclass :class:`AsyncSinkWriter`, implement ``async def send(element)`` (runs on the
 Python worker's event loop, shared with the async vertex), and write a DataFrame with
-:func:`write_partitions`::
-
-    class Post(AsyncSinkWriter[Row]):
-        async def send(self, row):
-            async with session.post(url, json=row.asDict()) as r:
-                r.raise_for_status()
-
-    write_partitions(df, lambda ctx: Post(ctx, capacity=50, retry=FixedDelayRetry()))
-    # streaming: df.writeStream.foreachBatch(lambda b, _id: write_partitions(b, make)).start()
-
-Semantics:
-
-- ``write()`` returns once the element was sent; while ``capacity`` writes are in flight
-  it blocks, **yielding to the mailbox** (so completions keep arriving): back-pressure.
-  At most ``capacity`` sends are ever in flight.
-- Completions, result predicates, retries and :meth:`AsyncSinkWriter.on_result` run in
-  the **task thread** through the mailbox: no locks in user code. A retry is re-sent
-  from the task thread after the strategy's back-off.
-- ``timeout_s`` bounds one element's attempts and back-offs together (like the async
-  vertex). An element that fails for good makes the next ``write()``/``flush()`` raise
-  :class:`AsyncRequestError`; the task fails and Spark retries it, re-sending its whole
-  partition — so the target must accept repeats (at-least-once; idempotent writes make
-  the effect exactly once).
-- ``flush()`` waits for every write; ``close()`` cancels what is left. Cancelling the
-  Spark job kills the task's Python worker within ``spark.python.task.killTimeout``
-  (2 s by default); :meth:`AsyncSinkWriter.cancel` interrupts a waiting ``write()`` or
-  ``flush()`` in-process at once with :class:`WriterInterruptedError`.
+:func:`write_partitions`. Writes are bounded in flight, with back-pressure; completions and
+retries run in the task thread, so user code needs no locks; a task that fails re-sends its
+whole partition (at-least-once). Example and rules: docs/async-operators.md, "Async sink
+writer".
 """
 
 from __future__ import annotations
@@ -100,12 +77,38 @@ class InitContext:
 
 
 class AsyncSinkWriter(ABC, Generic[T]):
-    """Bounded asynchronous writes with back-pressure (see the module docstring).
+    """Bounded asynchronous writes with back-pressure.
 
     ``capacity``: sends in flight at most (1–100000). ``retry``: a strategy of
     :mod:`sparkglass.runtime.async_ops.retry`. ``timeout_s``: seconds per element, retries
     included. Raises :class:`AsyncConfigError` for a bad parameter. Use one writer per
-    task, from the task thread.
+    task, from the task thread. For example::
+
+        class Post(AsyncSinkWriter[Row]):
+            async def send(self, row):
+                async with session.post(url, json=row.asDict()) as r:
+                    r.raise_for_status()
+
+        write_partitions(df, lambda ctx: Post(ctx, capacity=50, retry=FixedDelayRetry()))
+        # streaming: df.writeStream.foreachBatch(lambda b, _id: write_partitions(b, make)).start()
+
+    Semantics:
+
+    - ``write()`` returns once the element was sent; while ``capacity`` writes are in flight
+      it blocks, **yielding to the mailbox** (so completions keep arriving): back-pressure.
+      At most ``capacity`` sends are ever in flight.
+    - Completions, result predicates, retries and :meth:`on_result` run in the **task
+      thread** through the mailbox: no locks in user code. A retry is re-sent from the task
+      thread after the strategy's back-off.
+    - ``timeout_s`` bounds one element's attempts and back-offs together (like the async
+      vertex). An element that fails for good makes the next ``write()``/``flush()`` raise
+      :class:`AsyncRequestError`; the task fails and Spark retries it, re-sending its whole
+      partition, so the target must accept repeats (at-least-once; idempotent writes make
+      the effect exactly once).
+    - ``flush()`` waits for every write; ``close()`` cancels what is left. Cancelling the
+      Spark job kills the task's Python worker within ``spark.python.task.killTimeout``
+      (2 s by default); :meth:`cancel` interrupts a waiting ``write()`` or ``flush()``
+      in-process at once with :class:`WriterInterruptedError`.
     """
 
     def __init__(

@@ -1,42 +1,11 @@
 """The async vertex: call an external service per record, bounded, ordered, losing nothing.
 
-``async_map(df, fn, capacity=100, timeout_s=30, ordered=True, retry=NO_RETRY, ...)`` runs
-``await fn(record)`` for every row of ``df`` on the executors, with at most ``capacity``
-requests of one task outstanding at a time. It is a ``mapInArrow`` over the input:
-
-- **One event loop per Python worker**, in a daemon thread, reused by every task the
-  worker runs (PySpark reuses workers), and so are the resources ``fn`` opens
-  (:class:`~sparkglass.runtime.async_ops.worker_loop.AsyncFunction`, e.g. one
-  ``aiohttp.ClientSession`` per worker; see :mod:`sparkglass.runtime.async_ops.worker_loop`).
-- **Back-pressure**: the task thread hands each input Arrow batch to the loop and reads
-  the next one only when every record so far has started and a slot is free. The loop
-  starts a waiting record the moment a slot frees, so slots never wait for the task
-  thread to be scheduled; the two threads meet a few times per batch, not per record.
-- **Ordered** mode emits results in input order (a result waits for its predecessors and
-  counts against ``capacity`` until emitted, as in Flink's ordered ``AsyncWaitOperator``);
-  **unordered** mode emits results as they arrive.
-- **Timeout**: each request, retries and back-offs included (as in Flink), gets
-  ``timeout_s`` seconds; then ``on_timeout(record)`` (sync or async) returns a fallback
-  result, or, without a hook, the request fails with :class:`AsyncTimeoutError`.
-- **Stateless ordered wait**: nothing in flight is stored anywhere. The task returns only
-  after every one of its requests finished; a request that fails for good raises
-  :class:`AsyncRequestError` in the task (the other requests are cancelled), so Spark
-  retries the task and, past ``spark.task.maxFailures``, fails the micro-batch; the
-  query then restarts from its last committed offsets. A slow outlier holds its task, and
-  a failure recomputes the whole partition: see ``docs/async-operators.md``.
-- **Skipping failed requests** (opt-in, ``on_failure="emit_error"``): a request that fails
-  for good (its retries spent, or its timeout passed without an ``on_timeout`` hook) does
-  not fail the task; its record becomes one *error row* in its place (ordered mode: in
-  input order) — the output columns with the input's values of the same name and the error
-  in the extra string column ``__sg_error``
-  (:mod:`sparkglass.runtime.contract.error_rows`); good rows have it null. A pipeline's
-  async vertex routes error rows to its ``errors`` output (rounds of kind ``errors``) and
-  drops the column; a direct caller of :func:`async_map` filters on it. The record is then
-  *not* retried by Spark: choose this only when skipping a record is acceptable.
-
-``fn`` gets each row as a ``dict`` (column → Python value) and returns a ``dict`` for one
-output row (missing columns become null), ``None`` for no row, or a ``list`` of dicts.
-Output rows follow ``output_schema`` (default: the input schema).
+:func:`async_map` runs ``await fn(record)`` for every row of a DataFrame on the executors (a
+``mapInArrow``), with at most ``capacity`` requests of one task outstanding, one event loop
+per Python worker, results in input order or as they arrive, a timeout per record and a
+retry strategy. Nothing in flight is stored: a task returns only after all its requests
+finished, and a request that fails for good fails the task (or, opted in, becomes an error
+row). docs/async-operators.md has the example, the rules and the trade-offs.
 """
 
 from __future__ import annotations
@@ -147,17 +116,54 @@ def async_map(
     on_failure: OnFailure | str = OnFailure.FAIL,
     secret_columns: tuple[str, ...] = (),
 ) -> DataFrame:
-    """``df`` mapped through ``await fn(record)`` (see the module docstring).
+    """``df`` mapped through ``await fn(record)``, at most ``capacity`` requests of one task
+    outstanding at a time.
 
     ``capacity``: outstanding requests per task (1–100000). ``timeout_s``: seconds per
     request including retries (> 0). ``output_schema``: a ``StructType``, a DDL string, or
     a function of the input schema returning one (default: ``df.schema``).
     ``max_batch_rows``: rows per output Arrow batch. ``on_failure``: ``"fail"`` (default:
     a request failing for good fails the task) or ``"emit_error"`` (it becomes an error row;
-    the output then has the extra string column ``__sg_error``, see the module docstring).
-    ``secret_columns``: input columns whose values are replaced by ``***`` in error messages.
+    the output then has the extra string column ``__sg_error``, see below).
+    ``secret_columns``: the input columns a redaction rule names; when there are any, an
+    error row's message is withheld
+    (:func:`~sparkglass.runtime.contract.error_rows.error_text`).
     Raises :class:`AsyncConfigError` for a bad parameter, ``TypeError`` if ``fn`` is not
     an async callable. Works on batch and streaming DataFrames.
+
+    ``fn`` gets each row as a ``dict`` (column → Python value) and returns a ``dict`` for one
+    output row (missing columns become null), ``None`` for no row, or a ``list`` of dicts.
+    Output rows follow ``output_schema``. How it runs:
+
+    - **One event loop per Python worker**, in a daemon thread, reused by every task the
+      worker runs (PySpark reuses workers), and so are the resources ``fn`` opens
+      (:class:`~sparkglass.runtime.async_ops.worker_loop.AsyncFunction`, e.g. one
+      ``aiohttp.ClientSession`` per worker; see :mod:`sparkglass.runtime.async_ops.worker_loop`).
+    - **Back-pressure**: the task thread hands each input Arrow batch to the loop and reads
+      the next one only when every record so far has started and a slot is free. The loop
+      starts a waiting record the moment a slot frees, so slots never wait for the task
+      thread to be scheduled; the two threads meet a few times per batch, not per record.
+    - **Ordered** mode emits results in input order (a result waits for its predecessors and
+      counts against ``capacity`` until emitted, as in Flink's ordered ``AsyncWaitOperator``);
+      **unordered** mode emits results as they arrive.
+    - **Timeout**: each request, retries and back-offs included (as in Flink), gets
+      ``timeout_s`` seconds; then ``on_timeout(record)`` (sync or async) returns a fallback
+      result, or, without a hook, the request fails with :class:`AsyncTimeoutError`.
+    - **Stateless ordered wait**: nothing in flight is stored anywhere. The task returns only
+      after every one of its requests finished; a request that fails for good raises
+      :class:`AsyncRequestError` in the task (the other requests are cancelled), so Spark
+      retries the task and, past ``spark.task.maxFailures``, fails the micro-batch; the
+      query then restarts from its last committed offsets. A slow outlier holds its task,
+      and a failure recomputes the whole partition: see ``docs/async-operators.md``.
+    - **Skipping failed requests** (opt-in, ``on_failure="emit_error"``): a request that
+      fails for good (its retries spent, or its timeout passed without an ``on_timeout``
+      hook) does not fail the task; its record becomes one *error row* in its place (ordered
+      mode: in input order): the output columns with the input's values of the same name and
+      the error in the extra string column ``__sg_error``
+      (:mod:`sparkglass.runtime.contract.error_rows`); good rows have it null. A pipeline's
+      async vertex routes error rows to its ``errors`` output (rounds of kind ``errors``) and
+      drops the column; a direct caller filters on it. The record is then *not* retried by
+      Spark: choose this only when skipping a record is acceptable.
     """
     if not callable(fn) or not _is_async_callable(fn):
         raise TypeError(f"async_map needs an async callable (async def), got {fn!r}")

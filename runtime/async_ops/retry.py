@@ -2,22 +2,10 @@
 
 A strategy answers three questions after an attempt: *may we try again* (``can_retry``,
 from the number of attempts made), *how long to wait first* (``backoff_s``), and *is this
-outcome worth retrying* (the predicates on the result and on the exception).
-
-- :data:`NO_RETRY` — one attempt.
-- :class:`FixedDelayRetry` — up to ``max_attempts`` attempts, ``delay_s`` apart.
-- :class:`ExponentialBackoffRetry` — up to ``max_attempts`` attempts; the *n*-th retry waits
-  ``min(initial_delay_s * multiplier ** (n - 1), max_delay_s)``.
-
-Predicates: ``retry_on_result(result) -> bool`` (default: never retry a result) and
-``retry_on_exception(exc) -> bool`` (default: retry every ``Exception``). When attempts
-run out, the last outcome stands: a result the predicate disliked is still emitted (as in
-Flink), an exception fails the request (:class:`AsyncRequestError`).
-
-``max_attempts`` counts *all* attempts, the first included (Flink's builder counts
-retries; ``max_attempts=3`` here is Flink's ``maxAttempts=2``). Times are seconds.
-Parameters are validated on construction; a bad one raises :class:`AsyncConfigError`
-naming the field, the rule and the value.
+outcome worth retrying* (the predicates on the result and on the exception). The strategies
+are :data:`NO_RETRY`, :class:`FixedDelayRetry` and :class:`ExponentialBackoffRetry`;
+:func:`call_with_retry` applies one. Times are seconds. docs/async-operators.md, "Retry
+strategies", has the table.
 """
 
 from __future__ import annotations
@@ -51,7 +39,18 @@ def validation_message(model: str, error: ValidationError) -> str:
 
 
 class RetryStrategy(BaseModel):
-    """Base of the strategies: the predicates and the questions the caller asks."""
+    """Base of the strategies: the predicates and the questions the caller asks.
+
+    Predicates: ``retry_on_result(result) -> bool`` (default: never retry a result) and
+    ``retry_on_exception(exc) -> bool`` (default: retry every ``Exception``). When attempts
+    run out, the last outcome stands: a result the predicate disliked is still emitted (as in
+    Flink), an exception fails the request (:class:`AsyncRequestError`).
+
+    ``max_attempts`` counts *all* attempts, the first included (Flink's builder counts
+    retries; ``max_attempts=3`` here is Flink's ``maxAttempts=2``). Parameters are validated
+    on construction; a bad one raises :class:`AsyncConfigError` naming the field, the rule
+    and the value.
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
 

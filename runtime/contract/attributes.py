@@ -1,34 +1,12 @@
 """Vertex attributes: the decorators and the per-vertex overrides (the parsing stage).
 
 A vertex function can declare what it does with its data (the FLIP ProcessFunction
-attributes), and the planner (:mod:`sparkglass.runtime.contract.planner`) uses that to schedule and
-execute the pipeline better while results stay the same::
-
-    @no_output_until_end_of_input
-    def busiest_origins(schedule, airports): ...
-
-    @idempotent(key="carrier")
-    def delays_by_carrier(parsed): ...
-
-    @not_cache_record
-    def to_km(batch: pyarrow.RecordBatch) -> pyarrow.RecordBatch: ...
-
-The decorators store a :class:`VertexAttributes` on the function under
-:data:`ATTRIBUTES_ATTR` (``Pipeline.vertex`` reads it); they stack, and each returns the
-function itself, so decorated functions stay plain functions.
-
-Overrides come from a mapping (or YAML text) shaped like the ``SparkApplication`` spec::
-
-    pipeline:
-      vertices:
-        - name: busiest-origins
-          attributes: {noOutputUntilEndOfInput: true}
-        - name: delays-by-carrier
-          attributes: {idempotent: {key: [carrier]}}
-
-An override replaces only the attributes it names (``idempotent: null`` or ``false``
-removes one). Unknown attribute names and unknown vertices raise :class:`PlanError`,
-naming the vertex and the allowed names.
+attributes: :func:`no_output_until_end_of_input`, :func:`idempotent`,
+:func:`not_cache_record`), and the planner (:mod:`sparkglass.runtime.contract.planner`) uses
+that to schedule and execute the pipeline better while results stay the same. Overrides
+(:func:`parse_overrides`, :func:`apply_overrides`) come from a ``SparkApplication``'s
+``pipeline.vertices[].attributes`` or :data:`OVERRIDES_CONF`. Examples: docs/architecture.md,
+"Attributes and the planner".
 """
 
 from __future__ import annotations
@@ -71,7 +49,12 @@ _FIELD_NAMES = {**ATTRIBUTE_NAMES, **{v: v for v in ATTRIBUTE_NAMES.values()}}
 
 
 def attributes_of(fn: object) -> VertexAttributes:
-    """The attributes declared on ``fn`` by the decorators (all off when none)."""
+    """The attributes declared on ``fn`` by the decorators (all off when none).
+
+    The decorators store a :class:`VertexAttributes` on the function under
+    :data:`ATTRIBUTES_ATTR` (``Pipeline.vertex`` reads it); they stack, and each returns the
+    function itself, so decorated functions stay plain functions.
+    """
     found = getattr(fn, ATTRIBUTES_ATTR, None)
     return found if isinstance(found, VertexAttributes) else VertexAttributes()
 
@@ -263,7 +246,14 @@ def parse_overrides(
     ``vertices`` list; entries without ``attributes`` are ignored. Returns
     ``{vertex: {field: value}}`` with VertexAttributes field names. Raises
     :class:`PlanError` for an unknown attribute name (naming the vertex and the allowed
-    names), a wrong value type, a vertex listed twice, or unreadable YAML.
+    names), a wrong value type, a vertex listed twice, or unreadable YAML. For example::
+
+        pipeline:
+          vertices:
+            - name: busiest-origins
+              attributes: {noOutputUntilEndOfInput: true}
+            - name: delays-by-carrier
+              attributes: {idempotent: {key: [carrier]}}
     """
     if spec is None:
         return {}
@@ -305,8 +295,9 @@ def apply_overrides(
 ) -> PipelineDescription:
     """A copy of ``description`` with each override merged into its vertex's attributes.
 
-    Raises :class:`PlanError` for an override naming no vertex (listing the vertices) or
-    naming a source or sink (only vertices carry attributes).
+    An override replaces only the attributes it names (``idempotent: null`` or ``false``
+    removes one). Raises :class:`PlanError` for an override naming no vertex (listing the
+    vertices) or naming a source or sink (only vertices carry attributes).
     """
     if not overrides:
         return description

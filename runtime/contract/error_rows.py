@@ -1,26 +1,12 @@
 """Error rows: records a vertex could not process, routed to its ``errors`` output.
 
 By default a record that fails fails its task (Spark retries the task, then fails the
-micro-batch; nothing is lost). A vertex may instead opt in to *skip* such records and keep
-them for inspection:
-
-- an async vertex with ``on_failure="emit_error"``: a request that still fails after its
-  retries (or times out without an ``on_timeout`` hook);
-- a Python batch vertex with ``on_error="emit_error"``: the rows its function raised on.
-
-Such a record leaves the vertex function as an *error row*: the output columns with the
-input's values of the same name (others null) and, in the column :data:`ERROR_COLUMN`, the
-error (exception type and message, cut to :data:`MAX_ERROR_CHARS` characters). The pipeline
-splits error rows off right after the function: rounds of kind ``errors`` capture them
-there, through the JVM tap (its rate limits, caps and the application's redaction), and
-everything downstream sees only the good rows and no :data:`ERROR_COLUMN`.
-
-An error message may quote the record, in any form: URL-encoded, JSON-escaped, upper-cased,
-hashed or cut. So when a redaction rule names one of the vertex's input columns, the message
-is withheld on the executor and only the exception type is kept, with :data:`WITHHELD_NOTE`
-(:func:`error_text`). Replacing the redacted values in the message, as this used to do, caught
-only their exact ``str``/``repr`` and let ``jane.doe%40corp.com`` through. Without redaction
-the message is kept as it is. Spark-free.
+micro-batch; nothing is lost). A vertex may instead opt in to skip such records and keep
+them for inspection (an async vertex's ``on_failure="emit_error"``, a Python batch vertex's
+``on_error="emit_error"``): each leaves the vertex function as an *error row*, the output
+columns with the input's values of the same name and the error in :data:`ERROR_COLUMN`
+(:func:`error_text`). The pipeline splits error rows off right after the function, for
+rounds of kind ``errors``. Spark-free. The rules: docs/architecture.md, "Round kinds".
 """
 
 from __future__ import annotations
@@ -62,6 +48,11 @@ def error_text(error: BaseException, record: Mapping[str, Any], secrets: Iterabl
     """The error of an error row: ``Type: message`` of ``error``, cut to
     :data:`MAX_ERROR_CHARS` characters; only ``Type: ``:data:`WITHHELD_NOTE` when ``secrets``
     (the vertex's input columns a redaction rule names) is not empty.
+
+    An error message may quote the record in any form: URL-encoded, JSON-escaped,
+    upper-cased, hashed or cut. Replacing the redacted values in the message, as this used
+    to do, caught only their exact ``str``/``repr`` and let ``jane.doe%40corp.com`` through;
+    so with redaction only the exception type is kept. Without it the message is kept as is.
 
     ``record`` is not read: a message is withheld whatever the record's values (a null in a
     redacted column today says nothing about what another part of the message derived from

@@ -1,21 +1,13 @@
 """Expectations: named data-quality conditions on a vertex's output rows.
 
-The vocabulary is the one of Spark declarative pipelines::
-
-    @expect("has-carrier", "carrier IS NOT NULL")            # count failing rows, keep them
-    @expect_or_drop("valid-delay", "dep_delay > -120")       # drop failing rows
-    @expect_or_fail("known-origin", "origin IS NOT NULL")    # fail the micro-batch
-    def parse(flights): ...
-
-A row *passes* when the condition (a Spark SQL boolean expression over the vertex's output
-columns) is true; false and NULL fail, as a ``WHERE`` clause keeps only true rows. The
-decorators stack and store a list of :class:`Expectation` on the function under
-:data:`EXPECTATIONS_ATTR`; ``Pipeline.vertex`` reads it. A ``SparkApplication`` may add or
-replace expectations by name in ``pipeline.vertices[].expectations``; the operator hands them
-to the driver in :data:`EXPECTATIONS_CONF` (JSON ``[{name, expectations: [...]}]``).
-
-This module is Spark-free (the operator and the service import it); applying expectations to
-a DataFrame is :mod:`sparkglass.runtime.quality`.
+The vocabulary is the one of Spark declarative pipelines (:func:`expect`,
+:func:`expect_or_drop`, :func:`expect_or_fail`). A row *passes* when the condition (a Spark
+SQL boolean expression over the vertex's output columns) is true; false and NULL fail, as a
+``WHERE`` clause keeps only true rows. A ``SparkApplication`` may add or replace expectations
+by name in ``pipeline.vertices[].expectations``; the operator hands them to the driver in
+:data:`EXPECTATIONS_CONF`. Spark-free (the operator and the service import it); applying
+expectations to a DataFrame is :mod:`sparkglass.runtime.quality`. Examples:
+docs/architecture.md, "Expectations".
 """
 
 from __future__ import annotations
@@ -35,7 +27,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 #: Attribute set on a vertex function by the expectation decorators (a list of Expectation).
 EXPECTATIONS_ATTR = "__sparkglass_expectations__"
-#: Spark conf with per-vertex expectations from the SparkApplication spec (JSON list).
+#: Spark conf with per-vertex expectations from the SparkApplication spec (JSON list
+#: ``[{name, expectations: [...]}]``).
 EXPECTATIONS_CONF = "spark.sparkglass.pipeline.expectations"
 #: Expectation names: like vertex names (DNS-1123 labels), because they appear in URLs,
 #: metric labels and round parameters.
@@ -89,7 +82,11 @@ class ExpectationCounts(CamelModel):
 
 
 def expectations_of(fn: object) -> list[Expectation]:
-    """The expectations declared on ``fn`` by the decorators (declaration order)."""
+    """The expectations declared on ``fn`` by the decorators (declaration order).
+
+    The decorators stack, each adding an :class:`Expectation` to the list under
+    :data:`EXPECTATIONS_ATTR`; ``Pipeline.vertex`` reads it.
+    """
     found = getattr(fn, EXPECTATIONS_ATTR, None)
     return list(found) if isinstance(found, list) else []
 

@@ -3,21 +3,8 @@
 This is the shape the operator writes into a ``SparkApplication``'s status (resolved
 vertices with adjusted attributes and edge kinds) and the web UI draws; ``sparkglass plan``
 prints it. It is computed from a
-:class:`~sparkglass.runtime.contract.description.PipelineDescription`
-alone (no Spark), by :func:`sparkglass.runtime.contract.planner.plan`.
-
-Example (abridged)::
-
-    {"pipeline": "flights",
-     "vertices": [{"name": "busiest-origins", "declared": {"noOutputUntilEndOfInput": true, ...},
-                   "adjusted": {...}, "inheritedFrom": null, "phase": 0, "materialize": true,
-                   "latestPerKey": false, "fusionGroup": null, "tap": "materialized-output",
-                   "notes": ["..."]}, ...],
-     "edges": [{"upstream": "busiest-origins", "downstream": "enrich-origin",
-                "kind": "blocking", "fused": false}, ...],
-     "phases": [{"index": 0, "steps": [...], "materializes": ["busiest-origins"], ...}, ...],
-     "fusions": [{"name": "a+b+c", "vertices": ["a", "b", "c"]}],
-     "optimizations": {"materialize": true, "latestPerKey": true, "fuse": true}}
+:class:`~sparkglass.runtime.contract.description.PipelineDescription` alone (no Spark), by
+:func:`sparkglass.runtime.contract.planner.plan`. :class:`Plan` shows an example.
 """
 
 from __future__ import annotations
@@ -139,7 +126,22 @@ class FusionGroup(CamelModel):
 
 
 class Plan(CamelModel):
-    """The planner's result for one pipeline (see the module docstring for the JSON)."""
+    """The planner's result for one pipeline.
+
+    Example (abridged)::
+
+        {"pipeline": "flights",
+         "vertices": [{"name": "busiest-origins",
+                       "declared": {"noOutputUntilEndOfInput": true, ...},
+                       "adjusted": {...}, "inheritedFrom": null, "phase": 0, "materialize": true,
+                       "latestPerKey": false, "fusionGroup": null, "tap": "materialized-output",
+                       "notes": ["..."]}, ...],
+         "edges": [{"upstream": "busiest-origins", "downstream": "enrich-origin",
+                    "kind": "blocking", "fused": false}, ...],
+         "phases": [{"index": 0, "steps": [...], "materializes": ["busiest-origins"], ...}, ...],
+         "fusions": [{"name": "a+b+c", "vertices": ["a", "b", "c"]}],
+         "optimizations": {"materialize": true, "latestPerKey": true, "fuse": true}}
+    """
 
     pipeline: str
     vertices: list[PlanVertex]

@@ -2,21 +2,11 @@
 
 It works on a :class:`PipelineDescription` alone, so the operator can plan a
 ``SparkApplication`` without Spark; only the *use* stage (``Pipeline.start``,
-:mod:`.materialize`, :mod:`.latest_per_key`, :mod:`.fusion`) touches Spark.
-
-Stages:
-
-1. **parse** (:mod:`.attributes`): decorators and spec overrides give each vertex its
-   declared :class:`VertexAttributes`.
-2. **validate** (:func:`validate`): ``noOutputUntilEndOfInput`` on a vertex fed, however
-   indirectly, by an unbounded source is a :class:`PlanError` naming the vertex and the source.
-3. **adjust** (:func:`adjust`): a vertex whose single input is an end-of-input vertex is
-   chained to it and inherits the attribute (the seed's figure: StreamNode3 after
-   StreamNode2); a vertex with other inputs, or on another branch, does not.
-4. **plan** (:func:`plan`): edges leaving an end-of-input chain are *blocking* (the chain's
-   tail is materialized once), the others *pipelined*; phases follow the blocking edges;
-   streaming idempotent vertices keep only their latest row per key per micro-batch;
-   chains of ``notCacheRecord`` Python vertices are fused; and each step gets its tap.
+:mod:`.materialize`, :mod:`.latest_per_key`, :mod:`.fusion`) touches Spark. Stages:
+**parse** (:mod:`.attributes`: decorators and spec overrides), **validate**
+(:func:`validate`), **adjust** (:func:`adjust`: end-of-input inherited down a chain) and
+**plan** (:func:`plan`: edges, phases, latest-per-key, fusion, taps); docs/architecture.md,
+"Attributes and the planner", says what each does.
 """
 
 from __future__ import annotations
@@ -131,8 +121,9 @@ def adjust(description: PipelineDescription) -> dict[str, Adjusted]:
     A vertex with exactly one input, that input being a vertex whose (adjusted) attributes
     say ``noOutputUntilEndOfInput``, is chained to it and inherits the attribute: it only
     ever sees that input after it ended, so it too emits only after its input ended. This
-    repeats down the chain. A vertex with more inputs (a join with another branch) or on
-    another branch keeps its declared attributes. Sources and sinks are returned as declared.
+    repeats down the chain (the seed's figure: StreamNode3 after StreamNode2). A vertex with
+    more inputs (a join with another branch) or on another branch keeps its declared
+    attributes. Sources and sinks are returned as declared.
     """
     result: dict[str, Adjusted] = {}
     kinds = {v.name: v.kind for v in description.vertices}
@@ -214,6 +205,11 @@ def plan(
     optimizations: Optimizations | None = None,
 ) -> Plan:
     """Plan ``description``: parse overrides, validate, adjust, then decide edges and phases.
+
+    Edges leaving an end-of-input chain are *blocking* (the chain's tail is materialized
+    once), the others *pipelined*; phases follow the blocking edges; streaming idempotent
+    vertices keep only their latest row per key per micro-batch; chains of
+    ``notCacheRecord`` Python vertices are fused; and each step gets its tap.
 
     ``overrides`` is a spec-shaped mapping/YAML (see :func:`.attributes.parse_overrides`)
     or an already parsed ``{vertex: {field: value}}``. ``fusable`` names the Python vertices

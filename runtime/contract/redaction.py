@@ -1,47 +1,14 @@
 """Redaction of sampled rows: per-application rules applied before a row leaves the executor.
 
-An application names columns (exact names or shell-style patterns such as ``*_email``,
-matched case-insensitively like Spark resolves columns) and what happens to them::
-
-    sampling:
-      redact:
-        - {columns: [tailnum], action: hash}
-        - {columns: ["*_email", ssn], action: drop}
-
-``drop`` removes the column from every sampled row, ``mask`` replaces a non-null value by
-``"***"`` (null stays null), ``hash`` replaces it by HMAC-SHA-256 of its string form under the
-application's secret key, as 64 lowercase hex digits (null stays null; see "The hash key"
-below). The tap renders only the redacted row, on the executor, so a redacted value never
-reaches the driver, the store, a status or a log. When a column matches several rules the
-strongest action wins (drop, then mask, then hash). Nothing in a round request can change
-these rules: a round's column subset and filter apply to the redacted row, and a filter may
-not name a redacted column (that would reveal it one row at a time).
-
-Rules name top-level columns. A struct column is redacted whole; a pattern with a ``.``
-(``customer.email``) is refused, because it would name a nested field, which rules do not
-reach. A top-level column whose name itself holds a dot is named in backticks
-(```a.b```, matched literally).
-
-When an application has any rule, the corrupt-record columns of its sources are masked too
-unless a rule names them: each holds the raw input line, redacted fields included. Which
-columns those are is read from the plan (the reader option ``columnNameOfCorruptRecord``,
-whatever it names, followed through renames; else ``spark.sql.columnNameOfCorruptRecord``,
-default ``_corrupt_record``), see :mod:`sparkglass.runtime.sampling.programs`.
-
-The hash key. ``hash`` is keyed so that a hashed value cannot be looked up in a table of the
-column's possible values (three-letter airport codes, phone numbers, small ids): equal values
-give equal hashes within one application, and without the key nothing links a hash to its
-value. The function computing it (``sg_redact_hash``, in the sampling jar) reads the key
-where it runs, never from the plan: :data:`KEY_CONF` (hex, at least 32 bytes; its name holds
-``secret`` so Spark's ``spark.redaction.regex`` hides it in the UI, the event log and
-``SET``), else the environment variable :data:`KEY_ENV`, and in local mode a key file
-generated once, owner-only, under the user's data directory (:func:`ensure_key_file`). The
-operator keeps a key per application in the Secret ``<app>-control-token`` and hands it to
-the driver as the token is. A job with a ``hash`` rule and no key fails when sampling
-attaches, naming what to set.
-
-The rules reach the driver in :data:`REDACT_CONF` (JSON or YAML list; the operator writes it
-from ``spec.sampling.redact``). Spark-free: the operator validates the spec with it.
+An application names top-level columns (exact names or shell-style patterns such as
+``*_email``, matched case-insensitively like Spark resolves columns) and what happens to
+them: ``drop``, ``mask`` or ``hash`` (HMAC-SHA-256 under the application's key,
+:data:`KEY_CONF`). The tap renders only the redacted row, on the executor, so a redacted
+value never reaches the driver, the store, a status or a log, and nothing in a round request
+can change the rules. They reach the driver in :data:`REDACT_CONF`; Spark-free, so the
+operator validates the spec with it. The rules in full (strongest action, nested fields,
+corrupt-record columns, where the key comes from): docs/security.md, "Redaction of sampled
+rows", and docs/architecture.md, "Redaction".
 """
 
 from __future__ import annotations
@@ -146,7 +113,11 @@ _RULES = TypeAdapter(list[RedactionRule])
 
 
 def parse_redaction(raw: object, *, field: str = REDACT_CONF) -> list[RedactionRule]:
-    """Rules from a list of mappings or JSON/YAML text (``None`` or empty: no rule).
+    """Rules from a list of mappings or JSON/YAML text (``None`` or empty: no rule), shaped
+    like ``spec.sampling.redact``::
+
+        - {columns: [tailnum], action: hash}
+        - {columns: ["*_email", ssn], action: drop}
 
     Raises :class:`SamplingSettingsError` naming ``field`` and the entry for a rule naming no
     column, an empty or blank pattern, an unknown action, or more than 100 rules.

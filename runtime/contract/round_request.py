@@ -1,22 +1,11 @@
 """What a sampling round asks for beyond its vertex and window: kind, filter, columns.
 
 Every field is optional and the defaults are the plain round of the FLIP (every row of the
-vertex output, every column), so the request is an addition to the FLIP fields:
-
-- ``kind``: ``output`` (the vertex's output rows), ``violations`` (only rows that failed an
-  expectation of the vertex, before any ``expect_or_drop`` dropped them, each with the
-  names of the expectations it failed; ``expectation`` narrows to one) or ``errors`` (rows
-  the vertex could not process, each with its error: corrupt CSV/JSON records, and the error
-  rows of vertices that skip what they cannot process, see
-  :mod:`sparkglass.runtime.contract.error_rows`).
-- ``filter``: a Spark SQL predicate over the vertex's (redacted) columns, evaluated on the
-  executors only for rows the gate admits; the rate limit counts matching rows.
-- ``columns``: the columns to return, in order.
-
-Shapes are checked here (Spark-free, for the service and the operator); the driver checks
-the filter and the columns against the vertex's schema and the application's redaction.
-Errors raise :class:`~sparkglass.runtime.contract.errors.InvalidParameterError` naming the
-field.
+vertex output, every column), so the request is an addition to the FLIP fields
+(:class:`RoundRequest`). Shapes are checked here (Spark-free, for the service and the
+operator); the driver checks the filter and the columns against the vertex's schema and the
+application's redaction. Errors raise
+:class:`~sparkglass.runtime.contract.errors.InvalidParameterError` naming the field.
 """
 
 from __future__ import annotations
@@ -50,7 +39,18 @@ class RoundKind(StrEnum):
 
 
 class RoundRequest(BaseModel):
-    """The optional parts of a round request (see module docstring)."""
+    """The optional parts of a round request:
+
+    - ``kind``: ``output`` (the vertex's output rows), ``violations`` (only rows that failed an
+      expectation of the vertex, before any ``expect_or_drop`` dropped them, each with the
+      names of the expectations it failed; ``expectation`` narrows to one) or ``errors`` (rows
+      the vertex could not process, each with its error: corrupt CSV/JSON records, and the
+      error rows of vertices that skip what they cannot process, see
+      :mod:`sparkglass.runtime.contract.error_rows`).
+    - ``filter``: a Spark SQL predicate over the vertex's (redacted) columns, evaluated on the
+      executors only for rows the gate admits; the rate limit counts matching rows.
+    - ``columns``: the columns to return, in order.
+    """
 
     model_config = ConfigDict(
         alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True

@@ -1,33 +1,12 @@
 """The data-sample result: the JSON body users see (docs/architecture.md, "REST contract").
 
 One model serves the driver control endpoint, the REST service and the ``DataSample``
-status, so the three can never drift apart. JSON keys are camelCase.
-
-Driver control endpoint (a small HTTP server in the Spark driver; every route but
-``/healthz`` needs ``Authorization: Bearer <token>``):
-
-=======  =========================================================  ==========================
-method   path                                                       answer
-=======  =========================================================  ==========================
-GET      ``/healthz``                                               ``{"status": "ok"}``
-GET      ``/api/v1/pipeline``                                       the PipelineDescription
-GET      ``/api/v1/settings``                                       the sampling settings
-GET      ``/api/v1/vertices``                                       ``{"vertices": [...]}``
-GET      ``/api/v1/progress``                                       the PipelineMetrics
-                                                                    (``pipeline_metrics.py``)
-POST     ``/api/v1/vertices/{vertex}/rounds[?samplingWindow=3s]``    202 ``DataSampleResult``
-                                                                    (``PENDING``, ``roundId``);
-                                                                    429 when 5 rounds run
-                                                                    (``FAILED``,
-                                                                    ``TOO_MANY_CONCURRENT_ROUNDS``);
-                                                                    200 ``DISABLED`` when off
-GET      ``/api/v1/rounds/{roundId}[?subtaskIndex=N&maxRecords=M]``  ``DataSampleResult``
-GET      ``/api/v1/vertices/{vertex}/data-sample[?...]``            lazy trigger + polling,
-                                                                    cached per vertex
-=======  =========================================================  ==========================
-
-Unknown vertex or round: 404 with the known names. Bad parameter: 400 naming the field
-and its allowed range.
+status, so the three can never drift apart. JSON keys are camelCase. Here too: the statuses
+and error codes, the hard caps (:data:`MAX_RECORDS_PER_RESPONSE`,
+:data:`MAX_CONCURRENT_ROUNDS`, :data:`MAX_RECORDS_PER_SUBTASK`) and the ``subtaskIndex`` /
+``maxRecords`` post-filters (:func:`post_filter`). The driver's routes are
+:data:`sparkglass.runtime.control.routes.ROUTES` (docs/architecture.md, "The driver control
+endpoint").
 """
 
 from __future__ import annotations

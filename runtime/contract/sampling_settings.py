@@ -1,27 +1,11 @@
 """The ``spark.sparkglass.sampling.*`` configuration, validated (docs/architecture.md).
 
-=========================================  =========  ===============
-conf key (``spark.sparkglass.sampling.``)  default    allowed
-=========================================  =========  ===============
-``enabled``                                ``false``  true / false
-``max-sample-rate``                        ``100``    1–10000 records/s per subtask
-``max-record-length``                      ``10000``  1–1000000 characters
-``sampling-window``                        ``3s``     1s–30s
-``refresh-interval``                       ``60s``    1s–24h
-``timeout``                                ``30s``    1s–10m, and ≥ sampling-window
-``tostring-budget-ms``                     ``50``     1–1000 ms per second per tap
-``min-micro-batches``                      ``1``      0–100 micro-batches per round
-=========================================  =========  ===============
-
-``min-micro-batches``: a round on a vertex of a streaming query stays open after its window
-until that many micro-batches ran through the tap (or ``timeout`` passes), because Spark runs
-a vertex in bursts that a fixed window can fall between; ``0`` keeps the plain window.
-
+:class:`SamplingSettings` holds the keys of :data:`CONF_KEYS` within :data:`RANGES`; the
+table of keys, defaults and ranges is in docs/architecture.md, "Caps and defaults".
 Durations are in the one grammar of :mod:`sparkglass.runtime.contract.durations`, the same
-the CRDs accept: ``1500ms``, ``3s``, ``1m30s``, ``1s500ms`` (no bare numbers, no ``min``/``sec``,
-no spaces). Out-of-range or malformed values, and a duration key set to an empty string, raise
-:class:`SamplingSettingsError` naming the conf key and the allowed range. Other keys set to an
-empty string take their default.
+the CRDs accept (``1500ms``, ``3s``, ``1m30s``). A bad value raises
+:class:`SamplingSettingsError` naming the conf key and the allowed range. Spark-free: the
+service and the operator read an application's settings with it too.
 """
 
 from __future__ import annotations
@@ -92,7 +76,9 @@ class SamplingSettings(BaseModel):
         """Read ``spark.sparkglass.sampling.*`` from a mapping or a ``key -> value|None`` getter.
 
         Example: ``SamplingSettings.from_conf(lambda k: spark.conf.get(k, None))``.
-        Raises :class:`SamplingSettingsError` naming the conf key and its allowed range.
+        Raises :class:`SamplingSettingsError` naming the conf key and its allowed range for an
+        out-of-range or malformed value, and for a duration key set to an empty string; other
+        keys set to an empty string take their default.
         """
         lookup: Callable[[str], str | None] = get.get if isinstance(get, Mapping) else get
         values: dict[str, Any] = {}

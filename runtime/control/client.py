@@ -1,45 +1,12 @@
 """The one client of the driver control endpoint (:mod:`.endpoint`), sync and async.
 
 :class:`ControlClient` (``httpx.Client``) and :class:`AsyncControlClient`
-(``httpx.AsyncClient``) have the same calls and share one implementation of the paths,
-query parameters, bearer header and the reading of answers; only the sending differs.
-Spark-free: the service, the operator and the CLI import it.
-
-Each call is one route of :data:`.routes.ROUTES`: ``open_round``, ``get_round``,
-``data_sample``, ``check_round``, ``pipeline``, ``settings``, ``vertices``, ``progress`` and
-``expectations``; ``wait_for_round`` and ``wait_for_data_sample`` (sync only) read every
-``poll_interval_s`` until the answer is no longer ``PENDING`` or ``timeout_s`` passed.
-
-Failures are classified for retry policies:
-
-* :class:`ControlUnavailable` – transient: no connection, a timeout, an invalid URL, HTTP
-  5xx (or another non-2xx status outside 4xx), a body that is not the contract, or HTTP
-  429 (the driver already runs its maximum of concurrent rounds; ``error_code`` is
-  ``TOO_MANY_CONCURRENT_ROUNDS``).
-* :class:`ControlRejected` – permanent: HTTP 4xx other than 429 (401 bad token, 404 unknown
-  vertex or round, 400 bad parameter with ``field`` naming it).
-
-Both carry ``status`` (the HTTP status, ``None`` when the driver did not answer) and
-``detail`` (the driver's own error text, ``None`` when it did not answer). The bearer token is
-sent in a header only and never appears in messages.
-
-TLS: a driver started with a certificate serves HTTPS only. Pass ``tls=ControlTLS(...)`` with
-the certificate authority to trust (``ca_file``, a PEM path) or the driver's own certificate
-(``ca_pem``, pinned: the per-application self-signed certificate the operator issues) and,
-when connecting by IP address, ``server_name``, the DNS name the certificate was issued for
-(the driver Service's). A certificate that fails verification raises
-:class:`ControlUntrusted`, a :class:`ControlUnavailable` whose message says so; a plain
-``http://`` URL with ``tls`` is refused with ``ValueError`` rather than sending the token in
-clear text.
-
-Answers are read up to :data:`MAX_ANSWER_BYTES` (64 MiB): the largest valid answer, a full
-result of 5000 records of 10,000 characters, is about 50 MB of JSON, and a driver is the
-application's own code, so an endless or huge answer fails the call with
-:class:`ControlUnavailable` instead of holding the reader's memory.
-
-Timeouts are per request, in seconds: ``timeout_s`` bounds each of connecting, writing,
-reading and waiting for a pooled connection; ``connect_timeout_s`` (default ``timeout_s``)
-overrides the connect phase.
+(``httpx.AsyncClient``) have the same calls, one per route of :data:`.routes.ROUTES`, and
+share one implementation of the paths, query parameters, bearer header and the reading of
+answers; only the sending differs. Failures are classified for retry policies: transient
+(:class:`ControlUnavailable`, :class:`ControlUntrusted` for a certificate that fails
+verification) or permanent (:class:`ControlRejected`). Spark-free: the service, the operator
+and the CLI import it.
 """
 
 from __future__ import annotations
@@ -79,7 +46,10 @@ __all__ = [
 #: Default per-request timeout, seconds.
 DEFAULT_TIMEOUT_S = 10.0
 
-#: The most bytes of one answer a client reads (decoded), 64 MiB; see the module docstring.
+#: The most bytes of one answer a client reads (decoded), 64 MiB: the largest valid answer, a
+#: full result of 5000 records of 10,000 characters, is about 50 MB of JSON, and a driver is
+#: the application's own code, so an endless or huge answer fails the call with
+#: :class:`ControlUnavailable` instead of holding the reader's memory.
 MAX_ANSWER_BYTES = 64 * 1024 * 1024
 
 T = TypeVar("T")
@@ -89,7 +59,8 @@ class ControlError(SparkglassError):
     """A call to the control endpoint failed.
 
     ``status`` is the HTTP status the driver answered (``None``: no answer at all);
-    ``detail`` the driver's error text (``None`` when there was no answer).
+    ``detail`` the driver's error text (``None`` when there was no answer). The bearer token
+    is sent in a header only and never appears in messages.
     """
 
     def __init__(
@@ -101,7 +72,12 @@ class ControlError(SparkglassError):
 
 
 class ControlUnavailable(ControlError):
-    """A transient failure; ``error_code`` is set when the driver said why (429)."""
+    """A transient failure; ``error_code`` is set when the driver said why (429).
+
+    No connection, a timeout, an invalid URL, HTTP 5xx (or another non-2xx status outside
+    4xx), a body that is not the contract, or HTTP 429 (the driver already runs its maximum
+    of concurrent rounds; ``error_code`` is ``TOO_MANY_CONCURRENT_ROUNDS``).
+    """
 
     def __init__(
         self,
@@ -127,7 +103,8 @@ class ControlUntrusted(ControlUnavailable):
 class ControlRejected(ControlError):
     """A permanent refusal (HTTP 4xx but 429); the message is the driver's ``detail``.
 
-    ``field`` names the offending parameter of a 400 (``maxRecords``, ``samplingWindow``...).
+    401 bad token, 404 unknown vertex or round, 400 bad parameter: ``field`` names the
+    offending parameter of a 400 (``maxRecords``, ``samplingWindow``...).
     """
 
     status: int
@@ -143,10 +120,11 @@ class ControlTLS:
 
     ``ca_file``: PEM file of the certificate authority (or authorities) to trust;
     ``ca_pem``: PEM text of the one certificate to trust, i.e. the driver's own self-signed
-    certificate (pinning); ``server_name``: the name to check the certificate against (and
-    to send as SNI) instead of the URL's host, for connecting to a Pod IP with a certificate
-    issued for the driver Service's DNS name. Raises ``ValueError`` naming the field when
-    both or neither anchor is given.
+    certificate (pinning: the per-application certificate the operator issues);
+    ``server_name``: the name to check the certificate against (and to send as SNI) instead
+    of the URL's host, for connecting to a Pod IP with a certificate issued for the driver
+    Service's DNS name. Raises ``ValueError`` naming the field when both or neither anchor is
+    given.
     """
 
     ca_file: str | Path | None = None
@@ -478,14 +456,17 @@ def _poll(
 class ControlClient:
     """Calls one driver's control endpoint at ``base_url`` (e.g. ``http://10.0.0.5:4045``).
 
-    ``timeout_s``/``connect_timeout_s``: per request, seconds (see the module docstring).
+    ``timeout_s``: per request, seconds, bounding each of connecting, writing, reading and
+    waiting for a pooled connection; ``connect_timeout_s`` (default ``timeout_s``) overrides
+    the connect phase. Answers are read up to :data:`MAX_ANSWER_BYTES`.
     ``http``: a pool to share (e.g. across drivers); it is then not closed by :meth:`close`.
     ``tls``: how to verify an ``https://`` driver (:class:`ControlTLS`; not with ``http``,
     whose own ``verify`` then applies). Every call raises :class:`ControlUnavailable` (its
     subclass :class:`ControlUntrusted` for a certificate that fails verification) or
     :class:`ControlRejected` (a malformed ``base_url`` is "unreachable"). Use as a context
-    manager. Raises ``ValueError`` for a timeout <= 0, ``tls`` with an ``http://`` URL or
-    with ``http``, or a trust anchor that cannot be loaded.
+    manager. Raises ``ValueError`` for a timeout <= 0, ``tls`` with an ``http://`` URL
+    (rather than sending the token in clear text) or with ``http``, or a trust anchor that
+    cannot be loaded.
     """
 
     def __init__(

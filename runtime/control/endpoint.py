@@ -3,54 +3,15 @@
 The service and the operator start sampling rounds and read their results through it. Its
 routes are :data:`.routes.ROUTES` (the table in ``docs/architecture.md`` is generated from
 them); the answers are the contract in :mod:`sparkglass.runtime.contract.sample_result`.
-Every route but ``/healthz`` needs ``Authorization: Bearer <token>`` (compared in constant
-time); a missing or wrong token gets 401. Bad parameters get 400 with
-``{"error": ..., "field": ...}`` naming the field and its allowed range; unknown vertices
-and rounds 404 with the known names.
-
-Hardening (the endpoint listens on the Pod network in Kubernetes):
-
-* The token is checked on the request line and headers alone, before any body byte is read;
-  a refused request's body is never read (the connection is closed instead).
-* No route takes a body: a ``Content-Length`` above ``max-body-bytes`` gets 413, a
-  malformed one (``-1``, not a number, several that differ) 400, ``Transfer-Encoding`` 411;
-  each closes the connection unread.
-* Every request has a deadline: its whole head and body must arrive within
-  ``connection-timeout`` of the moment the endpoint starts waiting for it (each read waits
-  only for what is left), so a client sending a byte now and then cannot hold a connection;
-  an idle keep-alive connection is closed after the same time. At most ``max-connections``
-  are served at once (one thread each), and at most ``max-connections-per-address`` from one
-  peer address, so one client cannot take every slot from the operator; further ones are
-  closed as soon as they are accepted.
-* With ``tls.cert-file`` and ``tls.key-file`` it serves HTTPS only (TLS 1.2+; the handshake
-  runs in the connection's thread, within ``connection-timeout`` as a whole).
-
-Conf (read when the endpoint starts):
-
-==============================================  ==============================================
-``spark.sparkglass.control.host``               bind address, default ``127.0.0.1``
-``spark.sparkglass.control.port``               0–65535, default ``0`` (any free port)
-``spark.sparkglass.control.token``              bearer token; else ``$SPARKGLASS_CONTROL_TOKEN``;
-                                                else a random one (:attr:`ControlEndpoint.token`)
-``spark.sparkglass.control.enabled``            serve even with sampling off (answers ``DISABLED``)
-``spark.sparkglass.control.max-body-bytes``     0–65536, default ``1024``: larger request
-                                                bodies get 413 unread
-``spark.sparkglass.control.connection-timeout`` 1s–10min, default ``10s``: the deadline of
-                                                the TLS handshake, of each request's head and
-                                                body, and of an idle keep-alive connection
-``spark.sparkglass.control.max-connections``    1–1024, default ``64``: connections served at
-                                                once; more are closed on accept
-``spark.sparkglass.control.max-connections-per-address``
-                                                1–1024, default half of ``max-connections``:
-                                                connections one peer address may hold; more
-                                                from it are closed on accept
-``spark.sparkglass.control.tls.cert-file``      PEM certificate (chain) to serve HTTPS with;
-                                                default none (plain HTTP); needs ``key-file``
-``spark.sparkglass.control.tls.key-file``       PEM private key of ``cert-file``
-==============================================  ==============================================
-
-Once started, the endpoint's URL (``http://`` or ``https://``) is also in the runtime conf
-``spark.sparkglass.control.url``.
+Every route but ``/healthz`` needs ``Authorization: Bearer <token>``; it listens on the Pod
+network in Kubernetes, so it is hardened (:class:`ControlEndpoint`). Conf, read when it
+starts (:meth:`ControlSettings.from_spark`): ``spark.sparkglass.control.host``,
+``spark.sparkglass.control.port``, ``spark.sparkglass.control.token``,
+``spark.sparkglass.control.enabled``, ``spark.sparkglass.control.max-body-bytes``,
+``spark.sparkglass.control.connection-timeout``, ``spark.sparkglass.control.max-connections``,
+``spark.sparkglass.control.max-connections-per-address``,
+``spark.sparkglass.control.tls.cert-file``, ``spark.sparkglass.control.tls.key-file``; once
+started, its URL is in ``spark.sparkglass.control.url``.
 """
 
 from __future__ import annotations
@@ -170,7 +131,30 @@ class ControlSettings:
 
     @classmethod
     def from_spark(cls, spark: Any) -> ControlSettings:
-        """Read ``spark.sparkglass.control.*`` (see module docstring).
+        """Read ``spark.sparkglass.control.*``:
+
+        ===============================  =========================================================
+        key                              (each under ``spark.sparkglass.control.``)
+        ===============================  =========================================================
+        ``host``                         bind address, default ``127.0.0.1``
+        ``port``                         0–65535, default ``0`` (any free port)
+        ``token``                        bearer token; else ``$SPARKGLASS_CONTROL_TOKEN``; else a
+                                         random one (:attr:`ControlEndpoint.token`)
+        ``enabled``                      serve even with sampling off (answers ``DISABLED``)
+        ``max-body-bytes``               0–65536, default ``1024``: larger request bodies get 413
+                                         unread
+        ``connection-timeout``           1s–10min, default ``10s``: the deadline of the TLS
+                                         handshake, of each request's head and body, and of an
+                                         idle keep-alive connection
+        ``max-connections``              1–1024, default ``64``: connections served at once; more
+                                         are closed on accept
+        ``max-connections-per-address``  1–1024, default half of ``max-connections``: connections
+                                         one peer address may hold; more from it are closed on
+                                         accept
+        ``tls.cert-file``                PEM certificate (chain) to serve HTTPS with; default none
+                                         (plain HTTP); needs ``key-file``
+        ``tls.key-file``                 PEM private key of ``cert-file``
+        ===============================  =========================================================
 
         Raises :class:`SamplingSettingsError` naming the key and its allowed range for a
         malformed or out-of-range value (port outside 0–65535, ...).
@@ -414,7 +398,28 @@ class _ControlServer(ThreadingHTTPServer):
 
 
 class ControlEndpoint:
-    """The HTTP(S) server serving one :class:`RoundCoordinator` (a daemon thread)."""
+    """The HTTP(S) server serving one :class:`RoundCoordinator` (a daemon thread).
+
+    The token is compared in constant time; a missing or wrong one gets 401. Bad parameters
+    get 400 with ``{"error": ..., "field": ...}`` naming the field and its allowed range;
+    unknown vertices and rounds 404 with the known names. Hardening (the endpoint listens on
+    the Pod network in Kubernetes):
+
+    * The token is checked on the request line and headers alone, before any body byte is
+      read; a refused request's body is never read (the connection is closed instead).
+    * No route takes a body: a ``Content-Length`` above ``max-body-bytes`` gets 413, a
+      malformed one (``-1``, not a number, several that differ) 400, ``Transfer-Encoding``
+      411; each closes the connection unread.
+    * Every request has a deadline: its whole head and body must arrive within
+      ``connection-timeout`` of the moment the endpoint starts waiting for it (each read waits
+      only for what is left), so a client sending a byte now and then cannot hold a
+      connection; an idle keep-alive connection is closed after the same time. At most
+      ``max-connections`` are served at once (one thread each), and at most
+      ``max-connections-per-address`` from one peer address, so one client cannot take every
+      slot from the operator; further ones are closed as soon as they are accepted.
+    * With ``tls.cert-file`` and ``tls.key-file`` it serves HTTPS only (TLS 1.2+; the
+      handshake runs in the connection's thread, within ``connection-timeout`` as a whole).
+    """
 
     def __init__(self, coordinator: RoundCoordinator, settings: ControlSettings) -> None:
         if not settings.token:

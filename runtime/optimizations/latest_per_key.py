@@ -2,32 +2,9 @@
 
 A streaming vertex can emit many rows for one key in one micro-batch (a per-record "current
 status" of a carrier, a running counter): each is the final result for its key *at that
-time*, so only the latest matters downstream (FLIP-365's idea).
-
-How, in Structured Streaming. A streaming plan has no "current micro-batch" grouping and no
-window functions, and ``monotonically_increasing_id`` is rejected on streams, so:
-
-* every row gets the micro-batch's timestamp (``current_timestamp()`` is fixed per
-  micro-batch in a streaming query) as a column with a zero-delay watermark;
-* rows are grouped by ``(key…, batch timestamp)`` and each group keeps
-  ``max_by(row, order_by)`` — or, without ``order_by``, ``last(row)``: the last row each task
-  emitted (rows of one key from different tasks of the same micro-batch have no order; one
-  of them is kept).
-
-Each group lives in exactly one micro-batch, so the state store holds at most one row per
-key of the current batch, and the watermark evicts it right after. In *update* output mode
-the row leaves in the same micro-batch; in *append* mode it leaves when the watermark
-passes, i.e. in the next (possibly no-data) micro-batch, which Spark runs at once.
-The alternative, ``foreachBatch`` with a window function, would have to take over the
-sink (its writer, output mode and checkpoint) and re-run downstream vertices per batch;
-this keeps the vertex an ordinary streaming DataFrame that any downstream step can use.
-
-Limits: a vertex that already is a streaming aggregation emits one row per group per
-micro-batch (update/complete mode), so it is returned unchanged — and Spark could not chain
-a second aggregation after it in those modes anyway; likewise a vertex with another stateful
-operator is left unchanged (logged). With other event-time watermarks in the query, Spark's
-global watermark is their minimum, which would hold our groups back in append mode; use
-update mode there.
+time*, so only the latest matters downstream (FLIP-365's idea). :func:`latest_per_key` keeps
+it with a grouping on the key and the micro-batch's timestamp, so the vertex stays an
+ordinary streaming DataFrame that any downstream step can use.
 """
 
 from __future__ import annotations
@@ -83,8 +60,33 @@ def latest_per_key(
     """``df`` reduced to its latest row per ``key`` per micro-batch (same columns and order).
 
     A bounded ``df`` is returned unchanged (its one output is final), and so is a stream that
-    already aggregates or keeps other per-key state (see the module docstring). Raises
+    already aggregates or keeps other per-key state (see the limits below). Raises
     :class:`PlanError` naming ``vertex`` when a key or ``order_by`` column is missing.
+
+    How, in Structured Streaming. A streaming plan has no "current micro-batch" grouping and
+    no window functions, and ``monotonically_increasing_id`` is rejected on streams, so:
+
+    * every row gets the micro-batch's timestamp (``current_timestamp()`` is fixed per
+      micro-batch in a streaming query) as a column with a zero-delay watermark;
+    * rows are grouped by ``(key…, batch timestamp)`` and each group keeps
+      ``max_by(row, order_by)`` — or, without ``order_by``, ``last(row)``: the last row each
+      task emitted (rows of one key from different tasks of the same micro-batch have no
+      order; one of them is kept).
+
+    Each group lives in exactly one micro-batch, so the state store holds at most one row per
+    key of the current batch, and the watermark evicts it right after. In *update* output
+    mode the row leaves in the same micro-batch; in *append* mode it leaves when the
+    watermark passes, i.e. in the next (possibly no-data) micro-batch, which Spark runs at
+    once. The alternative, ``foreachBatch`` with a window function, would have to take over
+    the sink (its writer, output mode and checkpoint) and re-run downstream vertices per
+    batch.
+
+    Limits: a vertex that already is a streaming aggregation emits one row per group per
+    micro-batch (update/complete mode), so it is returned unchanged — and Spark could not
+    chain a second aggregation after it in those modes anyway; likewise a vertex with another
+    stateful operator is left unchanged (logged). With other event-time watermarks in the
+    query, Spark's global watermark is their minimum, which would hold our groups back in
+    append mode; use update mode there.
     """
     wanted = [*key, *([order_by] if order_by else [])]
     missing = [c for c in wanted if c not in df.columns]

@@ -3,17 +3,7 @@
 A round's filter and columns are compiled by Spark's parser and analyzer on the driver of a
 running job, for a round check (an admission webhook asks before a DataSample is stored) as for
 a round's open. Compiles of a request nobody has seen before are the only work a caller can
-make the driver do before any round runs, so they go through one gate:
-
-* at most :data:`CONCURRENT_COMPILES` at once; a check finds the gate busy at once
-  (:class:`CompileBusyError`, an HTTP 503), an open waits for it up to the deadline;
-* each compile runs on its own thread and has :data:`COMPILE_DEADLINE_S`; one past it is
-  refused (``field`` ``filter``) and its request remembered, so asking again is refused at once
-  instead of starting another thread. The late thread cannot be stopped (the JVM runs it): it
-  gives its slot back at the deadline, so other requests still compile, and at most
-  :data:`MAX_LATE_COMPILES` may run late before the gate refuses every compile as busy;
-* a refusal (late or not) is remembered per request, the last :data:`KEPT_REFUSALS`.
-
+make the driver do before any round runs, so they go through one gate (:class:`CompileGate`).
 The allowlist (``io.sparkglass.sampling.FilterAllowlist``) makes a long compile unlikely; the
 gate is what holds if one still happens.
 """
@@ -45,7 +35,18 @@ class CompileBusyError(SparkglassError):
 
 
 class CompileGate:
-    """The gate of one driver (see the module docstring); thread-safe."""
+    """The gate of one driver; thread-safe.
+
+    * at most :data:`CONCURRENT_COMPILES` at once; a check finds the gate busy at once
+      (:class:`CompileBusyError`, an HTTP 503), an open waits for it up to the deadline;
+    * each compile runs on its own thread and has :data:`COMPILE_DEADLINE_S`; one past it is
+      refused (``field`` ``filter``) and its request remembered, so asking again is refused at
+      once instead of starting another thread. The late thread cannot be stopped (the JVM
+      runs it): it gives its slot back at the deadline, so other requests still compile, and
+      at most :data:`MAX_LATE_COMPILES` may run late before the gate refuses every compile as
+      busy;
+    * a refusal (late or not) is remembered per request, the last :data:`KEPT_REFUSALS`.
+    """
 
     def __init__(
         self,

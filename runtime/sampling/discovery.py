@@ -8,23 +8,8 @@ listener on the driver). :class:`DiscoveredPipeline` reads those records over Py
 each tap with the application's
 :class:`~sparkglass.runtime.sampling.rounds.RoundCoordinator` and describes the graph for
 ``GET /api/v1/pipeline``: so a plain Structured Streaming job, or a Spark Declarative
-Pipeline, is sampled through the same control endpoint, REST API, CLI and page as a DSL one.
-
-Nothing here runs per row: the JVM records change once per query start, and the poller reads
-one counter every :data:`POLL_INTERVAL_S`.
-
-Names: a vertex name must be a DNS-1123 label, a query name need not be one. The last dotted
-part of the name (``spark_catalog.default.flights_raw`` → ``flights_raw``) is lowercased,
-every run of other characters becomes ``-`` (``flights-raw``), and a clash with a name given
-earlier gets ``-2``, ``-3``… A name keeps its vertex for the life of the driver.
-
-Redaction: the extension's tap hands the capture the row as the query produces it, so every
-round's program names the columns it renders and renders each redacted: a dropped column is
-never rendered (nor requestable), a masked or hashed one is rendered as ``***`` or its keyed
-hash (``sg_redact_hash``, HMAC-SHA-256 under the application's key) by the program on the
-executor, as at the DSL's taps; a filter may not name any column a rule names. The columns
-holding a source's raw input (its corrupt-record columns, however the reader option named
-them) are found in the query's plan when the tap is placed (``corruptColumns``) and masked.
+Pipeline, is sampled through the same control endpoint, REST API, CLI and page as a DSL one
+(docs/pipelines.md).
 """
 
 from __future__ import annotations
@@ -169,13 +154,20 @@ def short(name: str) -> str:
 
 
 def label_of(raw: str) -> str:
-    """``raw`` as a DNS-1123 label (see module docstring), before clash suffixes."""
+    """``raw`` as a DNS-1123 label, before clash suffixes (a vertex name must be one, a query
+    name need not be): the last dotted part of the name
+    (``spark_catalog.default.flights_raw`` → ``flights_raw``) is lowercased, and every run of
+    other characters becomes ``-`` (``flights-raw``)."""
     label = re.sub(r"[^a-z0-9]+", "-", short(raw)).strip("-")
     return label[:DNS1123_MAX_LENGTH].strip("-") or "vertex"
 
 
 class VertexNames:
-    """Stable raw name → vertex name (a DNS-1123 label, unique)."""
+    """Stable raw name → vertex name (a DNS-1123 label, unique).
+
+    A clash with a name given earlier gets ``-2``, ``-3``… A name keeps its vertex for the
+    life of the driver.
+    """
 
     def __init__(self) -> None:
         self._by_raw: dict[str, str] = {}
@@ -281,7 +273,12 @@ def tap_view_of(
 ) -> TapView:
     """The row a discovered tap captures (every column of the query or view, unredacted) and
     how a round renders it: without dropped columns, masked and hashed ones through their
-    redaction expression (see the module docstring on redaction). ``corrupt_columns``: the
+    redaction expression. The extension's tap hands the capture the row as the query
+    produces it, so every round's program names the columns it renders and renders each
+    redacted: a dropped column is never rendered (nor requestable), a masked or hashed one is
+    rendered as ``***`` or its keyed hash (``sg_redact_hash``, HMAC-SHA-256 under the
+    application's key) by the program on the executor, as at the DSL's taps; a filter may not
+    name any column a rule names. ``corrupt_columns``: the
     columns holding a source's raw input (the tap's record), masked like any column named as
     ``spark.sql.columnNameOfCorruptRecord``. Raises
     :class:`~sparkglass.runtime.contract.errors.SamplingSettingsError` for bad rules or a
@@ -333,7 +330,9 @@ class DiscoveredPipeline:
 
     ``graph`` (optional) adds nodes the taps do not show, with their edges (a Spark
     Declarative Pipeline's datasets and flows). :meth:`start` polls the JVM for new taps on a
-    daemon thread; :meth:`refresh` does one poll.
+    daemon thread; :meth:`refresh` does one poll. Nothing here runs per row: the JVM records
+    change once per query start, and the poller reads one counter every
+    :data:`POLL_INTERVAL_S`.
     """
 
     def __init__(

@@ -3,22 +3,10 @@
 A tap hands its capture UDF the vertex's row after the application's redaction
 (:class:`TapView`). A round's :class:`~sparkglass.runtime.contract.round_request.RoundRequest`
 becomes a program (``io.sparkglass.sampling.RowProgram``): Catalyst expressions bound to that
-row, serialized and sent to the executors with the round:
-
-- the filter (the request's, and for ``violations``/``errors`` rounds the runtime's own),
-- the rendering of the requested columns with ``to_json`` (null fields included),
-- the label (the failed expectations; the error of a corrupt record, or the error of an
-  error row a vertex emitted, see :mod:`sparkglass.runtime.contract.error_rows`).
-
-The request is checked here, on the driver, before any executor sees it: an unknown column
-or a predicate that does not parse or resolve raises :class:`RoundProgramError` (``field``
-``filter`` or ``columns``) with Spark's message; so does a filter naming a redacted column (it
-would reveal the value one row at a time), a nondeterministic filter, and one using anything
-but the cheap built-ins of the allowlist (``io.sparkglass.sampling.FilterAllowlist``: the
-filter runs on the application's task threads, so ``rlike``, ``repeat``, user-defined
-functions, reflection and subqueries are refused, a ``round`` scale is bounded, a LIKE
-pattern is a string literal and may not backtrack). The allowlist is checked on the parsed
-filter before Spark's analyzer evaluates any part of it.
+row (the filter, the rendering of the requested columns with ``to_json``, the label),
+serialized and sent to the executors with the round. The request is checked here, on the
+driver, before any executor sees it (:func:`compile_program`; docs/architecture.md, "Filters
+and columns").
 """
 
 from __future__ import annotations
@@ -317,7 +305,22 @@ def compile_program(
     *,
     user_filter: str | None,
 ) -> CompiledProgram:
-    """Compile a program over ``view`` (see module docstring).
+    """Compile a program over ``view``: Catalyst expressions bound to the tap's row, for
+
+    - the filter (the request's, and for ``violations``/``errors`` rounds the runtime's own),
+    - the rendering of the requested columns with ``to_json`` (null fields included),
+    - the label (the failed expectations; the error of a corrupt record, or the error of an
+      error row a vertex emitted, see :mod:`sparkglass.runtime.contract.error_rows`).
+
+    An unknown column or a predicate that does not parse or resolve raises
+    :class:`RoundProgramError` (``field`` ``filter`` or ``columns``) with Spark's message; so
+    does a filter naming a redacted column (it would reveal the value one row at a time), a
+    nondeterministic filter, and one using anything but the cheap built-ins of the allowlist
+    (``io.sparkglass.sampling.FilterAllowlist``: the filter runs on the application's task
+    threads, so ``rlike``, ``repeat``, user-defined functions, reflection and subqueries are
+    refused, a ``round`` scale is bounded, a LIKE pattern is a string literal and may not
+    backtrack). The allowlist is checked on the parsed filter before Spark's analyzer
+    evaluates any part of it.
 
     ``filter_sql`` is the whole filter (the request's ``user_filter`` and the runtime's own);
     ``user_filter`` alone is checked against the redaction. Raises :class:`RoundProgramError`.

@@ -1,21 +1,10 @@
 """The driver-side round coordinator: admission, fan-out, completion, result, cache.
 
 One :class:`RoundCoordinator` serves a Spark application. A *round* samples one vertex's
-output on every live executor for ``sampling-window``; the coordinator
-
-- gives it a ``roundId`` unique per application across driver restarts
-  (``<SparkContext start ms>-<counter>``),
-- admits at most :data:`MAX_CONCURRENT_ROUNDS` running rounds (else ``FAILED`` with
-  ``TOO_MANY_CONCURRENT_ROUNDS``); a second request for a vertex whose round runs joins it,
-- fans it out through a :class:`RoundTransport` (the JVM plugin in production),
-- completes it when every participating executor reported, or a silent executor is
-  declared lost (``PARTIAL``/``FAILED`` with ``EXECUTOR_UNREACHABLE`` and the partitions it
-  had seen in ``failedSubtasks``), or ``timeout`` passed (``TIMEOUT``), or the vertex's
-  streaming queries stopped mid-round (``TASK_TERMINATED``),
-- cuts the result to :data:`MAX_RECORDS_PER_RESPONSE` records, proportionally per subtask,
-- caches the last result per vertex for ``refresh-interval`` and answers
-  ``GET .../data-sample`` with the lazy-trigger + polling protocol (docs/architecture.md), applying
-  ``subtaskIndex`` / ``maxRecords`` as post-filters on the cached result.
+output on every live executor for ``sampling-window``; the coordinator admits it, fans it
+out through a :class:`RoundTransport` (the JVM plugin in production), completes it, cuts the
+result (:func:`assemble_result`) and caches the last result per vertex for the lazy-trigger
++ polling protocol (docs/architecture.md, "One sampling round").
 """
 
 from __future__ import annotations
@@ -243,7 +232,21 @@ class _Cached:
 
 
 class RoundCoordinator:
-    """Runs sampling rounds for one application (see module docstring).
+    """Runs sampling rounds for one application. For each round it
+
+    - gives it a ``roundId`` unique per application across driver restarts
+      (``<SparkContext start ms>-<counter>``),
+    - admits at most :data:`MAX_CONCURRENT_ROUNDS` running rounds (else ``FAILED`` with
+      ``TOO_MANY_CONCURRENT_ROUNDS``); a second request for a vertex whose round runs joins it,
+    - fans it out through a :class:`RoundTransport`,
+    - completes it when every participating executor reported, or a silent executor is
+      declared lost (``PARTIAL``/``FAILED`` with ``EXECUTOR_UNREACHABLE`` and the partitions
+      it had seen in ``failedSubtasks``), or ``timeout`` passed (``TIMEOUT``), or the vertex's
+      streaming queries stopped mid-round (``TASK_TERMINATED``),
+    - cuts the result to :data:`MAX_RECORDS_PER_RESPONSE` records, proportionally per subtask,
+    - caches the last result per vertex for ``refresh-interval`` and answers
+      ``GET .../data-sample`` with the lazy-trigger + polling protocol (docs/architecture.md),
+      applying ``subtaskIndex`` / ``maxRecords`` as post-filters on the cached result.
 
     ``settings`` is called for the current settings at every request (the Spark conf may
     change at runtime). ``round_prefix`` makes round ids unique across driver restarts.

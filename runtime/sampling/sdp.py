@@ -1,26 +1,11 @@
 """Sampling a Spark Declarative Pipeline run: the driver half of ``sparkglass pipelines run``.
 
-``spark-pipelines run`` is a launcher (``org.apache.spark.deploy.SparkPipelines``) that starts
-pyspark's pipelines CLI under spark-submit, with ``--remote local``: that Python process
-starts the Spark Connect server's SparkContext in its own JVM through Py4J
-(``pyspark.sql.connect.session._start_connect_server``) and keeps that classic session. So
-the control endpoint can live there: ``sparkglass pipelines run`` points the launcher at
-:func:`main` instead of pyspark's CLI file, and :func:`main` runs pyspark's CLI unchanged
-after hooking one function, ``handle_pipeline_events``, which runs once the graph is
-registered and the run has started. There it attaches to the classic session
-(:func:`sparkglass.runtime.sampling.attach.attach`) with a :class:`SdpGraph`. It also swaps
-pyspark's graph element registry for a subclass that notes each Python flow's target and
-the sparkglass attributes declared on its function (:class:`Definitions`) before
-registering it unchanged.
-
-The graph: every streaming flow runs as a streaming query named by the flow's identifier
-(the extension taps it; its sink is the dataset it writes, its inputs the datasets it
-reads); materialized views are batch writes, which the pipeline's events announce. A
-dataset whose flow has ended (every flow of a triggered run ends) is sampled from its table:
-an end-of-input vertex, each row at most once, as the DSL does for materialized outputs.
-
-``SPARKGLASS_PIPELINES_HOLD`` (seconds) keeps the endpoint serving after the run ended, so
-its datasets can still be sampled (the CLI's ``--hold``).
+``spark-pipelines run`` starts pyspark's pipelines CLI under spark-submit with ``--remote
+local``, whose Python process also holds the Spark Connect server's classic session, so the
+control endpoint can live there: ``sparkglass pipelines run`` points the launcher at
+:func:`main` instead of pyspark's CLI file. The run's datasets and flows become vertices
+(:class:`SdpGraph`), sampled through the extension's taps while a flow runs and from their
+tables once it ended. docs/pipelines.md, "Spark Declarative Pipelines", has the rules.
 """
 
 from __future__ import annotations
@@ -102,8 +87,12 @@ class SdpGraph(Graph):
     Python definitions (:class:`Definitions`).
 
     Every flow is a vertex named by its identifier. A flow into a dataset of another name
-    (``@dp.append_flow``) has that dataset as one more vertex, fed by it. A dataset all of
-    whose flows completed is served from its table (end-of-input)."""
+    (``@dp.append_flow``) has that dataset as one more vertex, fed by it. Every streaming flow
+    runs as a streaming query named by the flow's identifier (the extension taps it; its sink
+    is the dataset it writes, its inputs the datasets it reads); materialized views are batch
+    writes, which the pipeline's events announce. A dataset whose flows all ended (every flow
+    of a triggered run ends) is served from its table: an end-of-input vertex, each row at
+    most once, as the DSL does for materialized outputs."""
 
     def __init__(self, spark: Any, definitions: Definitions | None = None) -> None:
         self._spark = spark
@@ -222,7 +211,21 @@ def _announce(url: str) -> None:
 
 
 def main() -> None:
-    """pyspark's pipelines CLI, with the run attached to sparkglass (see module docstring)."""
+    """pyspark's pipelines CLI, with the run attached to sparkglass.
+
+    ``spark-pipelines run`` is a launcher (``org.apache.spark.deploy.SparkPipelines``) that
+    starts pyspark's pipelines CLI under spark-submit, with ``--remote local``: that Python
+    process starts the Spark Connect server's SparkContext in its own JVM through Py4J
+    (``pyspark.sql.connect.session._start_connect_server``) and keeps that classic session.
+    This runs pyspark's CLI unchanged after hooking one function,
+    ``handle_pipeline_events``, which runs once the graph is registered and the run has
+    started. There it attaches to the classic session
+    (:func:`sparkglass.runtime.sampling.attach.attach`) with a :class:`SdpGraph`. It also
+    swaps pyspark's graph element registry for a subclass that notes each Python flow's
+    target and the sparkglass attributes declared on its function (:class:`Definitions`)
+    before registering it unchanged. :data:`HOLD_ENV` (seconds) keeps the endpoint serving
+    after the run ended, so its datasets can still be sampled (the CLI's ``--hold``).
+    """
     import pyspark.pipelines.cli as cli
 
     from sparkglass.runtime.sampling.attach import attach

@@ -1,29 +1,13 @@
 """Installing the sampling tap at a vertex output.
 
 With ``spark.sparkglass.sampling.enabled=true``, :func:`install_tap` adds to a vertex's
-DataFrame the filter ::
-
-    CASE WHEN sg_gate_N() THEN sg_capture_N(struct(<the row, redacted>)) ELSE true END
-
-whose gate and capture (``runtime/jvm``, both nondeterministic so the optimizer never folds
-or moves them) cost one volatile read per row when no round runs, build the row only when
-the gate admitted it, and always keep the row (forward-first). The gate is by default the
-code-generated ``NativeTapGate`` (it shows as ``sg_tap_gate_native(<tap key>)`` in the plan:
-an idle tap is a field read inside whole-stage generated code);
-``spark.sparkglass.sampling.nativeGate=false`` registers the ``GateUdf`` (a ``ScalaUDF``,
-shown as ``sg_gate_N()``) instead, and so does a session that cannot take the native gate
-(counted by :func:`native_gate_fallbacks`, logged once). The capture is the ``CaptureUdf``
-either way. The struct is the row after the application's redaction rules
-(:mod:`sparkglass.runtime.contract.redaction`): dropped columns are not in it, masked and
-hashed ones are replaced (a hash is keyed: the sampling jar's ``sg_redact_hash`` reads the
-application's key on the executor, so the plan never holds it), so no redacted value leaves
-the executor. Each round carries a program compiled on the driver
-(:mod:`sparkglass.runtime.sampling.programs`): its filter, the columns it renders with
-Spark's ``to_json`` and, for rounds of kind ``violations`` and ``errors``, a label. With
-sampling disabled nothing is added: the physical plan is exactly the vertex's own.
-
-The taps of an application share its coordinator and control endpoint
-(:class:`~sparkglass.runtime.sampling.registry.SamplingApplication`).
+DataFrame a filter (:func:`tap_expression`) whose gate and capture (``runtime/jvm``) cost one
+volatile read per row when no round runs, build the row, redacted, only when the gate
+admitted it, and always keep the row (forward-first). With sampling disabled nothing is
+added: the physical plan is exactly the vertex's own. The taps of an application share its
+coordinator and control endpoint
+(:class:`~sparkglass.runtime.sampling.registry.SamplingApplication`); docs/architecture.md,
+"The JVM half", has the whole path.
 """
 
 from __future__ import annotations
@@ -69,7 +53,25 @@ class TappedPipeline(AttachedPipeline, Protocol):
 
 
 def tap_expression(gate: str, capture: str, view: TapView | None = None) -> str:
-    """The SQL filter condition of a tap (always true; see module docstring)."""
+    """The SQL filter condition of a tap, always true::
+
+        CASE WHEN sg_gate_N() THEN sg_capture_N(struct(<the row, redacted>)) ELSE true END
+
+    The gate and capture (``runtime/jvm``) are both nondeterministic, so the optimizer never
+    folds or moves them. The gate is by default the code-generated ``NativeTapGate`` (it
+    shows as ``sg_tap_gate_native(<tap key>)`` in the plan: an idle tap is a field read
+    inside whole-stage generated code); ``spark.sparkglass.sampling.nativeGate=false``
+    registers the ``GateUdf`` (a ``ScalaUDF``, shown as ``sg_gate_N()``) instead, and so does
+    a session that cannot take the native gate (counted by :func:`native_gate_fallbacks`,
+    logged once). The capture is the ``CaptureUdf`` either way. The struct is the row after
+    the application's redaction rules (:mod:`sparkglass.runtime.contract.redaction`):
+    dropped columns are not in it, masked and hashed ones are replaced (a hash is keyed: the
+    sampling jar's ``sg_redact_hash`` reads the application's key on the executor, so the
+    plan never holds it), so no redacted value leaves the executor. Each round carries a
+    program compiled on the driver (:mod:`sparkglass.runtime.sampling.programs`): its
+    filter, the columns it renders with Spark's ``to_json`` and, for rounds of kind
+    ``violations`` and ``errors``, a label.
+    """
     row = ", ".join(view.select) if view is not None else "*"
     return f"CASE WHEN {gate}() THEN {capture}(struct({row})) ELSE true END"
 

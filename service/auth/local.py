@@ -2,18 +2,11 @@
 
 **Store tokens** (the normal way): ``sparkglass token create --user U --role R --expires-in
 30d`` prints a token once; the store keeps only its SHA-256, with its expiry and revocation
-time. ``sparkglass token revoke ID`` takes effect without a restart: every request checks
-the store (the route layer caches a decision for at most one second, and never past the
-token's expiry).
-
-**Tokens file** (the bootstrap, e.g. the first admin before the store has a token), read
-once at start; its tokens never expire and are revoked by editing the file and restarting.
-One per line (``#`` starts a comment)::
-
-    <token>,<user>,<role>        # role: viewer | sampler | admin
-
-Roles: ``viewer`` reads cached results; ``sampler`` may also trigger rounds; ``admin`` may
-also register applications and read the audit trail.
+time, and every request checks it, so ``sparkglass token revoke ID`` takes effect without a
+restart. **Tokens file** (the bootstrap, e.g. the first admin before the store has a token):
+read once at start (:func:`read_tokens_file`); its tokens never expire and are revoked by
+editing the file and restarting. Roles: ``viewer`` reads cached results; ``sampler`` may also
+trigger rounds; ``admin`` may also register applications and read the audit trail.
 """
 
 from __future__ import annotations
@@ -33,7 +26,10 @@ ROLE_PERMISSIONS: dict[str, frozenset[Permission]] = {
 
 
 def read_tokens_file(path: Path) -> dict[str, tuple[str, str]]:
-    """Parse a token file into ``{sha256(token): (user, role)}``.
+    """Parse a token file into ``{sha256(token): (user, role)}``. One token per line
+    (``#`` starts a comment)::
+
+        <token>,<user>,<role>        # role: viewer | sampler | admin
 
     Raises ``ValueError`` naming the line for a malformed line or unknown role (the token
     itself is never echoed).

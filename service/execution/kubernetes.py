@@ -1,20 +1,11 @@
 """Kubernetes mode: a round is a ``DataSample`` custom resource the operator runs.
 
-The service creates ``sparkglass.io/v1alpha1`` ``DataSample`` ``{app}-{vertex}-{id}`` in the
-application's namespace (spec: ``applicationRef.name``, ``vertex``, ``maxRecords``,
-``samplingWindow``, ``ttlSecondsAfterFinished``; annotation ``sparkglass.io/results-url`` =
-where the service serves the full result, when ``public_url`` is set), binds the round to
-the ``metadata.uid`` the API server gave it, then watches it (the API server's events, not
-a poll) until the round ends.
-
-The records come from the store only: the operator saves the whole result through the
-service (``PUT .../datasamples/{name}/result``, :mod:`sparkglass.service.routers.results`)
-in the round bound to the DataSample's uid. A uid is the API server's, never a client's: a
-DataSample deleted and created again under the name has another uid, and its result never
-lands in this round. A DataSample's ``status`` can be written by anyone granted ``patch
-datasamples/status``, so it only ever tells that a round ended without records (``NoData``,
-``Disabled``, ``Failed``, ``Abandoned``); a status claiming records the store does not hold
-fails the round.
+The service creates a ``DataSample`` in the application's namespace, binds the round to the
+``metadata.uid`` the API server gave it, then watches it until the round ends
+(:class:`DataSampleExecutor`). The records come from the store only, saved there by the
+operator in the round bound to that uid; a DataSample's ``status``, writable by anyone
+granted ``patch datasamples/status``, can only tell that a round ended without records
+(docs/security.md, "The trust boundary").
 """
 
 from __future__ import annotations
@@ -164,7 +155,24 @@ def datasample_body(request: RoundRequest, ttl_seconds: int) -> dict[str, Any]:
 
 class DataSampleExecutor:
     """Creates DataSamples and waits for the operator to finish them; the result is what the
-    operator saved in the store (module docstring)."""
+    operator saved in the store.
+
+    The service creates ``sparkglass.io/v1alpha1`` ``DataSample`` ``{app}-{vertex}-{id}`` in
+    the application's namespace (spec: ``applicationRef.name``, ``vertex``, ``maxRecords``,
+    ``samplingWindow``, ``ttlSecondsAfterFinished``; annotation ``sparkglass.io/results-url``
+    = where the service serves the full result, when ``public_url`` is set), binds the round
+    to the ``metadata.uid`` the API server gave it, then watches it (the API server's events,
+    not a poll) until the round ends.
+
+    The records come from the store only: the operator saves the whole result through the
+    service (``PUT .../datasamples/{name}/result``, :mod:`sparkglass.service.routers.results`)
+    in the round bound to the DataSample's uid. A uid is the API server's, never a client's: a
+    DataSample deleted and created again under the name has another uid, and its result never
+    lands in this round. A DataSample's ``status`` can be written by anyone granted ``patch
+    datasamples/status``, so it only ever tells that a round ended without records
+    (``NoData``, ``Disabled``, ``Failed``, ``Abandoned``); a status claiming records the store
+    does not hold fails the round.
+    """
 
     def __init__(
         self,
@@ -179,7 +187,7 @@ class DataSampleExecutor:
 
     def run(self, request: RoundRequest) -> RoundOutcome:
         """Create the DataSample and watch it until its status is final or ``timeout_s``
-        passed; the outcome is what the operator saved (module docstring)."""
+        passed; the outcome is what the operator saved (see the class)."""
         body = datasample_body(request, self._ttl)
         name = body["metadata"]["name"]
         deadline = time.monotonic() + request.timeout_s

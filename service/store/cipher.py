@@ -4,22 +4,9 @@ in plaintext.
 In local execution mode the store keeps, per application, the bearer token of its driver's
 control endpoint (``applications.driver_token``): whoever reads the database file or a
 backup of it could otherwise start rounds on every registered driver. The column holds
-``fernet:<token>`` (AES-128-CBC + HMAC-SHA256, :class:`cryptography.fernet.Fernet`).
-
-The key (:func:`store_cipher`):
-
-* ``SPARKGLASS_STORE_KEY``: one Fernet key, or several separated by commas for rotation
-  (:class:`~cryptography.fernet.MultiFernet`: the first encrypts, every one decrypts; the
-  service re-encrypts stored tokens under the first at start);
-* unset, with a SQLite file store: a key generated once into ``<database file>.key``,
-  created mode 0600 next to the file and reused afterwards (it protects backups and copies
-  of the database file that leave the key behind, not a reader of the directory);
-* unset, with an in-memory SQLite store: a key for this process only;
-* unset, with any other store (PostgreSQL): none; registering a driver token is refused
-  with :class:`StoreKeyMissing`, which names the setting.
-
-The session factory carries the cipher in ``Session.info`` (:func:`attach`), so the
-repository encrypts and decrypts where it reads and writes the column.
+``fernet:<token>`` (AES-128-CBC + HMAC-SHA256, :class:`cryptography.fernet.Fernet`); the key
+comes from ``SPARKGLASS_STORE_KEY`` or a generated key file (:func:`store_cipher`;
+docs/security.md, "The store at rest").
 """
 
 from __future__ import annotations
@@ -170,9 +157,22 @@ def key_file_of(database_url: str) -> Path | None:
 
 
 def store_cipher(keys: str | None, database_url: str) -> StoreCipher | None:
-    """The cipher for the store at ``database_url`` (see the module docstring): from
-    ``keys`` (comma-separated Fernet keys) when set, else a generated key (SQLite), else
-    ``None``. Raises ``ValueError`` naming the setting for malformed keys."""
+    """The cipher for the store at ``database_url``: from ``keys`` (comma-separated Fernet
+    keys) when set, else a generated key (SQLite), else ``None``. Raises ``ValueError``
+    naming the setting for malformed keys.
+
+    * ``SPARKGLASS_STORE_KEY``: one Fernet key, or several separated by commas for rotation
+      (:class:`~cryptography.fernet.MultiFernet`: the first encrypts, every one decrypts; the
+      service re-encrypts stored tokens under the first at start);
+    * unset, with a SQLite file store: a key generated once into ``<database file>.key``,
+      created mode 0600 next to the file and reused afterwards (it protects backups and
+      copies of the database file that leave the key behind, not a reader of the directory);
+    * unset, with an in-memory SQLite store: a key for this process only;
+    * unset, with any other store (PostgreSQL): none; registering a driver token is refused
+      with :class:`StoreKeyMissing`, which names the setting.
+
+    The session factory carries the cipher in ``Session.info`` (:func:`attach`), so the
+    repository encrypts and decrypts where it reads and writes the column."""
     if keys and keys.strip():
         return StoreCipher([k for k in keys.split(",") if k.strip()])
     url = make_url(database_url)

@@ -1,16 +1,12 @@
 """``sparkglass pipelines run``: a Spark Declarative Pipeline run with sampling on.
 
-Wraps ``spark-pipelines run``. Two pyspark traps shape it (docs/pipelines.md):
-
-- with ``--remote local`` pyspark replaces ``spark.plugins`` with the Spark Connect plugin
-  and passes the submit confs in groups of 10, each group replacing the one before, so a
-  jar, plugin or extension given with ``--conf`` may silently vanish; what
-  ``$SPARK_CONF_DIR/spark-defaults.conf`` says survives. So the sampling jar, plugin
-  (``spark.plugins.defaultList``), extension and confs go into a spark-defaults.conf in a
-  temporary conf dir (the user's own conf dir is copied into it first);
-- SDP forbids ``spark.udf.register*`` while it imports definitions, so the taps come from the
-  session extension, not from Python.
-
+Wraps ``spark-pipelines run``. Two pyspark traps shape it (docs/pipelines.md): with
+``--remote local`` pyspark replaces ``spark.plugins`` and passes the submit confs in groups
+of 10, each replacing the one before, so a jar, plugin or extension given with ``--conf`` may
+silently vanish: the sampling jar, plugin (``spark.plugins.defaultList``), extension and
+confs go into a spark-defaults.conf in a temporary conf dir (the user's own conf dir is
+copied into it first), which survives. And SDP forbids ``spark.udf.register*`` while it
+imports definitions, so the taps come from the session extension, not from Python.
 Everything else on the command line (``--spec``, ``--full-refresh``, ``--conf``, …) goes to
 ``spark-pipelines`` unchanged.
 """
