@@ -4,13 +4,17 @@ One poll of ``GET .../data-sample`` (docs/architecture.md, "Lazy trigger and pol
 
 1. a result that ended less than ``refresh_interval`` ago is answered as is;
 2. otherwise, if no round runs, the caller (when allowed to trigger) tries to *claim* the
-   (application, vertex) lease in the database; the one winner per interval inserts a
+   (application, vertex, request) lease in the database; the one winner per interval inserts a
    ``PENDING`` round row and runs the round on a worker thread;
 3. while a round runs, callers get the previous result with ``stale=true``, or ``PENDING``
    when there is none. That answer is reused from memory for ``INTERIM_ANSWER_S``: 200 open
    pages polling through a round would otherwise each read the store (3.5 ms of service CPU
    per poll against 0.7 ms for a fresh result, measured with a sequential client), and a
    service that falls behind at every round turns 304s into full bodies and collapses.
+
+A request is a plain round or one with a kind, filter, columns or expectation
+(:class:`~sparkglass.runtime.contract.round_request.RoundRequest`): each request has its own
+rounds, lease and answers, and every one is stored and shared across replicas alike.
 
 Claims go through the database (:func:`~sparkglass.service.store.repository.claim_round`),
 so the rule holds across threads, processes and service replicas sharing one store.
@@ -33,6 +37,8 @@ from dataclasses import dataclass
 from sqlalchemy.orm import Session, sessionmaker
 
 from sparkglass.runtime.contract.result_caps import ResultRejected
+from sparkglass.runtime.contract.round_request import PLAIN
+from sparkglass.runtime.contract.round_request import RoundRequest as Narrowing
 from sparkglass.runtime.contract.sample_result import (
     DataSampleResult,
     ErrorCode,
@@ -93,8 +99,13 @@ class PollAnswer:
     started_round: str | None
 
 
+#: The key of one request's answers in memory: (application id, vertex, request key).
+AnswerKey = tuple[int, str, str]
+
+
 class SharedRounds:
-    """Answers polls and runs rounds (one per (application, vertex) per refresh interval)."""
+    """Answers polls and runs rounds (one per (application, vertex, request) per refresh
+    interval)."""
 
     def __init__(
         self,
@@ -110,17 +121,17 @@ class SharedRounds:
         self._pool = ThreadPoolExecutor(
             max_workers=settings.round_workers, thread_name_prefix="sparkglass-round"
         )
-        #: (application id, vertex) -> (expires at ms, head of the fresh result, the run it
+        #: AnswerKey -> (expires at ms, head of the fresh result, the run it
         #: is of): a few hundred bytes per vertex; records are never held here. The run:
         #: an application registered with another driver through another replica shows here
         #: as an application row of a later run, which no answer of the earlier one serves.
-        self._fresh: dict[tuple[int, str], tuple[int, DataSampleResult, int]] = {}
-        #: (application id, vertex) -> (expires at, monotonic s; the answer while a round
+        self._fresh: dict[AnswerKey, tuple[int, DataSampleResult, int]] = {}
+        #: AnswerKey -> (expires at, monotonic s; the answer while a round
         #: runs; the run it is of): as small as ``_fresh``.
-        self._interim: dict[tuple[int, str], tuple[float, DataSampleResult, int]] = {}
-        #: (application id, vertex) -> rounds of it this replica saw end: a poll that read
+        self._interim: dict[AnswerKey, tuple[float, DataSampleResult, int]] = {}
+        #: AnswerKey -> rounds of it this replica saw end: a poll that read
         #: the store before a round ended must not keep its stale answer after.
-        self._rounds_ended: dict[tuple[int, str], int] = {}
+        self._rounds_ended: dict[AnswerKey, int] = {}
         #: Bumped by forget(): a poll that read the store before an application was
         #: forgotten keeps nothing of it (SQLite may give a new application the same id).
         self._forgotten = 0
@@ -178,7 +189,9 @@ class SharedRounds:
             refresh_ms, client_deadline_ms(timeout_ms, grace_ms) / 1000, max_record_length
         )
 
-    def fresh_answer(self, app: Application, vertex: str) -> PollAnswer | None:
+    def fresh_answer(
+        self, app: Application, vertex: str, narrowing: Narrowing = PLAIN
+    ) -> PollAnswer | None:
         """The answer from memory when this replica holds one, else ``None``.
 
         A fresh result stays the answer until it expires: no replica can start a new round
@@ -186,7 +199,7 @@ class SharedRounds:
         runs, the answer given then (stale or ``PENDING``) is reused for
         ``INTERIM_ANSWER_S``. Never blocks, so the route calls it on the event loop.
         """
-        key = (app.id, vertex)
+        key = (app.id, vertex, narrowing.key())
         with self._cache_lock:
             fresh = self._fresh.get(key)
             interim = self._interim.get(key)
@@ -197,9 +210,15 @@ class SharedRounds:
         return None
 
     def poll(
-        self, app: Application, vertex: str, *, actor: str, may_trigger: Callable[[], bool]
+        self,
+        app: Application,
+        vertex: str,
+        *,
+        actor: str,
+        may_trigger: Callable[[], bool],
+        narrowing: Narrowing = PLAIN,
     ) -> PollAnswer:
-        """One poll of ``vertex`` of ``app`` (see the module docstring).
+        """One poll of ``vertex`` of ``app`` for ``narrowing`` (see the module docstring).
 
         ``may_trigger`` is asked only when a round would start (in Kubernetes mode it costs
         a SubjectAccessReview). Raises :class:`TriggerForbiddenError` when no result exists,
@@ -208,8 +227,9 @@ class SharedRounds:
         can_trigger = False
         t = repository.now_ms()
         policy = self.policy(app)
-        fresh_key = (app.id, vertex)
-        cached = self.fresh_answer(app, vertex)
+        request_key = narrowing.key()
+        fresh_key = (app.id, vertex, request_key)
+        cached = self.fresh_answer(app, vertex, narrowing)
         if cached is not None:
             return cached
         with self._cache_lock:
@@ -221,7 +241,9 @@ class SharedRounds:
         started: Round | None = None
         abandoned_before = t - int(policy.deadline_s * 1000) - 5000
         with self._sessions.begin() as session:
-            latest = repository.latest_finished_round(session, app.id, vertex, run=app.run)
+            latest = repository.latest_finished_round(
+                session, app.id, vertex, run=app.run, request_key=request_key
+            )
             if (
                 latest is not None
                 and t - (latest.end_timestamp or 0) < policy.refresh_ms
@@ -234,7 +256,12 @@ class SharedRounds:
                         self._fresh[fresh_key] = (expires, result, app.run)
                 return PollAnswer(result, None)
             running = repository.running_round(
-                session, app.id, vertex, started_after=abandoned_before, run=app.run
+                session,
+                app.id,
+                vertex,
+                started_after=abandoned_before,
+                run=app.run,
+                request_key=request_key,
             )
             latest_result = repository.round_head(latest) if latest is not None else None
         if running is None:
@@ -249,16 +276,34 @@ class SharedRounds:
                 # claimed or finished since the read above makes it fail, as it would have
                 # within one transaction.
                 if repository.claim_round(
-                    session, app.id, vertex, rid, interval_ms=policy.refresh_ms, at=t
+                    session,
+                    app.id,
+                    vertex,
+                    rid,
+                    interval_ms=policy.refresh_ms,
+                    at=t,
+                    request_key=request_key,
                 ):
                     started = repository.create_round(
-                        session, rid, app.id, vertex, triggered_by=actor, at=t, run=app.run
+                        session,
+                        rid,
+                        app.id,
+                        vertex,
+                        triggered_by=actor,
+                        at=t,
+                        run=app.run,
+                        request_key=request_key,
                     )
                     running = started
                 else:
                     # Someone else won this interval; their round row committed with the claim.
                     running = repository.running_round(
-                        session, app.id, vertex, started_after=abandoned_before, run=app.run
+                        session,
+                        app.id,
+                        vertex,
+                        started_after=abandoned_before,
+                        run=app.run,
+                        request_key=request_key,
                     )
         if running is None and latest_result is None and not can_trigger:
             raise TriggerForbiddenError
@@ -275,11 +320,17 @@ class SharedRounds:
                 if (self._rounds_ended.get(fresh_key, 0), self._forgotten) == seen:
                     self._interim[fresh_key] = (expires_at, answer, app.run)
         if started is not None:
-            self._launch(app, vertex, started.id, actor, policy)
+            self._launch(app, vertex, started.id, actor, policy, narrowing)
         return PollAnswer(answer, started.id if started else None)
 
     def _launch(
-        self, app: Application, vertex: str, round_id: str, actor: str, policy: RoundPolicy
+        self,
+        app: Application,
+        vertex: str,
+        round_id: str,
+        actor: str,
+        policy: RoundPolicy,
+        narrowing: Narrowing,
     ) -> None:
         token: str | None = None
         try:
@@ -300,6 +351,7 @@ class SharedRounds:
             driver_token=token,
             memory_gate=self._memory_gate,
             max_record_length=policy.max_record_length,
+            narrowing=None if narrowing.is_plain() else narrowing,
             results_url=(
                 f"{self._settings.public_url.rstrip('/')}/api/v1/namespaces/{app.namespace}"
                 f"/applications/{app.name}/rounds/{round_id}"
@@ -311,7 +363,7 @@ class SharedRounds:
         future = self._pool.submit(self._run, request)
         self._futures.add(future)
         # Before the discard: once wait_idle() sees no round, their interim answers are gone.
-        key = (app.id, vertex)
+        key = (app.id, vertex, narrowing.key())
         future.add_done_callback(lambda _: self._drop_interim(key))
         future.add_done_callback(self._futures.discard)
 
@@ -383,6 +435,7 @@ class SharedRounds:
                             request.vertex,
                             request.round_id,
                             at=repository.now_ms(),
+                            request_key=(request.narrowing or PLAIN).key(),
                         )
             except Exception:
                 log.exception("releasing the claim of round %s failed", request.round_id)
@@ -397,7 +450,7 @@ class SharedRounds:
         for k in [k for k, (exp, _, _) in self._interim.items() if exp <= now]:
             del self._interim[k]
 
-    def _drop_interim(self, key: tuple[int, str]) -> None:
+    def _drop_interim(self, key: AnswerKey) -> None:
         """Forget the answer given while a round of ``key`` ran (it just ended): the next
         poll reads the store and finds the new result."""
         with self._cache_lock:

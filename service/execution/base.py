@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
+from sparkglass.runtime.contract.round_request import RoundRequest as Narrowing
 from sparkglass.runtime.contract.sample_result import (
     DataSampleResult,
     ErrorCode,
@@ -27,6 +28,7 @@ class RoundRequest:
     ``memory_gate`` bounds how many full results (up to ~50 MB each) the service holds at
     once: an executor that brings a full result into memory acquires it first and returns
     with ``RoundOutcome.holds_gate`` set; the caller releases it once the result is saved.
+    ``narrowing``: the round's kind, filter, columns and expectation; None for a plain round.
     """
 
     round_id: str
@@ -42,6 +44,7 @@ class RoundRequest:
     results_url: str | None = None
     max_record_length: int = 10_000
     memory_gate: threading.Semaphore | None = None
+    narrowing: Narrowing | None = None
 
 
 @dataclass(frozen=True)

@@ -149,8 +149,25 @@ def datasample_body(request: RoundRequest, ttl_seconds: int) -> dict[str, Any]:
             "maxRecords": MAX_RECORDS_PER_RESPONSE,
             **({"samplingWindow": request.sampling_window} if request.sampling_window else {}),
             "ttlSecondsAfterFinished": ttl_seconds,
+            **_narrowing_spec(request),
         },
     }
+
+
+def _narrowing_spec(request: RoundRequest) -> dict[str, Any]:
+    """``spec.kind``, ``filter``, ``columns`` and ``expectation`` of a narrowed round (the
+    DataSample's own fields, which its admission webhook checks against the step)."""
+    narrowing = request.narrowing
+    if narrowing is None or narrowing.is_plain():
+        return {}
+    spec: dict[str, Any] = {"kind": narrowing.kind.value}
+    if narrowing.filter is not None:
+        spec["filter"] = narrowing.filter
+    if narrowing.columns is not None:
+        spec["columns"] = list(narrowing.columns)
+    if narrowing.expectation is not None:
+        spec["expectation"] = narrowing.expectation
+    return spec
 
 
 class DataSampleExecutor:

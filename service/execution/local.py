@@ -124,7 +124,9 @@ class LocalDriverExecutor:
     def _round(self, driver: ControlClient, request: RoundRequest, deadline: float) -> RoundOutcome:
         driver_round: str | None = None
         try:
-            first = driver.open_round(request.vertex, request.sampling_window)
+            first = driver.open_round(
+                request.vertex, request.sampling_window, request=request.narrowing
+            )
             if first.status is not SampleStatus.PENDING:
                 return RoundOutcome(first, external_ref=first.round_id)
             driver_round = first.round_id

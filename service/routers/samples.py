@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, HTTPException, Query, Request, Response, status
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import StreamingResponse
 
 from sparkglass.runtime.contract.errors import InvalidParameterError
-from sparkglass.runtime.contract.result_caps import ResultCaps, ResultRejected
-from sparkglass.runtime.contract.round_request import RoundRequest, round_request
+from sparkglass.runtime.contract.round_request import PLAIN, RoundRequest, round_request
 from sparkglass.runtime.contract.sample_result import (
     MAX_RECORDS_PER_RESPONSE,
     DataSampleResult,
@@ -22,7 +19,7 @@ from sparkglass.runtime.control.client import ControlClient, ControlError, Contr
 
 from ..audit import client_of
 from ..auth import Permission
-from ..content_coding import VARY, accept_encoding, accepts_gzip
+from ..content_coding import accept_encoding, accepts_gzip
 from ..dependencies import (
     FORBIDDEN,
     BearerDep,
@@ -96,27 +93,6 @@ ExpectationName = Annotated[
     str | None, Query(description="With kind=violations: only rows failing this expectation.")
 ]
 
-#: Bodies larger than this are sent in pieces of this size: handed to the server whole, a
-#: ~50 MB body is copied into the connection's write buffer, once per slow reader.
-STREAM_CHUNK_BYTES = 256 * 1024
-
-
-def json_body(body: bytes) -> Response:
-    """``body`` (JSON) as a response; large bodies are streamed from memory in pieces so that
-    each connection buffers at most a piece, whatever its reader's speed."""
-    if len(body) <= STREAM_CHUNK_BYTES:
-        return Response(body, media_type="application/json", headers=VARY)
-    view = memoryview(body)
-
-    async def pieces() -> AsyncIterator[memoryview]:
-        for i in range(0, len(view), STREAM_CHUNK_BYTES):
-            yield view[i : i + STREAM_CHUNK_BYTES]
-
-    return StreamingResponse(
-        pieces(), media_type="application/json", headers={"content-length": str(len(body)), **VARY}
-    )
-
-
 #: ``If-None-Match``: the ``ETag`` of the body the client already holds; a match answers
 #: ``304 Not Modified`` with no body.
 IfNoneMatch = Annotated[str | None, Header(description="ETag of the body already held")]
@@ -154,10 +130,11 @@ async def data_sample(
     afterwards the result, cached for the refresh interval. Starting a round needs ``create``
     on ``datasamples`` (local: sampler role); reading needs ``get`` (viewer).
 
-    ``kind``, ``filter``, ``columns`` and ``expectation`` ask for a narrower round (local
-    mode; in Kubernetes mode use a DataSample's ``spec.kind``/``filter``/``columns``): they
-    need ``create`` too, and a filter or column that does not fit the vertex answers 422
-    naming it.
+    ``kind``, ``filter``, ``columns`` and ``expectation`` ask for a narrower round: rounds of
+    one such request are shared, stored and refreshed as plain rounds are, apart from them
+    (in Kubernetes mode, through a DataSample with those fields). Before one starts, the
+    driver checks the request (local mode): a filter or column that does not fit the vertex
+    answers 422 naming it.
 
     Every body carries a weak ``ETag``; a poll whose ``If-None-Match`` names the current one
     gets ``304 Not Modified`` and no body. Bodies are gzip-compressed when the client accepts
@@ -169,34 +146,32 @@ async def data_sample(
     if app is None:
         app = await run_in_threadpool(application_or_404, state, namespace, application)
     vertex_or_404(app, vertex)
+    narrowing = PLAIN
     if any(v is not None for v in (kind, filter, columns, expectation)):
         try:
-            request = round_request(kind, filter, columns, expectation)
+            narrowing = round_request(kind, filter, columns, expectation)
         except InvalidParameterError as exc:
             raise _unprocessable(exc.field, str(exc)) from None
-        if not request.is_plain():
-            return await _narrow_sample(
-                state,
-                principal,
-                namespace,
-                app,
-                vertex,
-                request,
-                subtask_index,
-                max_records,
-                client_of(http_request),
-            )
-    fresh = state.coordinator.fresh_answer(app, vertex)
+    fresh = state.coordinator.fresh_answer(app, vertex, narrowing)
     answer: PollAnswer
     if fresh is not None:
         answer = fresh
     else:
 
         def may_trigger() -> bool:
-            return check(state, principal, namespace, Permission.TRIGGER)
+            if not check(state, principal, namespace, Permission.TRIGGER):
+                return False
+            if not narrowing.is_plain():
+                _check_with_driver(state, app, vertex, narrowing)
+            return True
 
         poll = functools.partial(
-            state.coordinator.poll, app, vertex, actor=principal.user, may_trigger=may_trigger
+            state.coordinator.poll,
+            app,
+            vertex,
+            actor=principal.user,
+            may_trigger=may_trigger,
+            narrowing=narrowing,
         )
         try:
             answer = await run_in_threadpool(poll)
@@ -238,78 +213,32 @@ def _unprocessable(field: str | None, message: str) -> RequestValidationError:
     return RequestValidationError([{"loc": ("query", name), "msg": msg, "type": "value_error"}])
 
 
-async def _narrow_sample(
-    state: Any,
-    principal: Any,
-    namespace: str,
-    app: Any,
-    vertex: str,
-    request: RoundRequest,
-    subtask_index: int | None,
-    max_records: int | None,
-    client: str | None,
-) -> Response:
-    """A round with a kind, filter or columns: the driver's own lazy trigger, keyed by the
-    request (its results are not shared with plain rounds nor kept in the store)."""
-    allowed = await run_in_threadpool(check, state, principal, namespace, Permission.TRIGGER)
-    if not allowed:
-        raise FORBIDDEN
+def _check_with_driver(state: Any, app: Any, vertex: str, narrowing: RoundRequest) -> None:
+    """Before a narrowed round starts (local mode): ask the driver whether it takes the
+    request, so that a filter or column that does not fit the vertex answers 422 naming the
+    parameter at once instead of a failed round. In Kubernetes mode the DataSample's
+    admission webhook checks it, and a refusal fails the round. Raises
+    ``RequestValidationError`` (422) or ``HTTPException`` (502: the driver did not answer)."""
     if not app.driver_url:
-        raise _unprocessable(
-            "filter",
-            "kind, filter and columns are served in local mode; in Kubernetes mode create a "
-            "DataSample with spec.kind, spec.filter and spec.columns",
-        )
-
-    tls = state.driver_trust.get(namespace, app.name)
-    max_record_length = state.coordinator.policy(app).max_record_length
-
-    def ask() -> tuple[DataSampleResult, bytes]:
+        return
+    tls = state.driver_trust.get(app.namespace, app.name)
+    try:
         with state.sessions() as session:  # the token is stored encrypted
             token = repository.driver_token(session, app)
-        # A full result (up to 5000 records) in memory: it takes a pass of the memory gate,
-        # like the results of shared rounds, and is checked against the same caps.
-        with state.coordinator.memory_gate:
-            with ControlClient(app.driver_url, token or "", tls=tls) as driver:
-                answer = driver.data_sample(
-                    vertex, subtask_index=subtask_index, max_records=max_records, request=request
-                )
-            caps = ResultCaps(max_record_length)
-            for sub in answer.samples:
-                caps.check(sub)
-            return answer, answer.model_dump_json(by_alias=True).encode()
-
-    try:
-        result, body = await run_in_threadpool(ask)
+        with ControlClient(app.driver_url, token or "", tls=tls) as driver:
+            driver.check_round(vertex, None, request=narrowing)
     except ControlRejected as exc:
         if exc.status == 400:
             raise _unprocessable(exc.field, str(exc)) from None
+        if exc.status == 404:  # a driver older than the check: the round itself will tell
+            return
         raise HTTPException(status.HTTP_502_BAD_GATEWAY, detail=str(exc)) from None
     except ControlError as exc:
         raise HTTPException(status.HTTP_502_BAD_GATEWAY, detail=str(exc)) from None
-    except ResultRejected as exc:
-        raise HTTPException(
-            status.HTTP_502_BAD_GATEWAY, detail=f"the driver's answer broke a cap: {exc}"
-        ) from None
     except ValueError as exc:
         # The store key cannot open the token, or a certificate is pinned for a URL that is
         # not https:// (neither message holds a secret).
         raise HTTPException(status.HTTP_502_BAD_GATEWAY, detail=str(exc)) from None
-    state.audit.record(
-        AuditRecord(
-            actor=principal.user,
-            action="trigger",
-            namespace=namespace,
-            application=app.name,
-            vertex=vertex,
-            round_id=result.round_id,
-            record_count=result.record_count(),
-            status=result.status.value,
-            at=repository.now_ms(),
-            client=client,
-        )
-    )
-    return json_body(body)
 
 
 @router.get("/vertices/{vertex}/rounds", response_model=list[RoundSummary], responses=_ERRORS)

@@ -94,11 +94,13 @@ class Vertex(Base):
 
 
 class VertexLease(Base):
-    """The shared-round rule's row: one per (application, vertex).
+    """The shared-round rule's row: one per (application, vertex, request).
 
     A replica may start a round only by moving ``next_start_at`` forward with a conditional
     UPDATE (``WHERE next_start_at <= now``); the database lets exactly one of any number of
-    concurrent claimants succeed, across processes and replicas.
+    concurrent claimants succeed, across processes and replicas. ``request_digest``: the
+    SHA-256 (hex) of the round request's key, empty for a plain round
+    (:func:`~.repository.lease_digest`).
     """
 
     __tablename__ = "vertex_leases"
@@ -107,6 +109,9 @@ class VertexLease(Base):
         ForeignKey("applications.id", ondelete="CASCADE"), primary_key=True
     )
     vertex: Mapped[str] = mapped_column(String(63), primary_key=True)
+    request_digest: Mapped[str] = mapped_column(
+        String(64), primary_key=True, default="", server_default=""
+    )
     round_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
     claimed_at: Mapped[int] = mapped_column(BigInteger, default=0)
     next_start_at: Mapped[int] = mapped_column(BigInteger, default=0)

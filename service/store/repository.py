@@ -238,10 +238,12 @@ def claim_round(
     *,
     interval_ms: int,
     at: int | None = None,
+    request_key: str = "",
 ) -> bool:
-    """Try to become the one caller that starts a round of ``vertex`` in this interval.
+    """Try to become the one caller that starts a round of ``vertex`` for ``request_key`` (a
+    round request's key, empty for a plain round) in this interval.
 
-    Ensures the (application, vertex) lease row exists (``INSERT ... ON CONFLICT DO
+    Ensures the (application, vertex, request) lease row exists (``INSERT ... ON CONFLICT DO
     NOTHING``), then moves its ``next_start_at`` to ``at + interval_ms`` with one conditional
     UPDATE. The database serializes concurrent UPDATEs of one row (PostgreSQL re-checks the
     WHERE clause after a concurrent commit; SQLite has a single writer), so exactly one
@@ -250,9 +252,11 @@ def claim_round(
     """
     at = now_ms() if at is None else at
     dialect = session.get_bind().dialect.name
+    digest = lease_digest(request_key)
     values = {
         "application_id": application_id,
         "vertex": vertex,
+        "request_digest": digest,
         "claimed_at": 0,
         "next_start_at": 0,
     }
@@ -260,7 +264,7 @@ def claim_round(
         session.execute(postgresql.insert(VertexLease).values(values).on_conflict_do_nothing())
     elif dialect == "sqlite":
         session.execute(sqlite.insert(VertexLease).values(values).on_conflict_do_nothing())
-    elif session.get(VertexLease, (application_id, vertex)) is None:  # pragma: no cover
+    elif session.get(VertexLease, (application_id, vertex, digest)) is None:  # pragma: no cover
         session.add(VertexLease(**values))
         session.flush()
     result = session.execute(
@@ -268,6 +272,7 @@ def claim_round(
         .where(
             VertexLease.application_id == application_id,
             VertexLease.vertex == vertex,
+            VertexLease.request_digest == digest,
             VertexLease.next_start_at <= at,
         )
         .values(round_id=round_id, claimed_at=at, next_start_at=at + interval_ms)
@@ -276,8 +281,16 @@ def claim_round(
     return bool(getattr(result, "rowcount", 0) == 1)
 
 
-#: ``Round.request_key`` of a round the service started: the only answers to a plain poll.
+#: ``Round.request_key`` of a plain round the service started: the only answers to a plain
+#: poll. A round the service started for a kind, filter, columns or expectation has the
+#: request's ``RoundRequest.key()`` (JSON, never empty), and answers polls of that request.
 PLAIN_ROUND = ""
+
+
+def lease_digest(request_key: str) -> str:
+    """``VertexLease.request_digest`` of ``request_key``: empty for a plain round, else the
+    SHA-256 of the key (hex, 64 characters: a filter may be 4,096 characters long)."""
+    return hashlib.sha256(request_key.encode()).hexdigest() if request_key else ""
 
 
 def datasample_round_key(request_key: str) -> str:
@@ -295,10 +308,11 @@ def create_round(
     triggered_by: str | None,
     at: int | None = None,
     run: int | None = None,
+    request_key: str = PLAIN_ROUND,
 ) -> Round:
-    """Insert a ``PENDING`` round row (a plain round: ``request_key`` empty; a DataSample's
-    own round is marked by :func:`save_round`) of the application's ``run`` (default: its
-    current run, read from the store)."""
+    """Insert a ``PENDING`` round row for ``request_key`` (a plain round: empty; a
+    ``kubectl`` DataSample's own round is marked by :func:`save_round`) of the application's
+    ``run`` (default: its current run, read from the store)."""
     if run is None:
         run = session.scalar(select(Application.run).where(Application.id == application_id))
     row = Round(
@@ -313,7 +327,7 @@ def create_round(
         dropped_by_rate_limit=0,
         failed_subtasks=[],
         triggered_by=triggered_by,
-        request_key=PLAIN_ROUND,
+        request_key=request_key,
         run=run,
     )
     session.add(row)
@@ -322,7 +336,13 @@ def create_round(
 
 
 def release_claim(
-    session: Session, application_id: int, vertex: str, round_id: str, *, at: int
+    session: Session,
+    application_id: int,
+    vertex: str,
+    round_id: str,
+    *,
+    at: int,
+    request_key: str = "",
 ) -> None:
     """Let the next poll claim ``vertex`` again from ``at`` on (ms), if ``round_id`` still holds
     its lease: a round that found the query idle should not block the next one for a whole
@@ -332,6 +352,7 @@ def release_claim(
         .where(
             VertexLease.application_id == application_id,
             VertexLease.vertex == vertex,
+            VertexLease.request_digest == lease_digest(request_key),
             VertexLease.round_id == round_id,
         )
         .values(next_start_at=at)
@@ -583,16 +604,22 @@ def get_round(session: Session, round_id: str) -> Round | None:
 
 
 def latest_finished_round(
-    session: Session, application_id: int, vertex: str, *, run: int | None = None
+    session: Session,
+    application_id: int,
+    vertex: str,
+    *,
+    run: int | None = None,
+    request_key: str = PLAIN_ROUND,
 ) -> Round | None:
-    """The most recently ended plain round of ``vertex`` (any status but ``PENDING``; a
-    DataSample's narrowed round is not an answer to a plain poll), of ``run`` when given (a
-    round of an earlier run came from a driver that is gone: never the current answer)."""
+    """The most recently ended round of ``vertex`` the service started for ``request_key``
+    (any status but ``PENDING``; a round of another request, or a ``kubectl`` DataSample's,
+    is not an answer to this poll), of ``run`` when given (a round of an earlier run came
+    from a driver that is gone: never the current answer)."""
     q = select(Round).where(
         Round.application_id == application_id,
         Round.vertex == vertex,
         Round.status != SampleStatus.PENDING.value,
-        Round.request_key == PLAIN_ROUND,
+        Round.request_key == request_key,
     )
     if run is not None:
         q = q.where(Round.run == run)
@@ -606,16 +633,18 @@ def running_round(
     *,
     started_after: int,
     run: int | None = None,
+    request_key: str = PLAIN_ROUND,
 ) -> Round | None:
-    """The newest ``PENDING`` round of ``vertex`` started after ``started_after`` (older
-    pending rows belong to a replica that died mid-round and are ignored), of ``run`` when
-    given (an earlier run's round waits on a driver that is gone)."""
+    """The newest ``PENDING`` round of ``vertex`` for ``request_key`` started after
+    ``started_after`` (older pending rows belong to a replica that died mid-round and are
+    ignored), of ``run`` when given (an earlier run's round waits on a driver that is
+    gone)."""
     q = select(Round).where(
         Round.application_id == application_id,
         Round.vertex == vertex,
         Round.status == SampleStatus.PENDING.value,
         Round.started_at > started_after,
-        Round.request_key == PLAIN_ROUND,
+        Round.request_key == request_key,
     )
     if run is not None:
         q = q.where(Round.run == run)

@@ -250,6 +250,10 @@ class FakeDriver:
         }
     #: The Authorization header of every request that reached the app (None: absent).
     authorizations: list[str | None] = field(default_factory=list)
+    #: The query parameters of every round opened, in order (kind, filter, columns, ...).
+    opened: list[dict[str, str]] = field(default_factory=list)
+    #: The query parameters of every round check (``GET .../round-check``).
+    checked: list[dict[str, str]] = field(default_factory=list)
 
     def app(self) -> FastAPI:
         api = FastAPI()
@@ -289,6 +293,7 @@ class FakeDriver:
             rid = uuid.uuid4().hex[:12]
             with self.lock:
                 self.started[vertex] = self.started.get(vertex, 0) + 1
+                self.opened.append(dict(request.query_params))
             code, body = final_result(vertex, rid)
             if code != 202:
                 return JSONResponse(body, status_code=code)
@@ -297,6 +302,22 @@ class FakeDriver:
             )
             self.rounds[rid] = {"vertex": vertex, "done_at": time.monotonic() + delay, "body": body}
             return JSONResponse({"status": "PENDING", "roundId": rid}, status_code=202)
+
+        @api.get("/api/v1/vertices/{vertex}/round-check")
+        def round_check(
+            vertex: str, request: Request, authorization: str | None = Header(None)
+        ) -> JSONResponse:
+            # As the real driver: a filter naming a column the vertex lacks is a 400 naming
+            # the parameter (here: any filter that mentions ``no_such_column``).
+            auth(authorization)
+            with self.lock:
+                self.checked.append(dict(request.query_params))
+            if "no_such_column" in request.query_params.get("filter", ""):
+                return JSONResponse(
+                    {"error": "filter: no column no_such_column", "field": "filter"},
+                    status_code=400,
+                )
+            return JSONResponse({"accepted": True})
 
         @api.get("/api/v1/rounds/{rid}")
         def get_round(

@@ -423,3 +423,35 @@ async def test_live_metrics_come_from_the_status_the_operator_publishes(
         assert r.status_code == 502 and "status.progress" in r.json()["detail"]
         r = await call(client, "GET", f"{TEAM_A}/expectations", headers=bearer("eve-token"))
         assert (r.status_code, r.json()) == (403, {"detail": "forbidden"})
+
+
+async def test_a_filtered_round_runs_as_a_datasample_with_its_fields(
+    kmock: kmock.KubernetesEmulator, k8s_settings: dict[str, Any]
+) -> None:
+    async with httpx.AsyncClient(base_url=str(kmock.url)) as kube:
+        r = await kube.post(
+            "/apis/sparkglass.io/v1alpha1/namespaces/team-a/sparkapplications", json=SPARKAPP
+        )
+        assert r.status_code < 300, r.text
+    app = create_app(Settings(**k8s_settings, execution_mode="kubernetes"))
+    seen: list[dict[str, Any]] = []
+    operator = asyncio.create_task(fake_operator(kmock, app.state.sparkglass.sessions, seen))
+    url = f"{TEAM_A}/vertices/parse/data-sample?filter=n%20%3E%200&columns=n"
+    try:
+        with TestClient(app) as client:
+            body = await poll_done(client, url, "alice-token")
+            assert body["status"] == "COMPLETE" and body["totalRecordCount"] == 3
+            # Shared and stored as a plain round: a viewer reads the same round.
+            again = await call(client, "GET", url, headers=bearer("bob-token"))
+            assert again.json()["roundId"] == body["roundId"]
+            # The plain poll is its own request, with its own DataSample.
+            plain = await poll_done(client, f"{TEAM_A}/vertices/parse/data-sample", "alice-token")
+            assert plain["roundId"] != body["roundId"]
+    finally:
+        operator.cancel()
+    narrowed = [d for d in seen if d["spec"].get("filter")]
+    assert len(narrowed) == 1 and len(seen) == 2, seen
+    spec = narrowed[0]["spec"]
+    assert (spec["kind"], spec["filter"], spec["columns"]) == ("output", "n > 0", ["n"])
+    assert "filter" not in next(d for d in seen if d is not narrowed[0])["spec"]
+    _validate_against_crd(narrowed[0])
