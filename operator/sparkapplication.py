@@ -54,6 +54,7 @@ operator tries at once.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import copy
 import re
@@ -389,7 +390,16 @@ async def reconcile(
         try:
             if memory_first and refused is None and await _memory_pass(ctx, key, known):
                 return
-            await _reconcile(ctx, namespace, name, resync=resync)
+            for attempt in range(CONFLICT_ATTEMPTS):
+                try:
+                    await _reconcile(ctx, namespace, name, resync=resync)
+                    break
+                except Conflict:
+                    # The application changed since this pass read it (its status write is
+                    # fenced): the next pass reads it again.
+                    if attempt + 1 == CONFLICT_ATTEMPTS:
+                        raise
+                    await asyncio.sleep(CONFLICT_RETRY_SECONDS)
         except ApiError as exc:
             RECONCILES.labels(names.APP_KIND, "error").inc()
             if exc.status == 403 and not exc.transient:
@@ -401,6 +411,12 @@ async def reconcile(
         if record is not None:  # None: the application is gone
             record.checked_at = time.monotonic()
         RECONCILES.labels(names.APP_KIND, "ok").inc()
+
+
+#: A pass whose status write found the application changed (409) runs again at once, after
+#: this pause (s), up to this many passes in all; then kopf retries it later.
+CONFLICT_RETRY_SECONDS = 0.2
+CONFLICT_ATTEMPTS = 3
 
 
 # ---------------------------------------------------------------------------- memory passes
@@ -1390,9 +1406,18 @@ async def _patch_if_changed(ctx: OperatorContext, app: dict[str, Any], new: dict
     ):
         return
     if changed:
+        # Fenced by the version the pass decided from: a write computed from an older
+        # version (another process's pass, a leader that lost its Lease mid-call) gets a 409
+        # instead of overwriting a newer status, and the pass runs again from fresh reads.
+        meta = app["metadata"]
         written = await ctx.cluster.patch_status(
-            APPS, app["metadata"]["namespace"], app["metadata"]["name"], changed
-        )
+            APPS, meta["namespace"], meta["name"], changed,
+            resource_version=meta.get("resourceVersion"),
+        )  # fmt: skip
+        # A second write of the same pass is fenced by this one's version.
+        version = (written.get("metadata") or {}).get("resourceVersion")
+        if version:
+            meta["resourceVersion"] = version
         _remember_app(ctx, written)
 
 

@@ -20,7 +20,7 @@ from tests.support.datasamples import (
     wait_final,
 )
 from tests.support.kube_apiserver import StrictApiServer
-from tests.support.sparkapplications import create_app, example_app, state
+from tests.support.sparkapplications import create_app, example_app, patch, set_pod_phase, state
 
 from .conftest import NAMESPACE, OperatorProcess, eventually
 
@@ -99,3 +99,30 @@ async def test_a_status_write_held_up_past_another_writer_is_refused_not_applied
     )
     assert await wait_final(kube, "fenced", operator) == "Complete", status(kube, "fenced")
     assert len(driver.rounds) == 1, driver.rounds
+
+
+async def test_an_application_status_write_held_up_past_another_writer_is_refused(
+    kube: StrictApiServer, operator: OperatorProcess
+) -> None:
+    """The SparkApplication's status is fenced the same way: the write of a pass held up in
+    flight is refused (409) once another writer changed the application, and the operator
+    goes on from the application as it now is, to the state its driver Pod shows."""
+    body = example_app()
+    body["metadata"]["name"] = "fenced-app"
+    await create_app(kube, body)
+    await eventually(
+        lambda: state(kube, "fenced-app") == "SUBMITTED", timeout=60, operator=operator
+    )
+    app_path = f"/apis/sparkglass.io/v1alpha1/namespaces/{NAMESPACE}/sparkapplications/fenced-app"
+    path = f"{app_path}/status"
+    kube.slow("PATCH", path, times=1, seconds=3)
+    await set_pod_phase(kube, "fenced-app-driver", "Running")  # the pass writes RUNNING
+    await eventually(lambda: kube.slowed["PATCH", path][0] == 0, operator=operator)
+    # Another writer changes the application while the write is on the wire.
+    await patch(kube, app_path, {"metadata": {"labels": {"team": "changed-meanwhile"}}})
+    await eventually(
+        lambda: any(r[1] == path and r[2] == 409 for r in kube.refused),
+        what="the held-up application status write refused on its stale version",
+        operator=operator,
+    )
+    await eventually(lambda: state(kube, "fenced-app") == "RUNNING", timeout=60, operator=operator)
