@@ -43,6 +43,7 @@ class DemoOptions:
     service: bool = True
     service_port: int = 8080
     database_url: str | None = None
+    keep_serving: bool = False
 
 
 def demo_store_path() -> Path:
@@ -146,6 +147,12 @@ def demo(
         help="The demo service's store (SQLAlchemy URL); default: its own SQLite file, "
         "demo.db in the user data dir (shown above), never SPARKGLASS_DATABASE_URL's.",
     ),
+    keep_serving: bool = typer.Option(
+        False,
+        "--keep-serving",
+        help="After the replay, keep the pipeline, the Data Sample page and REST up (the "
+        "queries idle, waiting for files) until Ctrl-C.",
+    ),
 ) -> None:
     run_demo(
         DemoOptions(
@@ -158,6 +165,7 @@ def demo(
             service,
             service_port,
             database_url,
+            keep_serving,
         )
     )
 
@@ -214,6 +222,8 @@ def run_demo(opts: DemoOptions) -> None:
         reason = _watch(pipeline, replay, opts.duration, started)
         if reason == "replay finished":
             pipeline.process_all_available()
+            if opts.keep_serving:
+                _keep_serving(service)
     except KeyboardInterrupt:
         reason = "interrupted"
     finally:
@@ -269,6 +279,22 @@ def _start_service(spark: SparkSession, port: int, database_url: str) -> LocalSe
         highlight=False,
     )
     return service
+
+
+def _keep_serving(service: LocalService | None) -> None:
+    """Block until Ctrl-C (or SIGINT), saying where the page is; the queries stay up, idle,
+    so rounds still answer. Returns then: the demo ends as a finished replay does."""
+    where = f" at {service.page_url}" if service is not None else ""
+    console.print(
+        f"[bold]replay finished[/]: the pipeline{' and the page' if service else ''} stay "
+        f"up{where}; Ctrl-C to stop",
+        highlight=False,
+    )
+    try:
+        while True:
+            time.sleep(1.0)  # a wait in short steps: Ctrl-C interrupts it between them
+    except KeyboardInterrupt:
+        console.print("stopping (Ctrl-C)")
 
 
 def _watch(pipeline: Pipeline, replay: FlightReplay, duration: float, started: float) -> str:

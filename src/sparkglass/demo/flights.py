@@ -25,6 +25,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
 
 from sparkglass.runtime.contract.attributes import idempotent, no_output_until_end_of_input
+from sparkglass.runtime.contract.expectations import expect
 from sparkglass.runtime.pipeline import Pipeline
 
 from .replay import FLIGHT_COLUMNS
@@ -79,10 +80,15 @@ class DemoPaths:
         return self.root / "checkpoints"
 
 
+@expect("has-tailnum", "tailnum IS NOT NULL")
+@expect("not-early", "dep_delay >= -10")
 def parse(flights: DataFrame) -> DataFrame:
     """Typed columns, ``sched_dep`` (scheduled departure timestamp), cancelled flights dropped.
 
-    A flight without a departure time (``dep_time`` empty) was cancelled.
+    A flight without a departure time (``dep_time`` empty) was cancelled. Two expectations,
+    both counted and kept (nothing is dropped, the results stay the data's): a tail number,
+    and no departure more than 10 minutes early; ``--kind violations`` samples the rows
+    that fail them.
     """
     # Through double first: the CSV holds "517.0" for pandas' float columns, and Spark 4's
     # ANSI casts reject that as an int.
