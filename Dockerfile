@@ -46,10 +46,13 @@ COPY runtime/ runtime/
 COPY service/ service/
 COPY operator/ operator/
 COPY crds/ crds/
+COPY build_support/ build_support/
 # A regular (not editable) install: the image must not depend on /src. `[all]`: the image runs
 # the operator, the service, Spark drivers and executors, and the flights job (the demo's
 # data), so it holds the runtime and every extra but `pipelines` (README.md, "Install").
-RUN pip install "./[all]" \
+# SPARKGLASS_BUILD_JAR=0: the wheel's own prebuilt jar would add a second pyspark download to
+# the build environment; the image compiles the jar once, below, at the path the chart names.
+RUN SPARKGLASS_BUILD_JAR=0 pip install "./[all]" \
  && sparkglass --version
 
 # The tap's JVM half, compiled with javac against the installed pyspark's own jars. The chart

@@ -18,7 +18,6 @@ import functools
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -32,6 +31,7 @@ from packaging.utils import canonicalize_name
 
 from sparkglass.cli import COMMAND_EXTRAS
 from sparkglass.cli.extras import EXTRA_INCLUDES, EXTRA_MODULES, message
+from tests.support.wheel_build import build_wheel, pip
 
 REPO = Path(__file__).resolve().parents[1]
 #: The extras a job image leaves out ("all" and "test" only gather others).
@@ -350,32 +350,6 @@ def _index_problem() -> str | None:
     return None
 
 
-def _copy_sources(dest: Path) -> None:
-    """What the wheel is built from (pyproject's package-dir), symlinks kept, no caches."""
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy2(REPO / name, dest / name)
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.jar", "*.class")
-    for folder in ("src", "runtime", "service", "operator", "crds"):
-        shutil.copytree(REPO / folder, dest / folder, symlinks=True, ignore=ignore)
-
-
-def _pip(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
-    try:
-        return subprocess.run(
-            [sys.executable, "-m", "pip", "--disable-pip-version-check", *args],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
-    except subprocess.TimeoutExpired:
-        pytest.fail(
-            f"pip {args[0] if args[0] != '--python' else 'install'} took more than {timeout:.0f} "
-            "s: is it fetching pyspark's 450 MB sdist? (pip's cache holds no wheel of the "
-            "installed pyspark: `make install-test` builds and caches one)",
-            pytrace=False,
-        )
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_the_wheel_alone_resolves_to_the_runtime_only(tmp_path: Path) -> None:
@@ -386,18 +360,13 @@ def test_the_wheel_alone_resolves_to_the_runtime_only(tmp_path: Path) -> None:
     if problem is not None:
         pytest.skip(f"PyPI cannot be reached: {problem}")
     started = time.monotonic()
-    source, wheels, venv = tmp_path / "source", tmp_path / "wheels", tmp_path / "venv"
-    source.mkdir()
-    _copy_sources(source)
-    built = _pip("wheel", "--no-deps", "-q", "-w", str(wheels), str(source), timeout=50)
-    assert built.returncode == 0, built.stderr[-3000:]
-    (wheel,) = wheels.glob("sparkglass-*.whl")
+    wheel, venv = build_wheel(tmp_path, timeout=50), tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     python = venv / "bin" / "python"
     constraints = tmp_path / "constraints.txt"
     constraints.write_text(f"pyspark=={distribution('pyspark').version}\n")
     report = tmp_path / "report.json"
-    resolved = _pip(
+    resolved = pip(
         *("--python", str(python), "install", "--dry-run", "--quiet"),
         *("--report", str(report), "-c", str(constraints), str(wheel)),
         timeout=50,

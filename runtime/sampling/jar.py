@@ -1,13 +1,12 @@
-"""Building the sampling jar (the JVM half of the tap) from the Java source in ``runtime/jvm/``.
+"""The sampling jar (the JVM half of the tap), built from the Java source in ``runtime/jvm/``.
 
-No jar is committed: :func:`sampling_jar` compiles the source with ``javac`` against the jars
-the installed pyspark ships, once, into a cache keyed by the sparkglass version, the Spark
-version and a hash of the source (``<user cache>/sparkglass/jars/``, or
-``$SPARKGLASS_JAR_CACHE``). :func:`build_jar` writes one to a chosen path (container images:
-``sparkglass jar build -o /opt/sparkglass/sparkglass-tap.jar``).
-
-Concurrent first uses (several test processes) are serialised with a lock file and the jar
-appears atomically (rename), so no reader ever sees half a jar.
+A wheel carries the jar prebuilt (``runtime/jvm/sparkglass-sampling.jar``, compiled by the
+build backend in ``build_support/``; a JDK is needed only to build): :func:`sampling_jar`
+uses it when it was built from this source for the running Spark's minor version, so a job
+needs only a JRE. Otherwise (a source checkout, another Spark) it compiles the source with
+``javac`` against the installed pyspark's jars, once, into a cache keyed by the sparkglass
+version, the Spark version and a hash of the source (``<user cache>/sparkglass/jars/``, or
+``$SPARKGLASS_JAR_CACHE``). :func:`build_jar` writes one to a chosen path.
 """
 
 from __future__ import annotations
@@ -22,9 +21,6 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-import platformdirs
-import pyspark
-
 from sparkglass import __version__
 from sparkglass.runtime.contract.errors import JAVA_FIX, SparkglassError
 
@@ -36,6 +32,8 @@ JAVA_SOURCE_ROOT = Path(__file__).parents[1] / "jvm"
 PLUGIN_CLASS = "io.sparkglass.sampling.SamplingPlugin"
 #: Java release the classes target (Spark 4 needs 17).
 JAVA_RELEASE = "17"
+#: The prebuilt jar a wheel carries, beside the source.
+PACKAGED_JAR = JAVA_SOURCE_ROOT / "sparkglass-sampling.jar"
 
 
 class JarBuildError(SparkglassError):
@@ -62,8 +60,18 @@ def source_hash() -> str:
     return digest.hexdigest()[:16]
 
 
+def spark_version() -> str:
+    """The installed pyspark's version (imported here: the build backend imports this module
+    in a build environment)."""
+    import pyspark
+
+    return str(pyspark.__version__)
+
+
 def spark_jars_dir() -> Path:
     """The ``jars/`` folder of the installed pyspark (the compile classpath)."""
+    import pyspark
+
     jars = Path(pyspark.__file__).parent / "jars"
     if not jars.is_dir():
         raise JarBuildError(f"pyspark at {jars.parent} has no jars/ folder")
@@ -83,8 +91,10 @@ def javac_executable() -> str:
     return found
 
 
-def build_jar(out_path: str | Path) -> Path:
-    """Compile the sampling jar to ``out_path`` (parents created; replaced atomically).
+def build_jar(out_path: str | Path, *, version: str | None = None) -> Path:
+    """Compile the sampling jar to ``out_path`` (parents created; replaced atomically);
+    ``version``: the manifest's ``Implementation-Version`` (default: the installed
+    sparkglass's).
 
     Takes about 2 s. Raises :class:`JarBuildError` with javac's output on failure.
     """
@@ -113,8 +123,8 @@ def build_jar(out_path: str | Path) -> Path:
         manifest = (
             "Manifest-Version: 1.0\n"
             f"Implementation-Title: sparkglass-sampling\n"
-            f"Implementation-Version: {__version__}\n"
-            f"Spark-Version: {pyspark.__version__}\n"
+            f"Implementation-Version: {version or __version__}\n"
+            f"Spark-Version: {spark_version()}\n"
             f"Source-Hash: {source_hash()}\n\n"
         )
         with zipfile.ZipFile(staged, "w", zipfile.ZIP_DEFLATED) as jar:
@@ -135,17 +145,60 @@ def build_jar(out_path: str | Path) -> Path:
 def cache_dir() -> Path:
     """The jar cache folder (``$SPARKGLASS_JAR_CACHE`` or ``<user cache>/sparkglass/jars``)."""
     override = os.environ.get("SPARKGLASS_JAR_CACHE")
-    return Path(override) if override else Path(platformdirs.user_cache_dir("sparkglass")) / "jars"
+    if override:
+        return Path(override)
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("sparkglass")) / "jars"
 
 
 def cached_jar_path() -> Path:
     """Where the jar for this sparkglass, Spark and source version lives in the cache."""
-    name = f"sparkglass-sampling-{__version__}-spark{pyspark.__version__}-{source_hash()}.jar"
+    name = f"sparkglass-sampling-{__version__}-spark{spark_version()}-{source_hash()}.jar"
     return cache_dir() / name
 
 
+def jar_manifest(path: Path) -> dict[str, str]:
+    """The main attributes of jar ``path``'s manifest (empty when it has none or cannot be
+    read)."""
+    try:
+        with zipfile.ZipFile(path) as jar:
+            text = jar.read("META-INF/MANIFEST.MF").decode()
+    except (OSError, KeyError, zipfile.BadZipFile):
+        return {}
+    fields = (line.split(": ", 1) for line in text.splitlines() if ": " in line)
+    return {key: value for key, value in fields}
+
+
+def _minor(version: str) -> str:
+    return ".".join(version.split(".")[:2])
+
+
+def packaged_jar() -> Path | None:
+    """The wheel's prebuilt jar when it fits: built from this source (its ``Source-Hash``)
+    for the running Spark's major.minor version (its ``Spark-Version``); else None."""
+    if not PACKAGED_JAR.is_file():
+        return None
+    manifest = jar_manifest(PACKAGED_JAR)
+    if manifest.get("Source-Hash") != source_hash():
+        return None
+    if _minor(manifest.get("Spark-Version", "")) != _minor(spark_version()):
+        log.info(
+            "the packaged sampling jar is for Spark %s; this is Spark %s: compiling one",
+            manifest.get("Spark-Version"),
+            spark_version(),
+        )
+        return None
+    return PACKAGED_JAR
+
+
 def sampling_jar() -> Path:
-    """The cached sampling jar, compiled on first use (see module docstring)."""
+    """The sampling jar: the wheel's prebuilt one when it fits (:func:`packaged_jar`), else
+    the cached one, compiled on first use (module docstring). Raises
+    :class:`JarBuildError` when it must be compiled and cannot (no ``javac``)."""
+    packaged = packaged_jar()
+    if packaged is not None:
+        return packaged
     path = cached_jar_path()
     if path.is_file():
         return path
@@ -154,7 +207,16 @@ def sampling_jar() -> Path:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             if not path.is_file():  # another process may have built it while we waited
-                build_jar(path)
+                try:
+                    build_jar(path)
+                except JarBuildError as exc:
+                    if PACKAGED_JAR.is_file():  # say why the prebuilt one was not used
+                        built_for = jar_manifest(PACKAGED_JAR).get("Spark-Version", "?")
+                        raise JarBuildError(
+                            f"{exc} (the packaged sampling jar is for Spark {built_for} or "
+                            f"another sparkglass source; this is Spark {spark_version()})"
+                        ) from None
+                    raise
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
     return path

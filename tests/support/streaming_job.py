@@ -74,22 +74,33 @@ class Job:
             self.proc.wait()
 
 
-def start_job(conf: dict[str, str], workdir: Path, sql: str | None = None) -> Job:
+def start_job(
+    conf: dict[str, str],
+    workdir: Path,
+    sql: str | None = None,
+    *,
+    jar: Path | None = None,
+    sparkglass_root: Path | None = None,
+    env: dict[str, str] | None = None,
+) -> Job:
     """``spark-submit`` the job with the sampling jar and ``conf`` (``sql``: the query named
-    ``doubler``, over the view ``ticks``, instead of the job's own)."""
+    ``doubler``, over the view ``ticks``, instead of the job's own). ``jar``: another
+    sampling jar; ``sparkglass_root``: the folder holding the ``sparkglass`` package the job
+    imports (default: this checkout's); ``env``: more environment variables."""
     command_file = workdir / "command"
     spark_submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
-    src = str(Path(sparkglass.__file__).resolve().parents[1])
+    src = str(sparkglass_root or Path(sparkglass.__file__).resolve().parents[1])
     env = {
         **os.environ,
         "PYSPARK_PYTHON": sys.executable,
         "PYSPARK_DRIVER_PYTHON": sys.executable,
         "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")]),
         "SG_JOB_COMMANDS": str(command_file),
+        **(env or {}),
     }
     if sql is not None:
         env["SG_JOB_SQL"] = sql
-    args = [str(spark_submit), "--master", "local[2]", "--jars", str(sampling_jar())]
+    args = [str(spark_submit), "--master", "local[2]", "--jars", str(jar or sampling_jar())]
     base = {
         "spark.ui.enabled": "false",
         "spark.sql.shuffle.partitions": "2",
