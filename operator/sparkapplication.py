@@ -1410,10 +1410,26 @@ async def _patch_if_changed(ctx: OperatorContext, app: dict[str, Any], new: dict
         # version (another process's pass, a leader that lost its Lease mid-call) gets a 409
         # instead of overwriting a newer status, and the pass runs again from fresh reads.
         meta = app["metadata"]
-        written = await ctx.cluster.patch_status(
-            APPS, meta["namespace"], meta["name"], changed,
-            resource_version=meta.get("resourceVersion"),
-        )  # fmt: skip
+        namespace, name = meta["namespace"], meta["name"]
+        try:
+            written = await ctx.cluster.patch_status(
+                APPS, namespace, name, changed, resource_version=meta.get("resourceVersion")
+            )
+        except Conflict:
+            # Only another status fences this one out: a change of metadata alone (kopf's
+            # own annotations, a label) leaves what the pass decided from, and what it did
+            # (a driver Pod created) must still be written.
+            fresh = await ctx.cluster.find(APPS, namespace, name)
+            if (
+                fresh is None
+                or fresh["metadata"].get("uid") != meta.get("uid")
+                or _pruned(fresh.get("status") or {}) != _pruned(status)
+            ):
+                raise
+            written = await ctx.cluster.patch_status(
+                APPS, namespace, name, changed,
+                resource_version=fresh["metadata"].get("resourceVersion"),
+            )  # fmt: skip
         # A second write of the same pass is fenced by this one's version.
         version = (written.get("metadata") or {}).get("resourceVersion")
         if version:

@@ -20,7 +20,7 @@ from tests.support.datasamples import (
     wait_final,
 )
 from tests.support.kube_apiserver import StrictApiServer
-from tests.support.sparkapplications import create_app, example_app, patch, set_pod_phase, state
+from tests.support.sparkapplications import create_app, example_app, set_pod_phase, state
 
 from .conftest import NAMESPACE, OperatorProcess, eventually
 
@@ -118,8 +118,8 @@ async def test_an_application_status_write_held_up_past_another_writer_is_refuse
     kube.slow("PATCH", path, times=1, seconds=3)
     await set_pod_phase(kube, "fenced-app-driver", "Running")  # the pass writes RUNNING
     await eventually(lambda: kube.slowed["PATCH", path][0] == 0, operator=operator)
-    # Another writer changes the application while the write is on the wire.
-    await patch(kube, app_path, {"metadata": {"labels": {"team": "changed-meanwhile"}}})
+    # Another writer (a new leader) writes the status while the write is on the wire.
+    await patch_status(kube, path, {"sparkApplicationId": "spark-written-by-the-new-leader"})
     await eventually(
         lambda: any(r[1] == path and r[2] == 409 for r in kube.refused),
         what="the held-up application status write refused on its stale version",
