@@ -170,3 +170,20 @@ def test_render_sample_says_why_there_is_no_data(reason: str, said: str) -> None
     text = console.export_text()
     assert "NO_DATA" in text and said in text
     assert "last micro-batch ended 2023-11-14 22:13:20 UTC" in text
+
+
+def test_sample_with_sampling_off_says_how_to_turn_it_on(app, transport):
+    c = RoundCoordinator(transport, lambda: SamplingSettings(enabled=False), round_prefix="8")
+    c.register_tap(TapInfo("parse", "k", "struct<p:int,i:int>"))
+    ep = ControlEndpoint(c, ControlSettings(token=TOKEN))
+    ep.start()
+    try:
+        out = CliRunner().invoke(
+            app, ["sample", "parse", "--endpoint", ep.url, "--token", TOKEN, "--json"]
+        )
+    finally:
+        ep.stop()
+        c.close()
+    assert out.exit_code == 1, out.output
+    assert json.loads(out.stdout)["status"] == "DISABLED"
+    assert "spark.sparkglass.sampling.enabled=true" in out.stderr

@@ -149,11 +149,20 @@ def sample(
 
 def _exit_unless_fresh(vertex: str, wait: float, body: dict[str, Any]) -> None:
     """Exit 1 unless ``body`` is the answer of a round that ended: a failed or still pending
-    round, or the previous round's answer (``stale``) when no new one ended in time."""
+    round, sampling off (``DISABLED``, with a line saying how to turn it on), or the previous
+    round's answer (``stale``) when no new one ended in time."""
     if body.get("stale"):
         typer.echo(
             f"no new round of {vertex!r} ended within --wait {wait:g} s: the answer above is "
             "the previous round's (raise --wait, or see why the vertex has no data)",
+            err=True,
+        )
+        raise typer.Exit(1)
+    if body.get("status") == "DISABLED":
+        typer.echo(
+            f"sampling is off for this application, so {vertex!r} has no sample: it is on "
+            "only where enabled (spark.sparkglass.sampling.enabled=true, or a "
+            "SparkApplication's spec.sampling.enabled)",
             err=True,
         )
         raise typer.Exit(1)
