@@ -38,9 +38,9 @@ from sparkglass.runtime.control.client import (
 )
 
 from . import kubeflow, names, sample_fit
-from .cluster import APPS, ApiError
 from .context import OperatorContext
 from .driver_access import DriverAccess, driver_access
+from .kube.cluster import APPS, ApiError
 from .settings import WebhookConfig
 from .specs import DataSampleSpec
 

@@ -29,10 +29,10 @@ import structlog
 from prometheus_client import start_http_server
 
 from . import admission, datasample, executors, kubeflow, sparkapplication
-from .cluster import Cluster
 from .context import OperatorContext
-from .diff_base import SpecDigestStorage
-from .leader_election import LeaderElector
+from .kube.cluster import Cluster
+from .kube.diff_base import SpecDigestStorage
+from .kube.leader_election import LeaderElector
 from .results import ResultPush
 from .settings import OperatorConfig
 
@@ -70,7 +70,7 @@ def build_settings(config: OperatorConfig) -> kopf.OperatorSettings:
     settings.persistence.diffbase_storage = SpecDigestStorage(
         prefix="sparkglass.io", key="last-handled-configuration"
     )
-    # One actor is the Lease's business (leader_election.py), not kopf's peering.
+    # One actor is the Lease's business (kube/leader_election.py), not kopf's peering.
     settings.peering.standalone = True
     settings.peering.mandatory = False
     # Exact namespaces need no cluster-wide reads: no namespace or CRD watching (the CRDs are

@@ -8,11 +8,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .cluster import Cluster
-from .object_cache import ObjectCache
+from .kube.cluster import Cluster
+from .kube.object_cache import ObjectCache
+from .kube.work_queue import WorkQueue
 from .results import ResultPush
 from .settings import OperatorConfig
-from .work_queue import WorkQueue
 
 
 @dataclass

@@ -24,7 +24,7 @@ from typing import Any
 import yaml
 
 from . import names
-from .cluster import ApiError, Cluster
+from .kube.cluster import ApiError, Cluster
 
 #: The field manager the hook applies with (``metadata.managedFields`` shows it).
 FIELD_MANAGER = "sparkglass-crd-upgrade"

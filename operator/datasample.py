@@ -41,11 +41,12 @@ from sparkglass.runtime.control.client import (
 
 from . import children, kubeflow, names, sample_fit
 from .certificates import RENEWAL_MARGIN, read_stored_certificate
-from .cluster import APPS, PODS, SAMPLES, ApiError, Conflict, NotFound
 from .conditions import set_condition
 from .context import OperatorContext, SampleRecord
 from .driver_access import DriverAccess, control_endpoint, driver_access
 from .driver_state import TERMINAL, run_end
+from .kube.cluster import APPS, PODS, SAMPLES, ApiError, Conflict, NotFound
+from .kube.work_queue import WorkQueue
 from .metrics import (
     PICKUP_SECONDS,
     RECONCILES,
@@ -62,7 +63,6 @@ from .results import (
 )
 from .specs import DataSampleSpec, parse_duration
 from .timestamps import epoch_of, epoch_or_zero, now_rfc3339, rfc3339
-from .work_queue import WorkQueue
 
 log = structlog.get_logger(__name__)
 

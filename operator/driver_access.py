@@ -19,8 +19,8 @@ from sparkglass.runtime.control.client import ControlTLS
 
 from . import children, names
 from .certificates import read_stored_certificate, server_name
-from .cluster import PODS, SECRETS
 from .context import OperatorContext
+from .kube.cluster import PODS, SECRETS
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from .certificates import (
     reissue_reason,
     server_name,
 )
-from .cluster import PODS, SECRETS, ApiError, Cluster, Conflict, Kind, NotFound
+from .kube.cluster import PODS, SECRETS, ApiError, Cluster, Conflict, Kind, NotFound
 from .driver_access import DriverAccess, pinned_access
 
 log = structlog.get_logger(__name__)

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from sparkglass.runtime.contract.datasample_status import DEFAULT_STATUS_BYTES
 
-from .leader_election import ElectionConfig
+from .kube.leader_election import ElectionConfig
 from .pod_privileges import DEFAULT_ALLOWED_SERVICE_ACCOUNTS, parse_service_accounts
 from .results import DEFAULT_TOKEN_FILE as DEFAULT_SERVICE_TOKEN_FILE
 from .spark_conf import DriverEnvironment

@@ -71,7 +71,6 @@ from sparkglass.crds.sparkapplication import MAX_MESSAGE_LENGTH
 
 from . import children, executors, names
 from .certificates import CERT_KEY, ControlCertificate, issue_control_certificate, reissue_reason
-from .cluster import APPS, CONFIG_MAPS, PODS, SECRETS, SERVICES, ApiError, Cluster, Conflict, Kind
 from .conditions import get_condition, set_condition
 from .context import ApplicationRecord, OperatorContext
 from .driver_access import control_endpoint, owned_by
@@ -88,13 +87,24 @@ from .driver_state import (
     start_waiting,
     state_of,
 )
+from .kube.cluster import (
+    APPS,
+    CONFIG_MAPS,
+    PODS,
+    SECRETS,
+    SERVICES,
+    ApiError,
+    Cluster,
+    Conflict,
+    Kind,
+)
+from .kube.object_cache import newer
 from .metrics import (
     APPLICATION_TRANSITIONS,
     DRIVER_PODS_CREATED,
     RECONCILES,
     SUBMISSION_SECONDS,
 )
-from .object_cache import newer
 from .pipeline_status import InvalidPipeline, resolve
 from .pod_privileges import (
     PodPrivilegeRefused,

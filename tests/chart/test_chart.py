@@ -494,7 +494,7 @@ def test_no_wildcards_anywhere(rendered: Rendered, variant: str) -> None:
 
 def test_operator_rights_match_what_it_calls(rendered: Rendered) -> None:
     """Every object kind the operator's API client touches is granted, and no more."""
-    from sparkglass.operator import cluster
+    from sparkglass.operator.kube import cluster
 
     docs = rendered("default")
     rules = rules_for(docs, "sparkglass-operator", NAMESPACE)

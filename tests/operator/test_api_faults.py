@@ -15,7 +15,7 @@ import kubernetes
 import pytest
 import yaml
 
-from sparkglass.operator.cluster import PODS, ApiError, Cluster
+from sparkglass.operator.kube.cluster import PODS, ApiError, Cluster
 from tests.support.sparkapplications import (
     APPS,
     APPS_PATH,

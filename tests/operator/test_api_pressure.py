@@ -27,10 +27,10 @@ import pytest
 from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
-from sparkglass.operator.cluster import CONFIG_MAPS, PODS, Cluster
+from sparkglass.operator.kube.cluster import CONFIG_MAPS, PODS, Cluster
+from sparkglass.operator.kube.work_queue import WorkQueue
 from sparkglass.operator.settings import OperatorConfig
 from sparkglass.operator.timestamps import rfc3339
-from sparkglass.operator.work_queue import WorkQueue
 from tests.support.sparkapplications import (
     APPS_PATH,
     app_status,

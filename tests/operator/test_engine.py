@@ -16,12 +16,12 @@ from typing import Any
 import pytest
 
 from sparkglass.operator import datasample
-from sparkglass.operator.cluster import request_labels
 from sparkglass.operator.context import OperatorContext
-from sparkglass.operator.object_cache import ObjectCache, newer
+from sparkglass.operator.kube.cluster import request_labels
+from sparkglass.operator.kube.object_cache import ObjectCache, newer
+from sparkglass.operator.kube.work_queue import WorkQueue
 from sparkglass.operator.settings import OperatorConfig
 from sparkglass.operator.timestamps import rfc3339
-from sparkglass.operator.work_queue import WorkQueue
 
 
 def obj(name: str, rv: str | None, **status: Any) -> dict[str, Any]:

@@ -21,8 +21,16 @@ from pydantic import ValidationError
 from sparkglass.operator import kubeflow, names
 from sparkglass.operator.admission import AdmissionRequest, DataSampleReviewer, Verdict
 from sparkglass.operator.certificates import issue_control_certificate
-from sparkglass.operator.cluster import PODS, SECRETS, ApiError, Cluster, Conflict, Kind, NotFound
 from sparkglass.operator.context import OperatorContext
+from sparkglass.operator.kube.cluster import (
+    PODS,
+    SECRETS,
+    ApiError,
+    Cluster,
+    Conflict,
+    Kind,
+    NotFound,
+)
 from sparkglass.operator.settings import OperatorConfig
 from sparkglass.operator.specs import (
     ApplicationApiVersion,

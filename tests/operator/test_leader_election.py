@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from sparkglass.operator.cluster import Conflict, NotFound
-from sparkglass.operator.leader_election import ElectionConfig, LeaderElector
+from sparkglass.operator.kube.cluster import Conflict, NotFound
+from sparkglass.operator.kube.leader_election import ElectionConfig, LeaderElector
 
 
 class Leases:

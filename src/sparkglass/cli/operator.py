@@ -285,7 +285,7 @@ def run(
     log_format: str = typer.Option("json", "--log-format", help="json or console."),
 ) -> None:
     from sparkglass.operator.app import run as run_operator
-    from sparkglass.operator.leader_election import ElectionConfig
+    from sparkglass.operator.kube.leader_election import ElectionConfig
     from sparkglass.operator.logs import configure_logging
     from sparkglass.operator.pod_privileges import DEFAULT_ALLOWED_SERVICE_ACCOUNTS
     from sparkglass.operator.results import DEFAULT_TOKEN_FILE as DEFAULT_SERVICE_TOKEN_FILE

@@ -28,8 +28,8 @@ from kubernetes.client.exceptions import ApiException
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 from urllib3.util.retry import Retry
 
-from . import names
-from .metrics import API_RATE_LIMIT_WAIT_SECONDS, API_REQUEST_SECONDS, API_REQUESTS
+from .. import names
+from ..metrics import API_RATE_LIMIT_WAIT_SECONDS, API_REQUEST_SECONDS, API_REQUESTS
 
 #: The quota admission plugin's refusals (plugin/pkg/admission/resourcequota), anchored
 #: at the start: ``<resource> "<name>" is forbidden: exceeded quota: <quota>, requested:

@@ -19,8 +19,8 @@ from typing import Any
 
 import structlog
 
+from ..timestamps import rfc3339
 from .cluster import Cluster, Conflict, Kind, NotFound
-from .timestamps import rfc3339
 
 log = structlog.get_logger(__name__)
 

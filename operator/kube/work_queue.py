@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable, Hashable
 
 import structlog
 
-from .metrics import track_queue
+from ..metrics import track_queue
 
 log = structlog.get_logger(__name__)
 
