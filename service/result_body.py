@@ -20,7 +20,7 @@ import hashlib
 import io
 import threading
 from collections import deque
-from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Iterator
 from dataclasses import dataclass
 
 from fastapi import HTTPException, Response
@@ -42,6 +42,7 @@ from .byte_cache import ByteLRU
 from .content_coding import VARY
 from .store import repository
 from .store.orm import SampleRecord
+from .store.repository import RECORD_COLUMNS, stored_record
 
 #: Record data (``data`` and ``dataType``, UTF-8 bytes) read per store query while a body is
 #: written; a page holds at least one record, so one larger than this is a page of its own.
@@ -208,13 +209,21 @@ def plan_pages(sizes: Iterable[tuple[int, int]], budget: int | None = None) -> l
 
 
 def _size(session: Session) -> ColumnElement[int]:
-    """The UTF-8 size of a record's ``data`` plus ``dataType``, computed by the database."""
+    """The UTF-8 size of a record's ``data``, ``dataType`` and ``error``, computed by the
+    database (a violation's expectation names are a few short labels)."""
+    error = func.coalesce(SampleRecord.error, "")
     if session.get_bind().dialect.name == "postgresql":
-        return func.octet_length(SampleRecord.data) + func.octet_length(SampleRecord.data_type)
+        return (
+            func.octet_length(SampleRecord.data)
+            + func.octet_length(SampleRecord.data_type)
+            + func.octet_length(error)
+        )
     # SQLite before 3.43 has no octet_length; the length of a text cast to a blob is its
     # size in bytes.
-    return func.length(cast(SampleRecord.data, LargeBinary)) + func.length(
-        cast(SampleRecord.data_type, LargeBinary)
+    return (
+        func.length(cast(SampleRecord.data, LargeBinary))
+        + func.length(cast(SampleRecord.data_type, LargeBinary))
+        + func.length(cast(error, LargeBinary))
     )
 
 
@@ -234,8 +243,8 @@ def record_sizes(
 
 def read_page(
     session: Session, round_id: str, subtask_index: int, page: Page
-) -> Sequence[tuple[int, int, str, str, bool]]:
-    """The records of ``page`` as ``(id, sample_timestamp, data, data_type, truncated)``.
+) -> list[tuple[int, SampledRecord]]:
+    """The records of ``page`` as ``(id, SampledRecord)``.
 
     What was planned may have changed since (the round saved again: SQLite may even give
     new records the old ids), so the page is bounded where it is read, in one statement:
@@ -261,18 +270,12 @@ def read_page(
         .subquery()
     )
     q = (
-        select(
-            SampleRecord.id,
-            SampleRecord.sample_timestamp,
-            SampleRecord.data,
-            SampleRecord.data_type,
-            SampleRecord.truncated,
-        )
+        select(SampleRecord.id, *RECORD_COLUMNS)
         .join(sized, sized.c.id == SampleRecord.id)
         .where(sized.c.running <= max(page.size, PAGE_BYTES))
         .order_by(SampleRecord.id)
     )
-    return [(int(i), int(ts), d, t, bool(tr)) for i, ts, d, t, tr in session.execute(q).all()]
+    return [(int(i), stored_record(columns)) for i, *columns in session.execute(q).all()]
 
 
 def render_body(sessions: sessionmaker[Session], plan: BodyPlan) -> Iterator[bytes]:
@@ -305,15 +308,10 @@ def render_body(sessions: sessionmaker[Session], plan: BodyPlan) -> Iterator[byt
         for planned in pages:
             with sessions() as session:
                 page = read_page(session, round_id, subtask, planned)
-            for _, ts, data, data_type, truncated in page:
+            for _, record in page:
                 if sent:
                     buf += b","
-                buf += _RECORD.dump_json(
-                    SampledRecord(
-                        sample_timestamp=ts, data=data, data_type=data_type, truncated=truncated
-                    ),
-                    by_alias=True,
-                )
+                buf += _RECORD.dump_json(record, by_alias=True)
                 sent += 1
                 if len(buf) >= CHUNK_BYTES:
                     yield bytes(buf)

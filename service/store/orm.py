@@ -179,6 +179,10 @@ class SampleRecord(Base):
     data: Mapped[str] = mapped_column(Text)
     data_type: Mapped[str] = mapped_column(Text)
     truncated: Mapped[bool] = mapped_column(Boolean, default=False)
+    #: Rounds of kind violations: the expectations the row failed; of kind errors: why the
+    #: vertex could not process it. NULL on other rounds.
+    expectations: Mapped[list[str] | None] = mapped_column(JSON, nullable=True)
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
 
 
 class AuditEvent(Base):

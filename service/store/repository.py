@@ -521,6 +521,8 @@ def save_round(
                 "data": rec.data,
                 "data_type": rec.data_type,
                 "truncated": rec.truncated,
+                "expectations": rec.expectations,
+                "error": rec.error,
             }
             for seq, rec in enumerate(sub.records)
         ]
@@ -711,32 +713,28 @@ def subtask_counts(session: Session, round_id: str) -> list[tuple[int, int]]:
     return [(int(sub), int(n)) for sub, n in rows]
 
 
-def record_page(
-    session: Session, round_id: str, subtask_index: int, *, after_id: int | None, limit: int
-) -> Sequence[tuple[int, int, str, str, bool]]:
-    """At most ``limit`` records of one subtask of round ``round_id`` in stored order, after
-    the record ``after_id`` (``None``: from the first), as ``(id, sample_timestamp, data,
-    data_type, truncated)``.
+#: The columns of a stored record, in the order :func:`stored_record` takes them.
+RECORD_COLUMNS = (
+    SampleRecord.sample_timestamp,
+    SampleRecord.data,
+    SampleRecord.data_type,
+    SampleRecord.truncated,
+    SampleRecord.expectations,
+    SampleRecord.error,
+)
 
-    Keyed by the record id, not an offset: every page is one short indexed read, so a body
-    can be sent a page at a time without a transaction held open for the whole of it.
-    Records of one subtask are inserted in their order (``seq``), so ids follow it.
-    """
-    q = (
-        select(
-            SampleRecord.id,
-            SampleRecord.sample_timestamp,
-            SampleRecord.data,
-            SampleRecord.data_type,
-            SampleRecord.truncated,
-        )
-        .where(SampleRecord.round_id == round_id, SampleRecord.subtask_index == subtask_index)
-        .order_by(SampleRecord.id)
-        .limit(limit)
+
+def stored_record(columns: Sequence[Any]) -> SampledRecord:
+    """The :class:`SampledRecord` of one row of :data:`RECORD_COLUMNS`."""
+    ts, data, data_type, truncated, expectations, error = columns
+    return SampledRecord(
+        sample_timestamp=ts,
+        data=data,
+        data_type=data_type,
+        truncated=bool(truncated),
+        expectations=expectations,
+        error=error,
     )
-    if after_id is not None:
-        q = q.where(SampleRecord.id > after_id)
-    return [(int(i), int(ts), d, t, bool(tr)) for i, ts, d, t, tr in session.execute(q).all()]
 
 
 def load_result(session: Session, row: Round) -> DataSampleResult:
@@ -747,21 +745,13 @@ def load_result(session: Session, row: Round) -> DataSampleResult:
     and small results.
     """
     records = session.execute(
-        select(
-            SampleRecord.subtask_index,
-            SampleRecord.sample_timestamp,
-            SampleRecord.data,
-            SampleRecord.data_type,
-            SampleRecord.truncated,
-        )
+        select(SampleRecord.subtask_index, *RECORD_COLUMNS)
         .where(SampleRecord.round_id == row.id)
         .order_by(SampleRecord.subtask_index, SampleRecord.seq)
     ).all()
     groups: dict[int, list[SampledRecord]] = {}
-    for sub, ts, data, dtype, truncated in records:
-        groups.setdefault(sub, []).append(
-            SampledRecord(sample_timestamp=ts, data=data, data_type=dtype, truncated=truncated)
-        )
+    for sub, *columns in records:
+        groups.setdefault(sub, []).append(stored_record(columns))
     return round_head(row).model_copy(
         update={
             "samples": [

@@ -54,13 +54,23 @@ def prepare(root: Path) -> None:
     module.prepare(files=6, rows_per_file=800, root=root)
 
 
-def until(what: str, condition: Any, timeout: float, proc: subprocess.Popen[bytes]) -> Any:
+def until(
+    what: str,
+    condition: Any,
+    timeout: float,
+    proc: subprocess.Popen[bytes],
+    log: Path | None = None,
+) -> Any:
+    """``condition()`` once true; fails (with the end of the run's ``log``) when the run
+    exits first or ``timeout`` s pass."""
     deadline = time.monotonic() + timeout
     while True:
         value = condition()
         if value:
             return value
-        assert proc.poll() is None, f"the run exited ({proc.returncode}) before {what}"
+        if proc.poll() is not None:
+            tail = log.read_text(errors="replace")[-4000:] if log and log.exists() else ""
+            pytest.fail(f"the run exited ({proc.returncode}) before {what}:\n{tail}")
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.25)
 
@@ -110,7 +120,7 @@ def test_every_dataset_of_the_sdp_example_is_sampled(tmp_path: Path) -> None:
         cmd, cwd=project, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
     )
     try:
-        until("the control endpoint", ready.exists, 180, proc)
+        until("the control endpoint", ready.exists, 180, proc, log_path)
         url = json.loads(ready.read_text())["url"]
         with ControlClient(url, TOKEN) as client:
             # While the streaming flow runs (one file per micro-batch), its tap serves rounds.

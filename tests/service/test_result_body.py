@@ -130,7 +130,7 @@ def test_pages_read_from_the_store_stay_within_the_byte_budget(
 
     def measured(*args: Any) -> Any:
         page = real_read_page(*args)
-        read.append(sum(len(d.encode()) + len(t.encode()) for _, _, d, t, _ in page))
+        read.append(sum(len(r.data.encode()) + len(r.data_type.encode()) for _, r in page))
         assert len(page) == 1 or read[-1] <= result_body.PAGE_BYTES, read[-1]
         return page
 
@@ -185,7 +185,7 @@ def test_records_saved_again_meanwhile_are_not_read_in_place_of_the_planned_ones
     with sessions() as session:
         page = result_body.read_page(session, "again", 0, pages[0])
     # Within what was planned (5 small records) or PAGE_BYTES, whatever the ids.
-    assert sum(len(d) for _, _, d, _, _ in page) <= max(pages[0].size, result_body.PAGE_BYTES)
+    assert sum(len(r.data) for _, r in page) <= max(pages[0].size, result_body.PAGE_BYTES)
     # PostgreSQL never reuses ids (nothing planned is left); SQLite may: then 3 records of
     # 300 kB fit in PAGE_BYTES (1 MiB), a 4th would not.
     assert len(page) == (0 if db_url.startswith("postgresql") else 3)

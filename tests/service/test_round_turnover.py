@@ -102,7 +102,7 @@ def test_a_stale_answer_read_before_the_round_ended_is_not_kept_after_it(
     state = client.app.state.sparkglass  # type: ignore[attr-defined]
     coordinator = state.coordinator
     app = application_or_404(state, "local", "flights")
-    key = (app.id, "stuck")  # rounds of "stuck" run until they time out
+    key = (app.id, "stuck", "")  # a plain round of "stuck": it runs until it times out
     real_running_round = repository.running_round
 
     def running_then_ended(*args: Any, **kwargs: Any) -> Any:
