@@ -30,8 +30,8 @@ from .certificates import (
     reissue_reason,
     server_name,
 )
-from .kube.cluster import PODS, SECRETS, ApiError, Cluster, Conflict, Kind, NotFound
 from .driver_access import DriverAccess, pinned_access
+from .kube.cluster import PODS, SECRETS, ApiError, Cluster, Conflict, Kind, NotFound
 
 log = structlog.get_logger(__name__)
 
