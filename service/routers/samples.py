@@ -216,13 +216,16 @@ def _unprocessable(field: str | None, message: str) -> RequestValidationError:
 def _check_with_driver(state: Any, app: Any, vertex: str, narrowing: RoundRequest) -> None:
     """Before a narrowed round starts (local mode): ask the driver whether it takes the
     request, so that a filter or column that does not fit the vertex answers 422 naming the
-    parameter at once instead of a failed round. In Kubernetes mode the DataSample's
-    admission webhook checks it, and a refusal fails the round. Raises
-    ``RequestValidationError`` (422) or ``HTTPException`` (502: the driver did not answer)."""
+    parameter at once instead of a failed round. Only the driver's 400 refuses; any other
+    trouble (no answer, an older driver without the check, a token the store key cannot
+    open) lets the round start and record it, so a sampler gets what a viewer gets (the
+    previous result or ``PENDING``), never a 502 from the check. In Kubernetes mode the
+    DataSample's admission webhook checks it, and a refusal fails the round. Raises
+    ``RequestValidationError`` (422)."""
     if not app.driver_url:
         return
-    tls = state.driver_trust.get(app.namespace, app.name)
     try:
+        tls = state.driver_trust.get(app.namespace, app.name)
         with state.sessions() as session:  # the token is stored encrypted
             token = repository.driver_token(session, app)
         with ControlClient(app.driver_url, token or "", tls=tls) as driver:
@@ -230,15 +233,8 @@ def _check_with_driver(state: Any, app: Any, vertex: str, narrowing: RoundReques
     except ControlRejected as exc:
         if exc.status == 400:
             raise _unprocessable(exc.field, str(exc)) from None
-        if exc.status == 404:  # a driver older than the check: the round itself will tell
-            return
-        raise HTTPException(status.HTTP_502_BAD_GATEWAY, detail=str(exc)) from None
-    except ControlError as exc:
-        raise HTTPException(status.HTTP_502_BAD_GATEWAY, detail=str(exc)) from None
-    except ValueError as exc:
-        # The store key cannot open the token, or a certificate is pinned for a URL that is
-        # not https:// (neither message holds a secret).
-        raise HTTPException(status.HTTP_502_BAD_GATEWAY, detail=str(exc)) from None
+    except (ControlError, ValueError):
+        pass
 
 
 @router.get("/vertices/{vertex}/rounds", response_model=list[RoundSummary], responses=_ERRORS)

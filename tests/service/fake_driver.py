@@ -312,6 +312,8 @@ class FakeDriver:
             auth(authorization)
             with self.lock:
                 self.checked.append(dict(request.query_params))
+            if "check_breaks" in request.query_params.get("filter", ""):
+                return JSONResponse({"error": "the check broke"}, status_code=500)
             if "no_such_column" in request.query_params.get("filter", ""):
                 return JSONResponse(
                     {"error": "filter: no column no_such_column", "field": "filter"},

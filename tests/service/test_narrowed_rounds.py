@@ -98,3 +98,20 @@ def test_a_bad_filter_is_refused_before_any_round_starts(
         assert list_rounds(s, flights.id, "parse") == []
     for app in apps:
         app.state.sparkglass.sessions.kw["bind"].dispose()
+
+
+def test_a_check_that_breaks_does_not_refuse_the_sampler(
+    db_url: str, tokens_file: Path, fake_driver: FakeDriver
+) -> None:
+    """Only the driver's 400 refuses a request: a check that breaks (a 5xx, no answer) lets
+    the round start, so a sampler gets what a viewer would, never a 502 from the check."""
+    apps = replicas(db_url, tokens_file, fake_driver, refresh=60)
+    params = {"filter": "dep_delay > 1 OR 'check_breaks' = ''"}
+    with ServerThread(apps[0]) as a:
+        first = _get(a.url, "sampler", params)
+        assert first.status_code == 200, first.text
+        assert first.json()["status"] == "PENDING"
+        assert _until_done(a.url, params)["status"] == "COMPLETE"
+        assert apps[0].state.sparkglass.coordinator.wait_idle(15)
+    for app in apps:
+        app.state.sparkglass.sessions.kw["bind"].dispose()
