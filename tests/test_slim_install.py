@@ -360,7 +360,8 @@ def test_the_wheel_alone_resolves_to_the_runtime_only(tmp_path: Path) -> None:
     if problem is not None:
         pytest.skip(f"PyPI cannot be reached: {problem}")
     started = time.monotonic()
-    wheel, venv = build_wheel(tmp_path, timeout=50), tmp_path / "venv"
+    # Without the jar: what pip resolves is the metadata's (test_prebuilt_jar.py builds it).
+    wheel, venv = build_wheel(tmp_path, timeout=50, jar=False), tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     python = venv / "bin" / "python"
     constraints = tmp_path / "constraints.txt"

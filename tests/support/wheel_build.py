@@ -4,6 +4,7 @@ the tree it builds from (the sampling jar, ``build/``), which other tests read m
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -25,7 +26,9 @@ def copy_sources(dest: Path) -> None:
         shutil.copytree(REPO / folder, dest / folder, symlinks=True, ignore=ignore)
 
 
-def pip(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
+def pip(
+    *args: str, timeout: float, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     """``python -m pip`` of this venv; a pip that outlasts ``timeout`` fails the test."""
     try:
         return subprocess.run(
@@ -33,6 +36,7 @@ def pip(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
             capture_output=True,
             text=True,
             timeout=timeout,
+            env={**os.environ, **(env or {})},
         )
     except subprocess.TimeoutExpired:
         pytest.fail(
@@ -43,12 +47,17 @@ def pip(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
         )
 
 
-def build_wheel(workdir: Path, timeout: float = 120) -> Path:
-    """The wheel of this checkout, built under ``workdir``; fails the test when pip does."""
+def build_wheel(workdir: Path, timeout: float = 120, *, jar: bool = True) -> Path:
+    """The wheel of this checkout, built under ``workdir``; fails the test when pip does.
+    ``jar=False``: without the prebuilt sampling jar (no pyspark in the build environment,
+    no javac: a wheel's metadata and Python files only)."""
     source, wheels = workdir / "source", workdir / "wheels"
     source.mkdir(parents=True)
     copy_sources(source)
-    built = pip("wheel", "--no-deps", "-q", "-w", str(wheels), str(source), timeout=timeout)
+    env = None if jar else {"SPARKGLASS_BUILD_JAR": "0"}
+    built = pip(
+        "wheel", "--no-deps", "-q", "-w", str(wheels), str(source), timeout=timeout, env=env
+    )
     assert built.returncode == 0, built.stderr[-3000:]
     (wheel,) = wheels.glob("sparkglass-*.whl")
     return wheel
