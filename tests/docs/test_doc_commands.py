@@ -37,6 +37,8 @@ from typing import Any, Literal
 import pytest
 import yaml
 
+from tests.support.live_demo import live_demo as running_demo
+
 REPO = Path(__file__).resolve().parents[2]
 DOCS = (REPO / "README.md", *sorted((REPO / "docs").glob("*.md")))
 SHELL_FENCES = ("bash", "sh", "shell", "console")
@@ -490,9 +492,6 @@ def test_extraction_joins_continuations_and_drops_comments_prompts_and_output() 
 
 
 # ------------------------------------------------------------------------------ the live demo
-ENABLED = "spark.sparkglass.sampling.enabled"
-
-
 @dataclass
 class LiveDemo:
     service_url: str
@@ -504,44 +503,11 @@ class LiveDemo:
 
 @pytest.fixture(scope="module")
 def live_demo(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveDemo]:
-    """The flights demo pipeline with sampling on, fed continuously, the local service in
-    front: what `make demo` runs, on a free port and a throw-away store."""
-    from sparkglass.demo.flights import build_pipeline
-    from sparkglass.demo.replay import FlightReplay
-    from sparkglass.runtime.sampling import registry
-    from sparkglass.service.local import start_local_service
-
+    """The flights demo with the local service in front (tests/support/live_demo.py)."""
     workdir = tmp_path_factory.mktemp("doc-commands")
-    before = spark.conf.get(ENABLED, None)
-    spark.conf.set(ENABLED, "true")
-    pipeline = build_pipeline(spark, workdir, max_files_per_trigger=1, trigger_seconds=0.5)
-    replay = FlightReplay(workdir / "stream", days=365, files_per_tick=1, interval=0.4)
-    pipeline.start()
-    replay.start()
-    service = None
-    try:
-        deadline = time.monotonic() + 120
-        while pipeline.progress().micro_batches < 1:
-            assert time.monotonic() < deadline, "the demo stream made no progress in 120 s"
-            time.sleep(0.2)
-        endpoint = registry.endpoint_for(spark)
-        assert endpoint is not None, "sampling on but no control endpoint"
-        service = start_local_service(
-            {"flights": (endpoint.url, endpoint.token)},
-            database_url=f"sqlite:///{workdir / 'service.db'}",
-            refresh_interval_seconds=30,
-            poll_interval_seconds=0.2,
-        )
-        yield LiveDemo(service.url, service.token, endpoint.url, endpoint.token, workdir)
-    finally:
-        if service is not None:
-            service.stop()
-        replay.stop()
-        pipeline.stop()
-        if before is None:
-            spark.conf.unset(ENABLED)
-        else:
-            spark.conf.set(ENABLED, before)
+    with running_demo(spark, workdir, progress_timeout_s=120) as demo:
+        service = demo.service
+        yield LiveDemo(service.url, service.token, demo.driver_url, demo.driver_token, workdir)
 
 
 def _runnable(text: str, demo: LiveDemo) -> str:

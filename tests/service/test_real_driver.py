@@ -15,13 +15,13 @@ from typing import Any
 import httpx
 import pytest
 
-from sparkglass.service.local import LocalService, start_local_service
+from sparkglass.service.local import LocalService
+from tests.support.live_demo import live_demo
 
 from .browser import artifacts_dir, chromium_page
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
-ENABLED = "spark.sparkglass.sampling.enabled"
 #: The picture of the page in the docs, taken by test_page_reads_real_flight_records.
 DOCS_SCREENSHOT = Path(__file__).parents[2] / "docs" / "images" / "data-sample-page.png"
 #: The committed screenshot stays small (it is in every clone).
@@ -31,41 +31,9 @@ DOCS_SCREENSHOT_MAX_BYTES = 200_000
 @pytest.fixture(scope="module")
 def demo_service(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalService]:
     """The demo pipeline with sampling on, fed continuously, and the service in front of it."""
-    from sparkglass.demo.flights import build_pipeline
-    from sparkglass.demo.replay import FlightReplay
-    from sparkglass.runtime.sampling import registry
-
     workdir = tmp_path_factory.mktemp("demo-service")
-    before = spark.conf.get(ENABLED, None)
-    spark.conf.set(ENABLED, "true")
-    pipeline = build_pipeline(spark, workdir, max_files_per_trigger=1, trigger_seconds=0.5)
-    replay = FlightReplay(workdir / "stream", days=365, files_per_tick=1, interval=0.4)
-    pipeline.start()
-    replay.start()
-    service = None
-    try:
-        deadline = time.monotonic() + 60
-        while pipeline.progress().micro_batches < 1:
-            assert time.monotonic() < deadline, "the demo stream made no progress"
-            time.sleep(0.2)
-        endpoint = registry.endpoint_for(spark)
-        assert endpoint is not None, "sampling on but no control endpoint"
-        service = start_local_service(
-            {"flights": (endpoint.url, endpoint.token)},
-            database_url=f"sqlite:///{workdir / 'service.db'}",
-            refresh_interval_seconds=30,
-            poll_interval_seconds=0.2,
-        )
-        yield service
-    finally:
-        if service is not None:
-            service.stop()
-        replay.stop()
-        pipeline.stop()
-        if before is None:
-            spark.conf.unset(ENABLED)
-        else:
-            spark.conf.set(ENABLED, before)
+    with live_demo(spark, workdir, progress_timeout_s=60) as demo:
+        yield demo.service
 
 
 def _poll(service: LocalService, vertex: str, timeout: float = 60) -> dict[str, Any]:
@@ -144,9 +112,7 @@ def test_progress_through_the_real_driver(demo_service: LocalService) -> None:
         assert {"flights", "parse"} <= set(body["vertices"]), body["vertices"]
         # The replay feeds a file every 0.4 s: later answers show more micro-batches.
         deadline = time.monotonic() + 60
-        while (later := c.get(url, headers=headers).json())["microBatches"] <= body[
-            "microBatches"
-        ]:
+        while (later := c.get(url, headers=headers).json())["microBatches"] <= body["microBatches"]:
             assert time.monotonic() < deadline, "no new micro-batch in 60 s"
             time.sleep(0.5)
         assert later["vertices"]["parse"]["rowsTotal"] >= body["vertices"]["parse"]["rowsTotal"]
