@@ -222,3 +222,38 @@ image-archive: image
 # short spark-submit of the flights job, sampled at `parse` while it runs.
 image-smoke:
 	BUILDAH="$(BUILDAH)" nice -n 10 e2e/image/smoke.sh $(IMAGE)
+
+# ---------------------------------------------------------------------------------------------
+# The runtime's and the service's tests on every supported Python (requires-python), each in
+# its own venv, .venv-3.X (gitignored), with interpreters already on this machine: nothing is
+# downloaded at run time but the packages pip installs. CI runs `make test` on one (3.11).
+#   make test-matrix                                  3.11, 3.12 and 3.13
+#   make test-matrix MATRIX_VERSIONS=3.13             one of them
+#   make test-matrix PYTHON_3_12=/opt/py/bin/python3.12 MATRIX_TESTS=tests/control
+# An interpreter is PYTHON_3_X when set (an error when it is not a working 3.X), else
+# python3.X on PATH (a pyenv shim that does not run is passed over), else the newest
+# `pyenv root`/versions/3.X*/bin/python3.X, else /usr/bin or /usr/local/bin/python3.X; a
+# version with none is skipped with a line saying so. The venv is (re)made when missing or
+# made from another interpreter, and `.[test]` reinstalled when pyproject.toml is newer than
+# the venv's stamp. Each run's output: test-artifacts/test-matrix-3.X.log. Ends with what ran,
+# passed, failed and was skipped; exits non-zero when any run failed, or when none ran
+# (MATRIX_STRICT=1: also when any version was skipped).
+MATRIX_VERSIONS ?= 3.11 3.12 3.13
+# tests/ folders of the runtime (runtime/ and its subpackages) and of the service (service/).
+MATRIX_TESTS ?= tests/runtime tests/contract tests/control tests/sampling tests/async_ops \
+                tests/optimizations tests/service
+MATRIX_WORKERS ?= 2
+MATRIX_PYTEST_ARGS ?=
+MATRIX_NICE ?= nice -n 10
+MATRIX_STRICT ?= 0
+PYTHON_3_11 ?=
+PYTHON_3_12 ?=
+PYTHON_3_13 ?=
+
+.PHONY: test-matrix
+test-matrix: java-check
+	@MATRIX_PYTHONS='$(foreach v,$(MATRIX_VERSIONS),$(v)=$(PYTHON_$(subst .,_,$(v))))' \
+	  MATRIX_VERSIONS='$(MATRIX_VERSIONS)' MATRIX_TESTS='$(MATRIX_TESTS)' \
+	  MATRIX_WORKERS='$(MATRIX_WORKERS)' MATRIX_PYTEST_ARGS='$(MATRIX_PYTEST_ARGS)' \
+	  MATRIX_NICE='$(MATRIX_NICE)' MATRIX_STRICT='$(MATRIX_STRICT)' \
+	  bash .ci/test-matrix

@@ -19,7 +19,10 @@ pytest_plugins = ["tests.support.kube_fixtures"]
 # local-cluster test from 143 s to 60 s. Every driver (the shared session, spark-submit'ed
 # jobs, the demo) reads SPARK_SUBMIT_OPTS; executors of local-cluster jobs get the same
 # through the spark.executor.extraJavaOptions system property. Jobs that set their own keep it.
-_TEST_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+# C1 only also shrinks the default code cache from 240 MB to 48 MB, which the shared session of
+# a test process running half the suite (`make test-matrix`, 2 processes) filled: "Out of
+# space in CodeCache for adapters" killed its JVM. The cache is reserved, used as needed.
+_TEST_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:ReservedCodeCacheSize=240m"
 os.environ.setdefault(
     "SPARK_SUBMIT_OPTS", f'{_TEST_JVM} -Dspark.executor.extraJavaOptions="{_TEST_JVM}"'
 )

