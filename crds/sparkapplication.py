@@ -1034,6 +1034,7 @@ class ApplicationState(ResourceModel):
 
 
 _Count = Annotated[Int64, Field(ge=0)]
+_NullableCount = Annotated[Int64, Field(ge=0), Schema(nullable=True)]
 
 
 class ExpectationProgress(ResourceModel):
@@ -1061,6 +1062,19 @@ class VertexProgress(ResourceModel):
     """Rows per second through the vertex (last micro-batch)."""
     rows_total: _Count | None = None
     """Rows through the vertex since the driver started."""
+    processed_rows_per_second: Annotated[float, Schema(nullable=True)] | None = None
+    """The vertex's rows per second of its queries' micro-batch durations (null: unknown)."""
+    batch_duration_ms: _NullableCount | None = None
+    """Duration of the latest micro-batch that ran the vertex, ms (the longest of its
+    queries'; null: unknown)."""
+    latency_ms: _NullableCount | None = None
+    """From the previous micro-batch's trigger to the latest one's end, ms: the longest a row
+    waited for its sink (null: unknown)."""
+    event_time_watermark: Annotated[Int64, Schema(nullable=True)] | None = None
+    """The earliest event-time watermark of the vertex's queries (ms since the epoch; null:
+    none has one)."""
+    state_rows: _NullableCount | None = None
+    """Rows in state of the vertex's queries (null: unknown or stateless)."""
     expectations: (
         Annotated[dict[str, ExpectationProgress], Field(max_length=MAX_EXPECTATIONS_PER_VERTEX)]
         | None
@@ -1095,6 +1109,16 @@ class Progress(ResourceModel):
     """Rows per second arriving at the sources (last micro-batch)."""
     processed_rows_per_second: float | None = None
     """Rows per second processed (last micro-batch)."""
+    batch_duration_ms: _NullableCount | None = None
+    """Duration of the latest micro-batch, ms (the longest over the queries; null: unknown)."""
+    latency_ms: _NullableCount | None = None
+    """From the previous micro-batch's trigger to the latest one's end, ms (the longest over
+    the queries; null: unknown)."""
+    event_time_watermark: Annotated[Int64, Schema(nullable=True)] | None = None
+    """The earliest event-time watermark over the queries (ms since the epoch; null: none
+    has one)."""
+    state_rows: _NullableCount | None = None
+    """Rows in state over all the queries (null: unknown or stateless)."""
     last_micro_batch_timestamp: Annotated[Int64, Schema(nullable=True)] | None = None
     """When the last micro-batch ended (ms since the epoch, driver clock)."""
     observed_at: Int64 | None = None

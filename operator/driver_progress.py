@@ -122,7 +122,10 @@ def bound_progress(entry: Mapping[str, Any], declared: Iterable[str]) -> dict[st
     rewritten on every publish) and every reader of the application receives it, hence the
     bounds.
     """
-    out: dict[str, Any] = {k: v for k, v in entry.items() if k not in ("vertices", "truncated")}
+    # The history (minutes of series, for the service's page) never goes into status.
+    out: dict[str, Any] = {
+        k: v for k, v in entry.items() if k not in ("vertices", "truncated", "history")
+    }
     if out.get("failed"):
         out["failed"] = str(out["failed"])[:MAX_FAILED_CHARS]
     given = entry.get("vertices") or {}

@@ -79,6 +79,15 @@ from sparkglass.runtime.quality import (
     apply_expectations,
     route_errors,
 )
+from sparkglass.runtime.query_progress import (
+    MetricsHistory,
+    QueryFigures,
+    QueryRates,
+    figures_of,
+    merge_figures,
+    spark_history_settings,
+    with_history,
+)
 from sparkglass.runtime.sampling.programs import redacted_column_names
 from sparkglass.runtime.sampling.rounds import MicroBatches
 from sparkglass.runtime.sampling.tap import detach, install_materialized_tap, install_tap
@@ -112,12 +121,21 @@ class Step:
 
 @dataclass
 class VertexProgress:
-    """Rows seen at one vertex's output, from Spark's observed metrics."""
+    """Rows seen at one vertex's output, from Spark's observed metrics, and the figures of
+    the latest micro-batch of the queries that run it (``None``: unknown; see
+    :class:`~sparkglass.runtime.contract.pipeline_metrics.VertexMetrics`)."""
 
     rows_total: int = 0
     rows_last_batch: int = 0
-    #: ``rows_last_batch`` per second since the query's previous micro-batch started.
+    #: The vertex's rows per second over its query's latest input interval (the time since
+    #: the previous trigger, for a stateless query; see ``QueryRates``).
     rows_per_second: float = 0.0
+    #: The same rows per second of the interval's micro-batches' durations.
+    processed_rows_per_second: float | None = None
+    batch_duration_ms: int | None = None
+    latency_ms: int | None = None
+    event_time_watermark: int | None = None
+    state_rows: int | None = None
 
 
 @dataclass
@@ -126,8 +144,11 @@ class PipelineProgress:
 
     ``micro_batches`` counts completed micro-batches over all streaming queries.
     ``input_rows_per_second`` and ``processed_rows_per_second`` are the largest of the
-    queries' last reported rates (Spark's ``StreamingQueryProgress``), in rows/s: every
-    query reads its sources on its own, so a sum would count the same rows twice.
+    queries' latest rates (Spark's ``StreamingQueryProgress``; 0 for a query gone idle or
+    stopped), in rows/s: every query reads its sources on its own, so a sum would count the
+    same rows twice. ``batch_duration_ms``, ``latency_ms`` (the longest),
+    ``event_time_watermark`` (the earliest) and ``state_rows`` (the sum) over the queries'
+    latest micro-batches, ``None`` when unknown.
     ``vertices`` holds, per vertex, the rows at its output (Spark observed metrics).
     ``last_micro_batch_end_ms``: when the latest micro-batch ended (ms since the epoch).
     ``started_queries``: streaming queries ``start()`` started (running or not).
@@ -143,6 +164,10 @@ class PipelineProgress:
     expectations: list[ExpectationCounts] = field(default_factory=list)
     last_micro_batch_end_ms: int | None = None
     started_queries: int = 0
+    batch_duration_ms: int | None = None
+    latency_ms: int | None = None
+    event_time_watermark: int | None = None
+    state_rows: int | None = None
 
 
 #: Micro-batches remembered for sampling rounds (per pipeline; a few minutes at most rates).
@@ -313,10 +338,10 @@ class _ProgressListener(StreamingQueryListener):
         self._pipeline._on_progress(event.progress)
 
     def onQueryIdle(self, event: Any) -> None:
-        pass
+        self._pipeline._on_quiet(str(event.id), str(event.runId))
 
     def onQueryTerminated(self, event: Any) -> None:
-        pass
+        self._pipeline._on_quiet(str(event.id), str(event.runId))
 
 
 class Pipeline:
@@ -351,12 +376,20 @@ class Pipeline:
         self._outputs: dict[str, DataFrame] = {}
         self._lock = threading.Lock()
         self._progress = PipelineProgress()
-        self._rates: dict[str, tuple[float, float]] = {}
+        #: Per (query id, vertex): rows since the start (each micro-batch counted once).
         self._rows_by_query: dict[tuple[str, str], int] = {}
-        #: Per (query id, vertex): rows/s of the query's latest micro-batch.
-        self._rate_by_query: dict[tuple[str, str], float] = {}
+        #: Per query id: its rates and its vertices' over its latest input interval.
+        self._rates: dict[str, QueryRates] = {}
         #: Per query id: when its latest micro-batch started (ms since the epoch).
         self._last_start: dict[str, int] = {}
+        #: Per query id: the figures of its latest micro-batch (duration, state...).
+        self._figures: dict[str, QueryFigures] = {}
+        #: Per query id: the latest batchId counted (a progress of an earlier one is not).
+        self._counted: dict[str, int] = {}
+        #: Query ids gone idle or stopped: their rates read 0 until their next micro-batch.
+        self._quiet: set[str] = set()
+        #: The last minutes of metrics (sized from the session's conf by start()).
+        self._history = MetricsHistory()
         self._batches: deque[_MicroBatch] = deque(maxlen=KEPT_MICRO_BATCHES)
         #: Per sink: its streaming query's id (a Py4J call, so asked once at start).
         self._query_ids: dict[str, str] = {}
@@ -716,6 +749,7 @@ class Pipeline:
         for name in changed:
             self._outputs.pop(name, None)
         self._started = True
+        self._history = MetricsHistory(*spark_history_settings(self.spark))
         if self._listener is None:
             self._listener = _ProgressListener(self)
             self.spark.streams.addListener(self._listener)
@@ -850,59 +884,111 @@ class Pipeline:
             self._record_progress(progress)
 
     def _record_progress(self, progress: Any) -> None:
+        """Add one micro-batch's progress (the listener's, once per micro-batch: no row is
+        looked at here). A progress of a batchId already counted for its query is not counted
+        again."""
         metrics = progress.observedMetrics or {}
         batch_rows = {
             key[len(OBSERVATION_PREFIX) :]: int(row["rows"] or 0)
             for key, row in metrics.items()
             if key.startswith(OBSERVATION_PREFIX)
         }
-        try:
-            batch = _micro_batch_of(progress, batch_rows)
-        except ValueError:  # never lose the row counts over a timestamp Spark changed
-            end_ms = int(time.time() * 1000)
-            batch = _MicroBatch(
-                str(progress.id), end_ms - int(progress.batchDuration or 0), end_ms, batch_rows
-            )
-        start_ms = batch.start_ms
-        tallied = self._take_tallies(str(progress.id), int(progress.batchId))
+        query_id = str(progress.id)
+        batch_id = int(progress.batchId)
         with self._lock:
+            counted = self._counted.get(query_id)
+        if counted is not None and batch_id <= counted:
+            return
+        tallied = self._take_tallies(query_id, batch_id)
+        with self._lock:
+            figures = figures_of(progress, self._last_start.get(query_id))
+            self._counted[query_id] = batch_id
+            self._figures[query_id] = figures
+            self._quiet.discard(query_id)
+            self._last_start[query_id] = figures.start_ms
+            # Rows per second like Spark's inputRowsPerSecond, over the query's latest input
+            # interval (QueryRates: micro-batches without input fall inside it).
+            self._rates.setdefault(query_id, QueryRates()).add(figures, batch_rows)
             self._record_expectations(metrics)
             for vertex, (rows, failed) in tallied.items():
                 self._add_expectation_batch(vertex, rows, failed)
-            self._batches.append(batch)
+            self._batches.append(
+                _MicroBatch(query_id, figures.start_ms, figures.end_ms, batch_rows)
+            )
             p = self._progress
             p.micro_batches += 1
-            p.last_micro_batch_end_ms = max(p.last_micro_batch_end_ms or 0, batch.end_ms)
-            # Rows per second like Spark's inputRowsPerSecond: over the time between this
-            # trigger and the previous one of the same query (the first: the batch's own).
-            previous = self._last_start.get(batch.query_id)
-            self._last_start[batch.query_id] = start_ms
-            elapsed_ms = (
-                start_ms - previous
-                if previous is not None and start_ms > previous
-                else int(progress.batchDuration or 0)
-            )
-            self._rates[str(progress.id)] = (
-                float(progress.inputRowsPerSecond or 0.0),
-                float(progress.processedRowsPerSecond or 0.0),
-            )
-            p.input_rows_per_second = max(r[0] for r in self._rates.values())
-            p.processed_rows_per_second = max(r[1] for r in self._rates.values())
-            for key, row in metrics.items():
-                if not key.startswith(OBSERVATION_PREFIX):
-                    continue
-                vertex = key[len(OBSERVATION_PREFIX) :]
-                rows = int(row["rows"] or 0)
+            p.last_micro_batch_end_ms = max(p.last_micro_batch_end_ms or 0, figures.end_ms)
+            for vertex, rows in batch_rows.items():
                 vp = p.vertices.setdefault(vertex, VertexProgress())
                 # Each query reads its sources independently; keep the largest view.
                 vp.rows_last_batch = rows
-                key = (str(progress.id), vertex)
+                key = (query_id, vertex)
                 self._rows_by_query[key] = self._rows_by_query.get(key, 0) + rows
                 vp.rows_total = max(vp.rows_total, self._rows_by_query[key])
-                self._rate_by_query[key] = rows * 1000.0 / elapsed_ms if elapsed_ms > 0 else 0.0
-                vp.rows_per_second = max(
-                    r for (_, v), r in self._rate_by_query.items() if v == vertex
-                )
+            snapshot = self._snapshot_locked()
+        self._history.record(self._metrics_of(snapshot), figures.end_ms)
+
+    def _on_quiet(self, query_id: str, run_id: str) -> None:
+        """A query of this pipeline went idle (no new data) or stopped: it reads nothing now,
+        so its rates, and those of the vertices it runs, are 0 until its next micro-batch."""
+        with self._lock:
+            if run_id not in self._run_ids.values() or query_id in self._quiet:
+                return
+            self._quiet.add(query_id)
+            snapshot = self._snapshot_locked()
+        self._history.record(self._metrics_of(snapshot))
+
+    def _snapshot_locked(self) -> PipelineProgress:
+        """The counts and the latest figures, combined per vertex and for the pipeline
+        (held: ``self._lock``; no Py4J call: the query states are :meth:`progress`'s)."""
+        p = self._progress
+        # A query gone idle or stopped reads nothing: its rates are 0 (left out of the max).
+        live = {q: r for q, r in self._rates.items() if q not in self._quiet}
+        by_vertex: dict[str, list[str]] = {}
+        for query_id, vertex in self._rows_by_query:
+            by_vertex.setdefault(vertex, []).append(query_id)
+        vertices: dict[str, VertexProgress] = {}
+        for name, v in p.vertices.items():
+            queries = [q for q in by_vertex.get(name, []) if q in self._figures]
+            figures = [self._figures[q] for q in queries]
+            rates = [live[q].vertices.get(name, (0.0, 0.0)) for q in queries if q in live]
+            merged = merge_figures(
+                {
+                    "processed_rows_per_second": [r[1] for r in rates] or [0.0],
+                    "batch_duration_ms": [f.batch_duration_ms for f in figures],
+                    "latency_ms": [f.latency_ms for f in figures],
+                    "event_time_watermark": [f.watermark_ms for f in figures],
+                    "state_rows": [f.state_rows for f in figures],
+                }
+            )
+            vertices[name] = VertexProgress(
+                rows_total=v.rows_total,
+                rows_last_batch=v.rows_last_batch,
+                rows_per_second=max((r[0] for r in rates), default=0.0),
+                **merged,
+            )
+        figures = list(self._figures.values())
+        merged = merge_figures(
+            {
+                "batch_duration_ms": [f.batch_duration_ms for f in figures],
+                "latency_ms": [f.latency_ms for f in figures],
+                "event_time_watermark": [f.watermark_ms for f in figures],
+                "state_rows": [f.state_rows for f in figures],
+            }
+        )
+        return PipelineProgress(
+            micro_batches=p.micro_batches,
+            input_rows_per_second=max(
+                (f.input_rows_per_second for f in live.values()), default=0.0
+            ),
+            processed_rows_per_second=max(
+                (f.processed_rows_per_second for f in live.values()), default=0.0
+            ),
+            vertices=vertices,
+            last_micro_batch_end_ms=p.last_micro_batch_end_ms,
+            started_queries=len(self._queries),
+            **merged,
+        )
 
     def _take_tallies(self, query_id: str, batch_id: int) -> dict[str, tuple[int, dict[str, int]]]:
         """Per vertex counted natively: ``(rows, failed per expectation)`` of one micro-batch
@@ -997,7 +1083,7 @@ class Pipeline:
         """A consistent snapshot of :class:`PipelineProgress`."""
         expectation_counts = self.expectation_counts()
         with self._lock:
-            p = self._progress
+            snapshot = self._snapshot_locked()
             failed = None
             active = 0
             for sink, q in self._queries.items():
@@ -1005,28 +1091,24 @@ class Pipeline:
                     active += 1
                 elif q.exception() is not None:
                     failed = f"{sink}: {q.exception()}"
-            return PipelineProgress(
-                micro_batches=p.micro_batches,
-                input_rows_per_second=p.input_rows_per_second,
-                processed_rows_per_second=p.processed_rows_per_second,
-                vertices={
-                    k: VertexProgress(v.rows_total, v.rows_last_batch, v.rows_per_second)
-                    for k, v in p.vertices.items()
-                },
-                active_queries=active,
-                failed=failed,
-                expectations=expectation_counts,
-                last_micro_batch_end_ms=p.last_micro_batch_end_ms,
-                started_queries=len(self._queries),
-            )
+        snapshot.active_queries = active
+        snapshot.failed = failed
+        snapshot.expectations = expectation_counts
+        return snapshot
 
-    def metrics(self) -> PipelineMetrics:
+    def metrics(self, *, history: bool = False) -> PipelineMetrics:
         """:meth:`progress` in the wire form the driver control endpoint serves at
         ``GET /api/v1/progress``
         (:class:`~sparkglass.runtime.contract.pipeline_metrics.PipelineMetrics`), with each
         vertex's expectation counts (last micro-batch and totals) under its
-        ``expectations``."""
-        p = self.progress()
+        ``expectations``; ``history``: with the last minutes of metrics
+        (``?history=true``)."""
+        metrics = self._metrics_of(self.progress())
+        return with_history(metrics, self._history if history else None)
+
+    @staticmethod
+    def _metrics_of(p: PipelineProgress) -> PipelineMetrics:
+        """``p`` in the wire form (see :meth:`metrics`)."""
         by_vertex: dict[str, dict[str, ExpectationMetrics]] = {}
         for c in p.expectations:  # declaration order, every vertex that declares any
             by_vertex.setdefault(c.vertex, {})[c.name] = ExpectationMetrics(
@@ -1051,6 +1133,10 @@ class Pipeline:
             micro_batches=p.micro_batches,
             input_rows_per_second=p.input_rows_per_second,
             processed_rows_per_second=p.processed_rows_per_second,
+            batch_duration_ms=p.batch_duration_ms,
+            latency_ms=p.latency_ms,
+            event_time_watermark=p.event_time_watermark,
+            state_rows=p.state_rows,
             last_micro_batch_timestamp=p.last_micro_batch_end_ms,
             observed_at=int(time.time() * 1000),
             vertices={
@@ -1058,6 +1144,11 @@ class Pipeline:
                     rows_last_micro_batch=v.rows_last_batch,
                     rows_per_second=v.rows_per_second,
                     rows_total=v.rows_total,
+                    processed_rows_per_second=v.processed_rows_per_second,
+                    batch_duration_ms=v.batch_duration_ms,
+                    latency_ms=v.latency_ms,
+                    event_time_watermark=v.event_time_watermark,
+                    state_rows=v.state_rows,
                     expectations=by_vertex.get(name, {}),
                 )
                 # Vertices with expectations are listed before their first micro-batch too,

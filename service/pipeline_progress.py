@@ -6,7 +6,9 @@ application was registered with). Answers are remembered per application for
 :data:`CACHE_TTL_S`, so many open pages cost the driver one request per second at most.
 Kubernetes mode: the service holds no driver token (the operator does); the operator copies
 the driver's metrics into the SparkApplication's ``status.progress`` (at most every
-``--progress-seconds``, 10 s by default), and the service reads them from there.
+``--progress-seconds``, 10 s by default), and the service reads them from there. Their last
+minutes (``history``) are asked of the driver with ``?history=true`` in local mode only:
+``status.progress`` holds none.
 """
 
 from __future__ import annotations
@@ -59,8 +61,12 @@ class PipelineProgressReader:
         app: Application,
         tls: ControlTLS | None = None,
         token: Callable[[], str | None] | None = None,
+        *,
+        history: bool = False,
     ) -> PipelineMetrics:
-        """The metrics of ``app``'s pipeline, at most :data:`CACHE_TTL_S` old.
+        """The metrics of ``app``'s pipeline, at most :data:`CACHE_TTL_S` old; ``history``:
+        with their last minutes as the driver keeps them (local mode; Kubernetes mode has
+        none, ``history`` stays ``None``).
 
         ``tls``: the certificate pinned for the app's ``https://`` driver (see
         :mod:`sparkglass.service.driver_trust`); such a driver gets a connection of its own
@@ -69,7 +75,7 @@ class PipelineProgressReader:
         :class:`ProgressUnavailable` when ``app`` has no driver endpoint and no published
         metrics, or its driver cannot be read.
         """
-        key = (app.namespace, app.name)
+        key = (app.namespace, app.name, history)
         hit, cached = self._cache.get(key)
         if hit and cached is not None:
             return cached
@@ -96,7 +102,7 @@ class PipelineProgressReader:
             raise ProgressUnavailable(f"{failed}: {exc}") from None
         try:
             with driver:
-                metrics = driver.progress()
+                metrics = driver.progress(history=history)
         except ControlError as exc:
             raise ProgressUnavailable(f"{failed}: {exc}") from None
         self._cache.set(key, metrics, CACHE_TTL_S)

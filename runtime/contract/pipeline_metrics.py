@@ -2,10 +2,13 @@
 of the service's ``GET /api/v1/namespaces/{ns}/applications/{app}/progress``.
 
 One model for both, so the page, the service and the driver agree. JSON keys are camelCase;
-rates are rows per second, timestamps ms since the epoch. The numbers come from Spark's
-``StreamingQueryProgress`` and the pipeline's observed metrics (one ``count`` per vertex
-output, see ``sparkglass.runtime.Pipeline``), and the pass and fail counts of each expectation
-(``sparkglass.runtime.quality``).
+rates are rows per second, durations ms, timestamps ms since the epoch. The numbers come from
+Spark's ``StreamingQueryProgress`` (taken by a query listener, once per micro-batch), the
+pipeline's observed metrics (one ``count`` per vertex output, see
+``sparkglass.runtime.Pipeline``), and the pass and fail counts of each expectation
+(``sparkglass.runtime.quality``). :class:`ProgressHistory` is the last minutes of them, kept
+by the driver (``GET /api/v1/progress?history=true``). Each field, its unit and its source:
+docs/architecture.md, "Live metrics".
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
 from sparkglass.runtime.contract.expectations import (
@@ -34,6 +37,15 @@ INT64_MIN = -(2**63)
 Count = Annotated[int, Field(ge=0, le=INT64_MAX)]
 #: A timestamp in ms since the epoch, within int64 like the counts.
 Millis = Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX)]
+#: A rate in rows per second: finite, 0 or more (Spark reports NaN for no elapsed time; the
+#: runtime reports 0 instead).
+Rate = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+
+#: Most points a :class:`ProgressHistory` holds (``spark.sparkglass.progress.historyPoints``
+#: may ask for fewer; 180 by default).
+MAX_HISTORY_POINTS = 1000
+#: Most vertices a :class:`ProgressHistory` keeps series of (the first ones seen).
+MAX_HISTORY_VERTICES = 64
 
 
 class QueryState(StrEnum):
@@ -81,34 +93,145 @@ ExpectationName = Annotated[str, Field(min_length=1, max_length=63, pattern=NAME
 
 
 class VertexMetrics(_Model):
-    """Rows at one vertex's output.
+    """Rows at one vertex's output, and the figures of the streaming queries that run it.
 
     ``rows_last_micro_batch``: rows in the latest micro-batch that ran the vertex.
-    ``rows_per_second``: those rows divided by the time since the previous micro-batch of the
-    same query started (Spark's definition of ``inputRowsPerSecond``; the batch's duration
-    for a query's first micro-batch). ``rows_total``: rows since the pipeline started.
-    Several queries reading the same vertex each count it; the largest count is kept.
+    ``rows_per_second``: the vertex's rows over its query's latest input interval, from one
+    micro-batch with input to the next (for a stateless query the time since the previous
+    trigger, Spark's definition of ``inputRowsPerSecond``; the batch's duration for a query's
+    first micro-batch; micro-batches without input, run to move a watermark, fall inside the
+    interval); 0 once the query went idle or stopped.
+    ``rows_total``: rows since the pipeline started, accumulated from every micro-batch's
+    progress as it arrives (each micro-batch of a query counted once, by its ``batchId``),
+    never a sum over Spark's bounded ``recentProgress``. Several queries reading the same
+    vertex each count it; the largest count is kept.
+
+    ``processed_rows_per_second``: the same interval's rows over its micro-batches' summed
+    durations (Spark's definition of ``processedRowsPerSecond`` for one micro-batch).
+    Of the latest micro-batch of the queries that run the vertex (``None``: not known, e.g. no
+    micro-batch yet, a query without event time or state, or a driver before these fields):
+    ``batch_duration_ms``: its duration
+    (``durationMs.triggerExecution``), the longest over the queries; ``latency_ms``: from the
+    previous micro-batch's trigger to this one's end, the longest a row that arrived just after
+    the previous trigger waited for its sink (the batch's own duration for a query's first);
+    ``event_time_watermark``: ``eventTime.watermark`` (ms since the epoch), the earliest over
+    the queries that have one; ``state_rows``: rows in state (``stateOperators[].numRowsTotal``
+    summed over the operators, then over the queries).
     """
 
     rows_last_micro_batch: Count = 0
     rows_per_second: float = Field(default=0.0, ge=0)
     rows_total: Count = 0
+    processed_rows_per_second: Rate | None = None
+    batch_duration_ms: Count | None = None
+    latency_ms: Count | None = None
+    event_time_watermark: Millis | None = None
+    state_rows: Count | None = None
     #: Per expectation name, in declaration order (empty: the vertex declares none).
     expectations: dict[ExpectationName, ExpectationMetrics] = Field(
         default_factory=dict, max_length=MAX_EXPECTATIONS_PER_VERTEX
     )
 
 
+#: One series of a :class:`ProgressHistory`: a value per point, ``None`` where it was unknown.
+Series = Annotated[
+    list[Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX)] | Rate | None],
+    Field(max_length=MAX_HISTORY_POINTS),
+]
+
+
+class VertexHistory(_Model):
+    """One vertex's :class:`VertexMetrics` over time, a value per point of the history
+    (``None`` at the points before the vertex had metrics)."""
+
+    rows_total: Series = Field(default_factory=list)
+    rows_per_second: Series = Field(default_factory=list)
+    processed_rows_per_second: Series = Field(default_factory=list)
+    batch_duration_ms: Series = Field(default_factory=list)
+    latency_ms: Series = Field(default_factory=list)
+    event_time_watermark: Series = Field(default_factory=list)
+    state_rows: Series = Field(default_factory=list)
+
+
+class ProgressHistory(_Model):
+    """The pipeline's metrics over the last ``window_seconds``, as columns: ``timestamps``
+    (ms since the epoch, ascending) and one series of the same length per figure.
+
+    The driver keeps a point per ``resolution_seconds`` (the latest micro-batch in that
+    interval wins; an interval without a micro-batch has no point), at most ``max_points``
+    of them (``window_seconds / resolution_seconds``), and drops points older than the window:
+    memory and answer are bounded by ``max_points`` × (7 + 7 × vertices) numbers, with at most
+    :data:`MAX_HISTORY_VERTICES` vertices. Figures as in :class:`PipelineMetrics` and
+    :class:`VertexMetrics`.
+    """
+
+    window_seconds: Annotated[int, Field(ge=1)]
+    resolution_seconds: Annotated[float, Field(gt=0, allow_inf_nan=False)]
+    max_points: Annotated[int, Field(ge=1, le=MAX_HISTORY_POINTS)]
+    timestamps: Annotated[list[Millis], Field(max_length=MAX_HISTORY_POINTS)] = Field(
+        default_factory=list
+    )
+    micro_batches: Series = Field(default_factory=list)
+    input_rows_per_second: Series = Field(default_factory=list)
+    processed_rows_per_second: Series = Field(default_factory=list)
+    batch_duration_ms: Series = Field(default_factory=list)
+    latency_ms: Series = Field(default_factory=list)
+    event_time_watermark: Series = Field(default_factory=list)
+    state_rows: Series = Field(default_factory=list)
+    vertices: dict[str, VertexHistory] = Field(
+        default_factory=dict, max_length=MAX_HISTORY_VERTICES
+    )
+
+    @model_validator(mode="after")
+    def _same_lengths(self) -> ProgressHistory:
+        n = len(self.timestamps)
+        columns = [getattr(self, name) for name in PIPELINE_SERIES]
+        columns += [getattr(v, name) for v in self.vertices.values() for name in VERTEX_SERIES]
+        if any(len(c) != n for c in columns):
+            raise ValueError(f"every series must have one value per timestamp ({n})")
+        return self
+
+
+#: The pipeline-wide series of a :class:`ProgressHistory`, in order.
+PIPELINE_SERIES = (
+    "micro_batches",
+    "input_rows_per_second",
+    "processed_rows_per_second",
+    "batch_duration_ms",
+    "latency_ms",
+    "event_time_watermark",
+    "state_rows",
+)
+#: The series of a :class:`VertexHistory`, in order.
+VERTEX_SERIES = (
+    "rows_total",
+    "rows_per_second",
+    "processed_rows_per_second",
+    "batch_duration_ms",
+    "latency_ms",
+    "event_time_watermark",
+    "state_rows",
+)
+
+
 class PipelineMetrics(_Model):
     """A snapshot of the pipeline's streaming progress.
 
     ``micro_batches``: completed micro-batches over all its queries. ``input_rows_per_second``
-    and ``processed_rows_per_second``: the largest of the queries' last reported rates.
-    ``last_micro_batch_timestamp``: when the latest micro-batch ended (ms), ``None`` before the
-    first. ``observed_at``: when the driver took the snapshot (ms). ``vertices``: per vertex
-    name, for the vertices a micro-batch counted rows at and the vertices that declare
-    expectations (there with their counts, 0 before the first micro-batch and on bounded
-    vertices); other bounded vertices are absent.
+    and ``processed_rows_per_second``: the largest of the queries' rates over their latest
+    input interval (``numInputRows`` over it, and over its micro-batches' durations: Spark's
+    ``inputRowsPerSecond`` and ``processedRowsPerSecond`` for a stateless query; 0 for a query
+    that went idle or stopped); the same micro-batches and intervals as the vertices' rates,
+    so a query's source vertex shows its input rate. ``batch_duration_ms`` and
+    ``latency_ms``: the longest over the queries' latest micro-batches;
+    ``event_time_watermark``: the earliest watermark of the queries that have one;
+    ``state_rows``: the rows in state of all the queries (see :class:`VertexMetrics`;
+    ``None``: unknown). ``last_micro_batch_timestamp``: when the latest micro-batch ended
+    (ms), ``None`` before the first. ``observed_at``: when the driver took the snapshot (ms).
+    ``vertices``: per vertex name, for the vertices a micro-batch counted rows at and the
+    vertices that declare expectations (there with their counts, 0 before the first
+    micro-batch and on bounded vertices); other bounded vertices are absent. ``history``: the
+    last minutes (only when asked for: ``?history=true``).
     """
 
     state: QueryState = QueryState.NOT_STARTED
@@ -117,9 +240,14 @@ class PipelineMetrics(_Model):
     micro_batches: Count = 0
     input_rows_per_second: float = Field(default=0.0, ge=0)
     processed_rows_per_second: float = Field(default=0.0, ge=0)
+    batch_duration_ms: Count | None = None
+    latency_ms: Count | None = None
+    event_time_watermark: Millis | None = None
+    state_rows: Count | None = None
     last_micro_batch_timestamp: Millis | None = None
     observed_at: Millis = 0
     vertices: dict[str, VertexMetrics] = Field(default_factory=dict)
+    history: ProgressHistory | None = None
 
     def expectation_counts(self) -> list[ExpectationCounts]:
         """The expectations' counts as the driver's ``GET /api/v1/expectations`` lists them:

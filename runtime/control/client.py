@@ -284,8 +284,9 @@ def _settings() -> _Call[dict[str, Any]]:
     return _to("settings", {}, _SETTINGS.validate_json)
 
 
-def _progress() -> _Call[PipelineMetrics]:
-    return _to("progress", {}, PipelineMetrics.model_validate_json)
+def _progress(history: bool = False) -> _Call[PipelineMetrics]:
+    params: dict[str, str | int] = {"history": "true"} if history else {}
+    return _to("progress", params, PipelineMetrics.model_validate_json)
 
 
 def _vertices() -> _Call[list[str]]:
@@ -579,10 +580,11 @@ class ControlClient:
         """The names of the vertices with a tap."""
         return self._send(_vertices())
 
-    def progress(self) -> PipelineMetrics:
+    def progress(self, *, history: bool = False) -> PipelineMetrics:
         """The pipeline's live metrics (micro-batches, rows per vertex, query state);
+        ``history``: with their last minutes (``PipelineMetrics.history``).
         ``ControlRejected`` 404 when no pipeline is attached."""
-        return self._send(_progress())
+        return self._send(_progress(history))
 
     def wait_for_round(
         self,
@@ -733,6 +735,6 @@ class AsyncControlClient:
         """See :meth:`ControlClient.vertices`."""
         return await self._send(_vertices())
 
-    async def progress(self) -> PipelineMetrics:
+    async def progress(self, *, history: bool = False) -> PipelineMetrics:
         """See :meth:`ControlClient.progress`."""
-        return await self._send(_progress())
+        return await self._send(_progress(history))

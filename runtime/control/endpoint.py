@@ -17,6 +17,7 @@ started, its URL is in ``spark.sparkglass.control.url``.
 from __future__ import annotations
 
 import hmac
+import inspect
 import io
 import json
 import logging
@@ -502,6 +503,17 @@ def _round_request(query: dict[str, list[str]]) -> RoundRequest | None:
     return round_request(**values)
 
 
+def _bool_param(query: dict[str, list[str]], name: str) -> bool:
+    """``true``/``1`` or ``false``/``0`` (absent: false)."""
+    values = query.get(name)
+    if not values:
+        return False
+    value = values[-1].strip().lower()
+    if value not in ("true", "1", "false", "0"):
+        raise _BadRequest(f"{name}: expected true or false, got {values[-1]!r}", name)
+    return value in ("true", "1")
+
+
 def _int_param(query: dict[str, list[str]], name: str, allowed: str) -> int | None:
     values = query.get(name)
     if not values:
@@ -683,6 +695,11 @@ class _Handler(BaseHTTPRequestHandler):
             produce = c.describe if name == "pipeline" else c.progress
             if produce is None:
                 return HTTPStatus.NOT_FOUND, {"error": "no pipeline attached"}
+            if name == "progress" and _bool_param(query, "history"):
+                # Pipeline.metrics and DiscoveredPipeline.metrics keep the last minutes.
+                keeps: Any = produce
+                if "history" in inspect.signature(keeps).parameters:
+                    return HTTPStatus.OK, keeps(history=True).to_json_dict()
             return HTTPStatus.OK, produce().to_json_dict()
         if name == "vertices":
             return HTTPStatus.OK, {"vertices": c.vertices()}

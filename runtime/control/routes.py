@@ -57,9 +57,10 @@ ROUTES: tuple[Route, ...] = (
     ),
     Route("vertices", "GET", "/api/v1/vertices", (), '`{"vertices": [...]}`'),
     Route(
-        "progress", "GET", "/api/v1/progress", (),
-        "the pipeline's live metrics (`PipelineMetrics`, below); 404 when no pipeline is "
-        "attached",
+        "progress", "GET", "/api/v1/progress", ("history",),
+        "the pipeline's live metrics (`PipelineMetrics`, below); with `history=true` also "
+        "their last minutes (`history`); 400 naming `history` for a value other than "
+        "`true`/`false`/`1`/`0`; 404 when no pipeline is attached",
     ),
     Route(
         "open_round", "POST", "/api/v1/vertices/{vertex}/rounds",

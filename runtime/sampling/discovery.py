@@ -50,6 +50,13 @@ from sparkglass.runtime.contract.redaction import (
     redacted_select,
 )
 from sparkglass.runtime.contract.round_request import RoundKind
+from sparkglass.runtime.query_progress import (
+    MetricsHistory,
+    finite,
+    merge_figures,
+    spark_history_settings,
+    with_history,
+)
 from sparkglass.runtime.sampling.programs import TapView, program_compiler, rendered_actions
 from sparkglass.runtime.sampling.rounds import (
     MaterializedOutput,
@@ -228,7 +235,10 @@ class QueryStatus:
         self._queries: dict[str, dict[str, Any]] = {}
 
     def queries(self) -> dict[str, dict[str, Any]]:
-        """Query name (normalized) → ``{running, exception, microBatches, batches}``."""
+        """Query name (normalized) → ``{running, exception, microBatches, batches,
+        inputRowsTotal, outputRowsTotal, quiet, last}`` (``QueryTracker.json()`` in the
+        sampling jar: totals since the query was first seen, each micro-batch counted once;
+        ``last``: the figures of its latest micro-batch)."""
         with self._lock:
             now = time.monotonic()
             if now - self._read_at >= TRACKER_CACHE_S:
@@ -328,6 +338,11 @@ class DiscoveredPipeline:
     (``name``, ``describe()``, ``metrics()``; see
     :class:`~sparkglass.runtime.sampling.registry.AttachedPipeline`).
 
+    Its metrics are the sampling jar's query tracker's (a JVM listener, once per micro-batch):
+    each query is the vertex of its tap. The poller also keeps the last minutes of them
+    (:class:`~sparkglass.runtime.query_progress.MetricsHistory`, a point whenever a query ran
+    a micro-batch, went idle or stopped since the previous poll).
+
     ``graph`` (optional) adds nodes the taps do not show, with their edges (a Spark
     Declarative Pipeline's datasets and flows). :meth:`start` polls the JVM for new taps on a
     daemon thread; :meth:`refresh` does one poll. Nothing here runs per row: the JVM records
@@ -361,6 +376,9 @@ class DiscoveredPipeline:
         self._thread: threading.Thread | None = None
         self.discovery = Discovery(version=-1, taps=())
         self.overrides = read_overrides(spark)
+        self._history = MetricsHistory(*spark_history_settings(spark))
+        #: What the queries had done at the latest history point (see :meth:`sample`).
+        self._sampled: tuple[Any, ...] | None = None
 
     @property
     def name(self) -> str:
@@ -388,6 +406,25 @@ class DiscoveredPipeline:
                 self.refresh()
             except Exception as exc:  # a JVM shutting down; the next poll may work
                 log.debug("discovery poll failed: %s", exc)
+            try:
+                self.sample()
+            except Exception as exc:
+                log.debug("metrics history not sampled: %s", exc)
+
+    def sample(self) -> None:
+        """Add the current metrics to the history when a query ran a micro-batch, went idle
+        or stopped since the previous sample (one read of the query tracker)."""
+        queries = self.status.queries()
+        seen = tuple(
+            sorted(
+                (name, q.get("microBatches"), bool(q.get("quiet")), bool(q.get("running")))
+                for name, q in queries.items()
+            )
+        )
+        if seen == self._sampled:
+            return
+        self._sampled = seen
+        self._history.record(self._metrics())
 
     def refresh(self) -> None:
         """Register taps placed (and materialized views written) since the last call."""
@@ -550,8 +587,14 @@ class DiscoveredPipeline:
             ordered = all_vertices
         return PipelineDescription(name=self._name, vertices=ordered)
 
-    def metrics(self) -> PipelineMetrics:
-        """The tracked queries' progress (rows per vertex: the query's sink rows)."""
+    def metrics(self, *, history: bool = False) -> PipelineMetrics:
+        """The tracked queries' progress, each query the vertex of its tap (its rows: the
+        query's sink rows, or the rows it read where the sink reports none, as the table
+        sinks of Spark Declarative Pipelines' flows); ``history``: with the last minutes of
+        metrics."""
+        return with_history(self._metrics(), self._history if history else None)
+
+    def _metrics(self) -> PipelineMetrics:
         queries = self.status.queries()
         with self._lock:
             taps = [t for t in self._taps.values() if t.kind == "query"]
@@ -559,6 +602,9 @@ class DiscoveredPipeline:
         failed = None
         last_end = None
         micro_batches = 0
+        input_rates: list[float] = []
+        processed_rates: list[float] = []
+        latest: list[dict[str, Any]] = []
         for tap in taps:
             q = queries.get(norm(tap.name))
             if q is None:
@@ -567,15 +613,29 @@ class DiscoveredPipeline:
             failed = failed or (f"{tap.name}: {q['exception']}" if q["exception"] else None)
             batches = q["batches"]
             if batches:
-                _, end, out = batches[-1]
-                last_end = end if last_end is None else max(last_end, end)
-                rows = sum(max(0, b[2]) for b in batches)
-                span_s = max(0.001, (end - batches[0][0]) / 1000)
-                vertices[self.names(tap.name)] = VertexMetrics(
-                    rows_last_micro_batch=max(0, out),
-                    rows_per_second=rows / span_s,
-                    rows_total=rows,
-                )
+                last_end = batches[-1][1] if last_end is None else max(last_end, batches[-1][1])
+            last = q.get("last")
+            if not isinstance(last, dict):
+                continue
+            latest.append(last)
+            # An idle or stopped query reads nothing now: its rates are 0 until it runs again.
+            quiet = bool(q.get("quiet")) or not q.get("running")
+            if not quiet:
+                input_rates.append(finite(last.get("inputRowsPerSecond")))
+                processed_rates.append(finite(last.get("processedRowsPerSecond")))
+            # Rates over the query's latest input interval (QueryTracker, as QueryRates).
+            vertices[self.names(tap.name)] = VertexMetrics(
+                rows_last_micro_batch=max(0, int(last.get("outputRows") or 0)),
+                rows_per_second=0.0 if quiet else finite(last.get("outputRowsPerSecond")),
+                rows_total=max(0, int(q.get("outputRowsTotal") or 0)),
+                processed_rows_per_second=(
+                    0.0 if quiet else finite(last.get("outputProcessedRowsPerSecond"))
+                ),
+                batch_duration_ms=last.get("batchDurationMs"),
+                latency_ms=last.get("latencyMs"),
+                event_time_watermark=last.get("watermarkMs"),
+                state_rows=last.get("stateRows"),
+            )
         active = sum(1 for t in taps if queries.get(norm(t.name), {}).get("running"))
         state = (
             QueryState.FAILED
@@ -586,14 +646,25 @@ class DiscoveredPipeline:
             if micro_batches
             else QueryState.NOT_STARTED
         )
+        merged = merge_figures(
+            {
+                "batch_duration_ms": [x.get("batchDurationMs") for x in latest],
+                "latency_ms": [x.get("latencyMs") for x in latest],
+                "event_time_watermark": [x.get("watermarkMs") for x in latest],
+                "state_rows": [x.get("stateRows") for x in latest],
+            }
+        )
         return PipelineMetrics(
             state=state,
             active_queries=active,
             failed=failed,
             micro_batches=micro_batches,
+            input_rows_per_second=max(input_rates, default=0.0),
+            processed_rows_per_second=max(processed_rates, default=0.0),
             last_micro_batch_timestamp=last_end,
             observed_at=int(time.time() * 1000),
             vertices=vertices,
+            **merged,
         )
 
     def queries_running(self) -> bool | None:

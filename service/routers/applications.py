@@ -263,6 +263,7 @@ def delete_application(
     state.coordinator.drivers.forget(app.id)
     state.coordinator.bodies.forget(f"{namespace}/{application}")
     state.metrics.expectations.forget(namespace, application)
+    state.metrics.progress.forget(namespace, application)
     state.driver_trust.forget(namespace, application)
     state.applications.invalidate(namespace, application)
     return Response(status_code=status.HTTP_204_NO_CONTENT)

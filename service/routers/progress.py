@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, HTTPException, status
+from fastapi import APIRouter, HTTPException, Query, status
 
 from sparkglass.runtime.contract.pipeline_metrics import PipelineMetrics
 
@@ -26,15 +26,25 @@ router = APIRouter(prefix="/api/v1", tags=["applications"])
     },
 )
 def get_progress(
-    namespace: str, application: str, state: StateDep, _: ReaderDep
+    namespace: str,
+    application: str,
+    state: StateDep,
+    _: ReaderDep,
+    history: bool = Query(
+        False,
+        description="also the last minutes of the metrics (`history`), as the driver keeps "
+        "them; local mode only (Kubernetes mode answers `history: null`)",
+    ),
 ) -> PipelineMetrics:
     """The whole pipeline's metrics in one answer (read permission): query state,
-    micro-batch count, and per vertex the rows in the last micro-batch, rows/s and rows in
-    all, and per expectation of the vertex the rows that passed and failed it (last
-    micro-batch and in all; ``/metrics`` exports the latest reading). Local mode: read from
-    the driver, at most one second old. Kubernetes mode: read from the SparkApplication's
-    ``status.progress``, which the operator refreshes from the driver every
-    ``--progress-seconds`` (10 s by default).
+    micro-batch count, input and processed rows/s, batch duration, latency, event-time
+    watermark and rows in state, and per vertex the rows in the last micro-batch, rows/s and
+    rows in all (since the pipeline started), the same figures of the queries that run it,
+    and per expectation of the vertex the rows that passed and failed it (last micro-batch and
+    in all; ``/metrics`` exports the latest reading). With ``history=true``, their last
+    minutes (local mode). Local mode: read from the driver, at most one second old.
+    Kubernetes mode: read from the SparkApplication's ``status.progress``, which the operator
+    refreshes from the driver every ``--progress-seconds`` (10 s by default).
 
     404 for an unknown application; 502 when the driver cannot be read, or the operator has
     published no metrics (yet), with the reason in ``detail``."""
@@ -46,10 +56,13 @@ def get_progress(
             return repository.driver_token(session, app)
 
     try:
-        metrics = state.progress.read(app, state.driver_trust.get(namespace, application), token)
+        metrics = state.progress.read(
+            app, state.driver_trust.get(namespace, application), token, history=history
+        )
     except ProgressUnavailable as exc:
         raise HTTPException(status.HTTP_502_BAD_GATEWAY, detail=str(exc)) from None
-    # /metrics exports the expectation counts of this latest reading (names bounded there).
+    # /metrics exports this latest reading (vertex names and series bounded there).
     vertices = {v.name for v in app.vertices}
     state.metrics.expectations.record(namespace, application, vertices, metrics)
+    state.metrics.progress.record(namespace, application, vertices, metrics)
     return metrics

@@ -3,8 +3,12 @@
 "use strict";
 
 const POLL_MS = 3000;
+// The metrics' history (the driver's last minutes) is asked for with the first refresh and
+// every HISTORY_EVERY refreshes (30 s); the readings in between are added to it here.
+const HISTORY_EVERY = 10;
 // COL_W - NODE_W: the gap between columns fits an edge's "blocking" label (about 40 px).
-const NODE_W = 144, NODE_H = 76, COL_W = 196, ROW_H = 96, PAD = 14;
+// A node's last line (y 76–86) is its rows/s sparkline.
+const NODE_W = 144, NODE_H = 90, COL_W = 196, ROW_H = 110, PAD = 14;
 const SVG_NS = "http://www.w3.org/2000/svg";
 
 // Only one page of rows is in the DOM: thousands of rows at once make the page sluggish,
@@ -22,7 +26,8 @@ const state = { token: "", app: null, apps: new Map(), detail: null, vertex: nul
                 json: false, open: new Set(),
                 // live metrics of the selected application's pipeline
                 metricsTimer: null, metricsInflight: false, metricNodes: new Map(),
-                expectNodes: new Map(), metrics: null,
+                expectNodes: new Map(), sparkNodes: new Map(), metrics: null,
+                history: null, metricsPolls: 0,
                 // what the rounds of the selected vertex ask for (REST kind/filter/expectation)
                 request: { kind: "output", filter: "", expectation: "" } };
 
@@ -161,6 +166,8 @@ async function selectApplication(key) {
   state.vertex = null;
   state.result = null;
   state.metrics = null;
+  state.history = null;
+  state.metricsPolls = 0;
   $("request-form").hidden = true;
   $("expectations").hidden = true;
   renderResult();
@@ -192,6 +199,102 @@ function formatRate(x) {
   return x.toFixed(1);
 }
 
+// A duration in ms ("–" when unknown).
+function formatMs(ms) {
+  if (ms === null || ms === undefined) return "–";
+  return ms < 1000 ? `${ms} ms` : `${(ms / 1000).toFixed(ms < 10000 ? 2 : 1)} s`;
+}
+
+// An event-time watermark (ms since the epoch; "–" when the queries have none, "none yet"
+// before the first event moved it).
+function formatWatermark(ms) {
+  if (ms === null || ms === undefined) return "–";
+  return ms > 0 ? new Date(ms).toLocaleTimeString() : "none yet";
+}
+
+// ------------------------------------------------------------------ sparklines
+const PIPELINE_SERIES = ["microBatches", "inputRowsPerSecond", "processedRowsPerSecond",
+  "batchDurationMs", "latencyMs", "eventTimeWatermark", "stateRows"];
+const VERTEX_SERIES = ["rowsTotal", "rowsPerSecond", "processedRowsPerSecond",
+  "batchDurationMs", "latencyMs", "eventTimeWatermark", "stateRows"];
+
+// Add a reading between two history refreshes as a point of the history (at its
+// observedAt), dropping points older than the history's window.
+function addToHistory(m) {
+  const h = state.history;
+  if (!h || !m.observedAt) return;
+  const n = h.timestamps.length;
+  if (n && m.observedAt <= h.timestamps[n - 1]) return;
+  h.timestamps.push(m.observedAt);
+  for (const key of PIPELINE_SERIES) (h[key] = h[key] || []).push(m[key] ?? null);
+  for (const [vertex, series] of Object.entries(h.vertices || {})) {
+    const v = (m.vertices || {})[vertex];
+    for (const key of VERTEX_SERIES) {
+      (series[key] = series[key] || []).push(v ? v[key] ?? null : null);
+    }
+  }
+  let drop = 0;
+  while (drop < h.timestamps.length &&
+         h.timestamps[drop] < m.observedAt - h.windowSeconds * 1000) drop++;
+  if (drop) {
+    h.timestamps.splice(0, drop);
+    for (const key of PIPELINE_SERIES) h[key].splice(0, drop);
+    for (const series of Object.values(h.vertices || {})) {
+      for (const key of VERTEX_SERIES) series[key].splice(0, drop);
+    }
+  }
+}
+// A small time series drawn as inline SVG into `el` (an <svg> or <g>), `w`×`h` px: one path
+// over the points that have a value (null: none), broken where a value is missing; x is the
+// time (ms) from the first point with a value to the last, y from min(0, lowest) to the
+// highest (from the lowest when `zero` is false: timestamps). `data-points` holds how many
+// points have a value.
+function drawSpark(el, times, values, w, h, zero = true) {
+  el.textContent = "";
+  const idx = [];
+  (values || []).forEach((v, i) => {
+    if (v !== null && v !== undefined && Number.isFinite(v) && times[i] !== undefined) idx.push(i);
+  });
+  el.setAttribute("data-points", String(idx.length));
+  if (!idx.length) return;
+  const t0 = times[idx[0]], t1 = times[idx[idx.length - 1]];
+  const vals = idx.map((i) => values[i]);
+  const lo = zero ? Math.min(0, ...vals) : Math.min(...vals), hi = Math.max(...vals);
+  const x = (t) => (t1 > t0 ? ((t - t0) / (t1 - t0)) * w : w);
+  const y = (v) => (hi > lo ? h - ((v - lo) / (hi - lo)) * (h - 1) : h - 1) - 0.5;
+  let d = "", prev = -2;
+  for (const i of idx) {
+    d += `${i === prev + 1 ? "L" : "M"}${x(times[i]).toFixed(1)},${y(values[i]).toFixed(1)}`;
+    prev = i;
+  }
+  svg("path", { d, class: "spark-line" }, el);
+  const last = idx[idx.length - 1];
+  svg("circle", { cx: x(times[last]).toFixed(1), cy: y(values[last]).toFixed(1), r: 1.6,
+                  class: "spark-dot" }, el);
+}
+
+// A standalone sparkline (<svg>) of one series of the history, or null without a history.
+// `format` renders a value in the tooltip; a watermark (a timestamp) is drawn from its lowest.
+function sparkSvg(history, values, testid, what, format = fmt) {
+  if (!history || !values) return null;
+  const el = svg("svg", { class: "spark", width: 96, height: 18, viewBox: "0 0 96 18",
+                          "data-testid": testid });
+  drawSpark(el, history.timestamps, values, 96, 18, format !== formatWatermark);
+  svg("title", {}, el).textContent = sparkTitle(history, values, what, format);
+  return el;
+}
+
+// The tooltip of a sparkline: what, over which time, lowest and highest.
+function sparkTitle(history, values, what, format = fmt) {
+  const known = (values || []).filter((v) => v !== null && v !== undefined);
+  const mins = Math.round(history.windowSeconds / 60);
+  if (!known.length) return `${what}: no value in the last ${mins} min`;
+  const since = new Date(history.timestamps[0]).toLocaleTimeString();
+  return `${what} since ${since} (last ${mins} min, a point per ` +
+    `${history.resolutionSeconds} s): ${format(Math.min(...known))} to ` +
+    `${format(Math.max(...known))}`;
+}
+
 // One request per refresh for the whole pipeline: state, micro-batches, rows per vertex.
 async function pollMetrics() {
   // A hidden tab asks nothing: the driver's progress is read for pages someone looks at.
@@ -199,10 +302,15 @@ async function pollMetrics() {
   state.metricsInflight = true;
   const app = state.app;
   const [ns, name] = app.split("/");
+  const withHistory = state.metricsPolls % HISTORY_EVERY === 0;
   try {
     const m = await api(`/api/v1/namespaces/${encodeURIComponent(ns)}/applications/` +
-      `${encodeURIComponent(name)}/progress`);
+      `${encodeURIComponent(name)}/progress` + (withHistory ? "?history=true" : ""));
     if (app !== state.app) return;
+    state.metricsPolls += 1;
+    if (withHistory) state.history = m.history || null;
+    else addToHistory(m);
+    m.history = state.history;
     renderMetrics(m);
     $("metrics-message").textContent = "";
   } catch (err) {
@@ -210,6 +318,8 @@ async function pollMetrics() {
     $("pipeline-metrics-bar").hidden = true;
     for (const t of state.metricNodes.values()) t.textContent = "";
     for (const el of state.expectNodes.values()) clearExpectationNode(el);
+    for (const el of state.sparkNodes.values()) el.textContent = "";
+    $("vertex-metrics").hidden = true;
     $("metrics-message").textContent = "Live metrics unavailable: " + explain(err);
   } finally {
     state.metricsInflight = false;
@@ -224,14 +334,22 @@ function renderMetrics(m) {
   st.title = m.failed ? "failed: " + m.failed : `${m.activeQueries} active streaming queries`;
   const dl = $("pipeline-metrics");
   dl.textContent = "";
+  const h = m.history || null;
+  // [label, value, test id, series of the history drawn beside it]
   const items = [
-    ["micro-batches", String(m.microBatches), "micro-batches"],
-    ["input", formatRate(m.inputRowsPerSecond) + " rows/s", "input-rate"],
-    ["processed", formatRate(m.processedRowsPerSecond) + " rows/s", "processed-rate"],
+    ["micro-batches", fmt(m.microBatches), "micro-batches", null],
+    ["input", formatRate(m.inputRowsPerSecond) + " rows/s", "input-rate", "inputRowsPerSecond"],
+    ["processed", formatRate(m.processedRowsPerSecond) + " rows/s", "processed-rate",
+     "processedRowsPerSecond"],
+    ["batch duration", formatMs(m.batchDurationMs), "batch-duration", "batchDurationMs"],
+    ["latency", formatMs(m.latencyMs), "latency", "latencyMs"],
+    ["state rows", m.stateRows === null || m.stateRows === undefined ? "–" : fmt(m.stateRows),
+     "state-rows", "stateRows"],
+    ["watermark", formatWatermark(m.eventTimeWatermark), "watermark", null],
     ["last micro-batch", m.lastMicroBatchTimestamp
-      ? new Date(m.lastMicroBatchTimestamp).toLocaleTimeString() : "–", "last-batch"],
+      ? new Date(m.lastMicroBatchTimestamp).toLocaleTimeString() : "–", "last-batch", null],
   ];
-  for (const [k, v, id] of items) {
+  for (const [k, v, id, series] of items) {
     const div = document.createElement("div");
     const dt = document.createElement("dt");
     const dd = document.createElement("dd");
@@ -239,9 +357,13 @@ function renderMetrics(m) {
     dd.textContent = v;
     dd.dataset.testid = id;
     div.append(dt, dd);
+    const spark = series && sparkSvg(h, h && h[series], `spark-${id}`, k,
+      series.endsWith("Ms") ? formatMs : series.endsWith("Second") ? formatRate : fmt);
+    if (spark) div.appendChild(spark);
     dl.appendChild(div);
   }
   state.metrics = m;
+  renderVertexMetrics();
   for (const [vertex, el] of state.expectNodes) renderExpectationNode(vertex, el);
   if (state.vertex) {
     renderExpectationChooser();
@@ -261,6 +383,54 @@ function renderMetrics(m) {
       title.textContent = v ? `${vertex}: ${v.rowsLastMicroBatch} rows in the last ` +
         `micro-batch, ${formatRate(v.rowsPerSecond)} rows/s, ${v.rowsTotal} rows in all` : "";
     }
+    const spark = state.sparkNodes.get(vertex);
+    const vh = h && h.vertices && h.vertices[vertex];
+    if (spark) {
+      if (v && vh) {
+        drawSpark(spark, h.timestamps, vh.rowsPerSecond, NODE_W - 16, 10);
+        svg("title", {}, spark).textContent = sparkTitle(h, vh.rowsPerSecond, "rows/s");
+      } else {
+        spark.textContent = "";
+        spark.setAttribute("data-points", "0");
+      }
+    }
+  }
+}
+
+// The selected vertex's live metrics, each with its last minutes.
+const VERTEX_FIGURES = [
+  ["rowsTotal", "rows since the start", fmt],
+  ["rowsPerSecond", "rows/s (input)", (x) => formatRate(x) + " rows/s"],
+  ["processedRowsPerSecond", "rows/s (processed)", (x) => formatRate(x) + " rows/s"],
+  ["batchDurationMs", "batch duration", formatMs],
+  ["latencyMs", "latency", formatMs],
+  ["eventTimeWatermark", "event-time watermark", formatWatermark],
+  ["stateRows", "rows in state", fmt],
+];
+
+function renderVertexMetrics() {
+  const table = $("vertex-metrics");
+  const body = table.querySelector("tbody");
+  body.textContent = "";
+  const m = state.metrics;
+  const v = state.vertex && m && m.vertices && m.vertices[state.vertex];
+  table.hidden = !v;
+  if (!v) return;
+  const h = m.history || null;
+  const vh = h && h.vertices && h.vertices[state.vertex];
+  for (const [key, label, format] of VERTEX_FIGURES) {
+    const tr = document.createElement("tr");
+    const th = document.createElement("th");
+    const td = document.createElement("td");
+    const chart = document.createElement("td");
+    th.textContent = label;
+    const value = v[key];
+    td.textContent = value === null || value === undefined ? "–" : format(value);
+    td.dataset.testid = `vertex-metric-${key}`;
+    const spark = sparkSvg(h, vh && vh[key], `vertex-spark-detail-${key}`, label, format);
+    if (spark) chart.appendChild(spark);
+    tr.append(th, td, chart);
+    body.appendChild(tr);
   }
 }
 
@@ -385,6 +555,7 @@ function drawGraph(detail) {
   g.textContent = "";
   state.metricNodes = new Map();
   state.expectNodes = new Map();
+  state.sparkNodes = new Map();
   const depth = layers(detail.vertices);
   const rows = new Map();
   const pos = new Map();
@@ -443,6 +614,9 @@ function drawGraph(detail) {
     state.metricNodes.set(v.name, metrics);
     const expect = svg("text", { x: 8, y: 70, class: "expect",
                                  "data-testid": `vertex-expectations-${v.name}` }, node);
+    // The vertex's rows/s over the last minutes (from the metrics' history).
+    state.sparkNodes.set(v.name, svg("g", { class: "spark-node", transform: "translate(8,76)",
+                                            "data-testid": `vertex-spark-${v.name}` }, node));
     // The line's text in a tspan, so that updating it keeps the tooltip (a child title).
     state.expectNodes.set(v.name, {
       text: expect,
@@ -481,6 +655,7 @@ function selectVertex(name) {
   $("request-form").hidden = false;
   renderRequestForm();
   renderExpectationTable();
+  renderVertexMetrics();
   document.querySelectorAll("#graph .node").forEach((n) =>
     n.classList.toggle("selected", n.dataset.vertex === name));
   $("vertex-name").textContent = name;

@@ -128,6 +128,29 @@ def test_expectations_are_declared_so_the_api_server_keeps_them() -> None:
     validate_status(progress)
 
 
+@pytest.mark.parametrize("known", [True, False], ids=["figures known", "figures unknown"])
+def test_every_figure_of_the_drivers_metrics_is_declared(known: bool) -> None:
+    # The contract's models are the source: a field they gain and the CRD lacks would be
+    # pruned by a real API server (structural schema), so the page would never see it.
+    figures = {
+        "batchDurationMs": 1200,
+        "latencyMs": 2400,
+        "eventTimeWatermark": 1_764_000_000_000,
+        "stateRows": 42,
+    }
+    vertex = {"rowsLastMicroBatch": 5, "rowsPerSecond": 2.5, "rowsTotal": 50}
+    if known:
+        vertex |= figures | {"processedRowsPerSecond": 4.0}
+    entry = metrics({"parse": vertex}, **(figures if known else {}))
+    entry_fields = set(PipelineMetrics.model_fields) - {"history", "vertices"}
+    assert {PipelineMetrics.model_fields[f].alias for f in entry_fields} <= set(entry)
+    vertex_fields = {a.alias for a in VertexMetrics.model_fields.values()}
+    assert vertex_fields <= set(entry["vertices"]["parse"])
+    progress = bound_progress(entry, ["parse"])
+    assert pruned_keys(status_schema(), {"progress": merge({}, progress)}) == []
+    validate_status(progress)
+
+
 @pytest.mark.parametrize(
     ("change", "why"),
     [
@@ -181,8 +204,9 @@ def test_a_pipeline_within_the_bounds_is_published_whole() -> None:
     assert progress["truncated"] is False
     assert progress["vertices"] == entry["vertices"]
     assert {k: v for k, v in progress.items() if k not in ("vertices", "truncated")} == {
-        k: v for k, v in entry.items() if k != "vertices"
+        k: v for k, v in entry.items() if k not in ("vertices", "history")
     }
+    assert "history" not in progress  # minutes of series are the page's, never the status's
     validate_status(progress)
 
 

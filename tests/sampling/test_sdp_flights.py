@@ -5,6 +5,12 @@ every assertion: the live streaming flow is sampled through its tap while it run
 (triggered) run ended, every dataset, materialized views and the ``@dp.append_flow`` target
 included, is sampled from its table (end-of-input); the description has the flow -> dataset
 edge and the attributes declared by decorators or given with ``--attributes``.
+
+The same run proves the live metrics true: ``flights_raw`` reads one file per micro-batch, 70
+files of 10 flights, past the 64 micro-batches the sampling jar's tracker keeps (``rowsTotal``
+was their sum) and past Spark's ``recentProgress`` (cut to 5 here); while the flow runs the
+headline input rate is not 0 when the flow shows rows (it was), and once the run ended every
+row is counted and the last minutes are kept.
 """
 
 from __future__ import annotations
@@ -44,6 +50,8 @@ DATASETS = {
 }  # fmt: skip
 #: The flow that feeds ``late-arrivals`` (``@dp.append_flow``): a vertex of its own.
 APPEND_FLOW = "late-arrivals-from-raw"
+#: Files the example's streaming table reads, one per micro-batch: more than the tracker's 64.
+FILES, ROWS_PER_FILE = 70, 10
 
 
 def prepare(root: Path) -> None:
@@ -51,7 +59,7 @@ def prepare(root: Path) -> None:
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    module.prepare(files=6, rows_per_file=800, root=root)
+    module.prepare(files=FILES, rows_per_file=ROWS_PER_FILE, root=root)
 
 
 def until(
@@ -105,14 +113,15 @@ def test_every_dataset_of_the_sdp_example_is_sampled(tmp_path: Path) -> None:
         "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")]),
         "SPARKGLASS_CONTROL_TOKEN": TOKEN,
         READY_FILE_ENV: str(ready),
-        HOLD_ENV: "30",
+        HOLD_ENV: "60",
     }
     cmd = [
-        sys.executable, "-m", "sparkglass", "pipelines", "run", "--hold", "30",
+        sys.executable, "-m", "sparkglass", "pipelines", "run", "--hold", "60",
         "--spec", str(project / "spark-pipeline.yml"),
         "--attributes", str(project / "sparkglass-attributes.yml"),
         "--conf", "spark.ui.enabled=false",
         "--conf", f"spark.sql.warehouse.dir={tmp_path / 'warehouse'}",
+        "--conf", "spark.sql.streaming.numRecentProgressUpdates=5",
     ]  # fmt: skip
     log_path = tmp_path / "run.log"
     log = log_path.open("wb")
@@ -150,8 +159,31 @@ def test_every_dataset_of_the_sdp_example_is_sampled(tmp_path: Path) -> None:
             # Every dataset and flow is listed (from the run's events and the taps).
             listed = lambda: set(DATASETS) | {APPEND_FLOW} <= set(client.vertices())  # noqa: E731
             until("every dataset listed", listed, 120, proc)
+
+            def flowing() -> Any:
+                m = client.progress()
+                raw = m.vertices.get("flights-raw")
+                if raw is not None and raw.rows_per_second > 0:
+                    return m
+                assert ENDED not in log_path.read_text(), f"no rows/s seen in the run: {m}"
+                return None
+
+            moving = until("rows/s through flights_raw", flowing, 240, proc, log_path)
+            raw = moving.vertices["flights-raw"]
+            assert moving.input_rows_per_second > 0 and moving.processed_rows_per_second > 0
+            assert raw.batch_duration_ms is not None and raw.batch_duration_ms > 0
+            assert raw.latency_ms is not None and raw.latency_ms >= raw.batch_duration_ms
             # A triggered run: every flow ends; then each dataset is read from its table.
-            until("the run's end", lambda: ENDED in log_path.read_text(), 180, proc)
+            until("the run's end", lambda: ENDED in log_path.read_text(), 400, proc, log_path)
+            ended = client.progress(history=True)
+            raw = ended.vertices["flights-raw"]
+            assert raw.rows_total == FILES * ROWS_PER_FILE, raw
+            assert ended.micro_batches >= FILES
+            assert ended.input_rows_per_second == 0  # every flow ended: nothing is read
+            h = ended.history
+            assert h is not None and h.timestamps
+            totals = [t for t in h.vertices["flights-raw"].rows_total if t is not None]
+            assert totals == sorted(totals) and totals[-1] == FILES * ROWS_PER_FILE
             for vertex, columns in DATASETS.items():
                 result = sample(client, vertex)
                 assert result is not None and result.status is SampleStatus.COMPLETE, (
