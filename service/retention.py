@@ -1,5 +1,5 @@
-"""Retention: a background sweep deleting rounds, records and audit events older than
-``retention_seconds``."""
+"""Retention: a background sweep deleting rounds, records, audit events and round leases
+older than ``retention_seconds``."""
 
 from __future__ import annotations
 
@@ -19,12 +19,13 @@ def sweep(sessions: sessionmaker[Session], retention_seconds: float) -> PurgeCou
     cutoff = repository.now_ms() - int(retention_seconds * 1000)
     with sessions.begin() as session:
         counts = repository.purge_older_than(session, cutoff)
-    if counts.rounds or counts.audit_events:
+    if counts.rounds or counts.audit_events or counts.leases:
         log.info(
-            "retention: deleted %d rounds, %d records, %d audit events",
+            "retention: deleted %d rounds, %d records, %d audit events, %d round leases",
             counts.rounds,
             counts.records,
             counts.audit_events,
+            counts.leases,
         )
     return counts
 

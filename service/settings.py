@@ -158,6 +158,16 @@ class Settings(BaseSettings):
         "the oldest window is written early (nothing is lost, it just coalesces less).",
     )
     round_workers: int = Field(default=8, ge=1, description="Threads running rounds.")
+    narrowed_rounds_per_application: int = Field(
+        default=4,
+        ge=1,
+        le=1000,
+        description="Most rounds with a kind, filter, columns or expectation one application "
+        "may run at once on this replica (1-1000; default 4, half of round_workers): each "
+        "distinct request has its own rounds, so without a cap one client asking many filters "
+        "would take every round thread and delay every application's rounds. Past it, a poll "
+        "that would start one is answered 429 with Retry-After.",
+    )
     datasample_ttl_seconds: int = Field(
         default=600,
         ge=10,

@@ -89,6 +89,22 @@ class TriggerForbiddenError(Exception):
     """A round would have to start, and the caller may only read."""
 
 
+class TooManyRoundsError(Exception):
+    """A narrowed round would have to start, and the application already runs
+    ``limit`` of them on this replica (``narrowed_rounds_per_application``)."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(
+            f"this application already runs {limit} rounds with a kind, filter, columns or "
+            "expectation (narrowed_rounds_per_application); retry when one ended"
+        )
+        self.limit = limit
+
+
+#: How often (s) the per-request end counters of requests nobody polls now are dropped.
+ENDED_SWEEP_S = 60.0
+
+
 @dataclass(frozen=True)
 class PollAnswer:
     """What one poll produced: the head of the unfiltered result (its ``samples`` empty:
@@ -132,6 +148,10 @@ class SharedRounds:
         #: AnswerKey -> rounds of it this replica saw end: a poll that read
         #: the store before a round ended must not keep its stale answer after.
         self._rounds_ended: dict[AnswerKey, int] = {}
+        self._ended_swept_at = time.monotonic()
+        #: Application id -> narrowed rounds it runs on this replica now (reserved before the
+        #: claim, so two polls cannot both pass the cap).
+        self._narrowed_running: dict[int, int] = {}
         #: Bumped by forget(): a poll that read the store before an application was
         #: forgotten keeps nothing of it (SQLite may give a new application the same id).
         self._forgotten = 0
@@ -233,8 +253,8 @@ class SharedRounds:
         if cached is not None:
             return cached
         with self._cache_lock:
-            seen = (self._rounds_ended.get(fresh_key, 0), self._forgotten)
             self._prune(t, time.monotonic())
+            seen = (self._rounds_ended.get(fresh_key, 0), self._forgotten)
         # The interim answer lasts from before the store read: a poll that waited long for
         # the store (a loaded replica) must not keep a stale answer past INTERIM_ANSWER_S.
         read_at = time.monotonic()
@@ -270,41 +290,15 @@ class SharedRounds:
             # connection, and a snapshot or lock, for as long.
             can_trigger = may_trigger()
         if running is None and can_trigger:
+            self._reserve(app.id, narrowing)
             rid = secrets.token_hex(8)
-            with self._sessions.begin() as session:
-                # The claim is one conditional UPDATE of the lease: a round another caller
-                # claimed or finished since the read above makes it fail, as it would have
-                # within one transaction.
-                if repository.claim_round(
-                    session,
-                    app.id,
-                    vertex,
-                    rid,
-                    interval_ms=policy.refresh_ms,
-                    at=t,
-                    request_key=request_key,
-                ):
-                    started = repository.create_round(
-                        session,
-                        rid,
-                        app.id,
-                        vertex,
-                        triggered_by=actor,
-                        at=t,
-                        run=app.run,
-                        request_key=request_key,
-                    )
-                    running = started
-                else:
-                    # Someone else won this interval; their round row committed with the claim.
-                    running = repository.running_round(
-                        session,
-                        app.id,
-                        vertex,
-                        started_after=abandoned_before,
-                        run=app.run,
-                        request_key=request_key,
-                    )
+            try:
+                started, running = self._claim(
+                    app, vertex, rid, actor, t, policy, request_key, abandoned_before
+                )
+            finally:
+                if started is None:
+                    self._release(app.id, narrowing)
         if running is None and latest_result is None and not can_trigger:
             raise TriggerForbiddenError
         answer = (
@@ -320,8 +314,82 @@ class SharedRounds:
                 if (self._rounds_ended.get(fresh_key, 0), self._forgotten) == seen:
                     self._interim[fresh_key] = (expires_at, answer, app.run)
         if started is not None:
-            self._launch(app, vertex, started.id, actor, policy, narrowing)
+            try:
+                self._launch(app, vertex, started.id, actor, policy, narrowing)
+            except BaseException:
+                self._release(app.id, narrowing)
+                raise
         return PollAnswer(answer, started.id if started else None)
+
+    def _reserve(self, application_id: int, narrowing: Narrowing) -> None:
+        """Take one of the application's narrowed-round slots (plain rounds need none: one
+        per vertex and interval at most). Raises :class:`TooManyRoundsError` when none is
+        free."""
+        if narrowing.is_plain():
+            return
+        limit = self._settings.narrowed_rounds_per_application
+        with self._cache_lock:
+            running = self._narrowed_running.get(application_id, 0)
+            if running >= limit:
+                raise TooManyRoundsError(limit)
+            self._narrowed_running[application_id] = running + 1
+
+    def _release(self, application_id: int, narrowing: Narrowing) -> None:
+        if narrowing.is_plain():
+            return
+        with self._cache_lock:
+            left = self._narrowed_running.get(application_id, 0) - 1
+            if left > 0:
+                self._narrowed_running[application_id] = left
+            else:
+                self._narrowed_running.pop(application_id, None)
+
+    def _claim(
+        self,
+        app: Application,
+        vertex: str,
+        rid: str,
+        actor: str,
+        t: int,
+        policy: RoundPolicy,
+        request_key: str,
+        abandoned_before: int,
+    ) -> tuple[Round | None, Round | None]:
+        """(the round this caller started, or None; the round running now, or None)."""
+        started: Round | None = None
+        with self._sessions.begin() as session:
+            # The claim is one conditional UPDATE of the lease: a round another caller
+            # claimed or finished since the read above makes it fail, as it would have
+            # within one transaction.
+            if repository.claim_round(
+                session,
+                app.id,
+                vertex,
+                rid,
+                interval_ms=policy.refresh_ms,
+                at=t,
+                request_key=request_key,
+            ):
+                started = repository.create_round(
+                    session,
+                    rid,
+                    app.id,
+                    vertex,
+                    triggered_by=actor,
+                    at=t,
+                    run=app.run,
+                    request_key=request_key,
+                )
+                return started, started
+            # Someone else won this interval; their round row committed with the claim.
+            return None, repository.running_round(
+                session,
+                app.id,
+                vertex,
+                started_after=abandoned_before,
+                run=app.run,
+                request_key=request_key,
+            )
 
     def _launch(
         self,
@@ -365,6 +433,7 @@ class SharedRounds:
         # Before the discard: once wait_idle() sees no round, their interim answers are gone.
         key = (app.id, vertex, narrowing.key())
         future.add_done_callback(lambda _: self._drop_interim(key))
+        future.add_done_callback(lambda _: self._release(app.id, narrowing))
         future.add_done_callback(self._futures.discard)
 
     def _run(self, request: RoundRequest) -> None:
@@ -444,11 +513,22 @@ class SharedRounds:
 
     def _prune(self, now_ms: int, now: float) -> None:
         """Drop expired answers (called with the cache lock held, when a poll reads the
-        store): both maps then hold only vertices polled within their lifetimes."""
+        store): both maps then hold only vertices polled within their lifetimes. Every
+        ``ENDED_SWEEP_S`` the end counters of requests with no answer held go too (each
+        distinct filter has one): a poll reading the store meanwhile keeps nothing, as after
+        forget(), since its counter may have been among them."""
         for k in [k for k, (exp, _, _) in self._fresh.items() if exp <= now_ms]:
             del self._fresh[k]
         for k in [k for k, (exp, _, _) in self._interim.items() if exp <= now]:
             del self._interim[k]
+        if now - self._ended_swept_at >= ENDED_SWEEP_S:
+            self._ended_swept_at = now
+            held = self._fresh.keys() | self._interim.keys()
+            idle = [k for k in self._rounds_ended if k not in held]
+            if idle:
+                self._forgotten += 1
+                for k in idle:
+                    del self._rounds_ended[k]
 
     def _drop_interim(self, key: AnswerKey) -> None:
         """Forget the answer given while a round of ``key`` ran (it just ended): the next

@@ -39,7 +39,7 @@ from ..result_body import (
     validator_headers,
 )
 from ..schemas import ErrorBody, RoundSummary, ValidationErrorBody, round_summary
-from ..shared_rounds import PollAnswer, TriggerForbiddenError
+from ..shared_rounds import PollAnswer, TooManyRoundsError, TriggerForbiddenError
 from ..store import repository
 from ..store.repository import AuditRecord
 
@@ -103,12 +103,15 @@ _ERRORS: dict[int | str, dict[str, object]] = {
     404: {"model": ErrorBody},
     422: {"model": ValidationErrorBody},
 }
+#: ``Retry-After`` (s) of a narrowed round refused by the application's cap: rounds last a
+#: sampling window (a few seconds), so one slot is usually free by then.
+RETRY_NARROWED_AFTER_S = 2
 
 
 @router.get(
     "/vertices/{vertex}/data-sample",
     response_model=DataSampleResult,
-    responses=_ERRORS,
+    responses={**_ERRORS, 429: {"model": ErrorBody}},
 )
 async def data_sample(
     namespace: str,
@@ -134,7 +137,9 @@ async def data_sample(
     one such request are shared, stored and refreshed as plain rounds are, apart from them
     (in Kubernetes mode, through a DataSample with those fields). Before one starts, the
     driver checks the request (local mode): a filter or column that does not fit the vertex
-    answers 422 naming it.
+    answers 422 naming it. An application runs at most ``narrowed_rounds_per_application``
+    such rounds at once per service replica; past it a poll that would start one answers 429
+    with ``Retry-After``.
 
     Every body carries a weak ``ETag``; a poll whose ``If-None-Match`` names the current one
     gets ``304 Not Modified`` and no body. Bodies are gzip-compressed when the client accepts
@@ -177,6 +182,12 @@ async def data_sample(
             answer = await run_in_threadpool(poll)
         except TriggerForbiddenError:
             raise FORBIDDEN from None
+        except TooManyRoundsError as exc:
+            raise HTTPException(
+                status.HTTP_429_TOO_MANY_REQUESTS,
+                detail=str(exc),
+                headers={"Retry-After": str(RETRY_NARROWED_AFTER_S)},
+            ) from None
     # The records go from the store (or the byte-bounded cache) to the client a chunk at a
     # time: no request holds a whole result (result_body.py).
     result = answer.result

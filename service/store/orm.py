@@ -123,6 +123,15 @@ class Round(Base):
     __tablename__ = "rounds"
     __table_args__ = (
         Index("ix_rounds_app_vertex_started", "application_id", "vertex", "started_at"),
+        # A poll reads its own request's latest round; without request_key in an index it
+        # scanned every narrowed round of the vertex.
+        Index(
+            "ix_rounds_app_vertex_request_end",
+            "application_id",
+            "vertex",
+            "request_key",
+            "end_timestamp",
+        ),
     )
 
     id: Mapped[str] = mapped_column(String(64), primary_key=True)

@@ -821,20 +821,29 @@ class PurgeCounts:
     rounds: int
     records: int
     audit_events: int
+    leases: int = 0
 
 
 def purge_older_than(session: Session, cutoff_ms: int) -> PurgeCounts:
-    """Delete rounds (with their records) started before ``cutoff_ms`` and audit events
-    older than it. Records are deleted explicitly rather than by ``ON DELETE CASCADE`` so the
-    sweep behaves the same on SQLite connections without foreign keys."""
+    """Delete rounds (with their records) started before ``cutoff_ms``, audit events older
+    than it, and the leases free since before it. Records are deleted explicitly rather than
+    by ``ON DELETE CASCADE`` so the sweep behaves the same on SQLite connections without
+    foreign keys.
+
+    A lease is one row per (application, vertex, request), and every distinct filter is a
+    request: without the sweep they would grow with each filter ever asked. A lease whose
+    ``next_start_at`` is past is claimable, as a missing one is (:func:`claim_round` inserts
+    it), so deleting it changes no answer."""
     old = select(Round.id).where(Round.started_at < cutoff_ms)
     records = session.execute(delete(SampleRecord).where(SampleRecord.round_id.in_(old)))
     rounds = session.execute(delete(Round).where(Round.started_at < cutoff_ms))
     audit = session.execute(delete(AuditEvent).where(AuditEvent.at < cutoff_ms))
+    leases = session.execute(delete(VertexLease).where(VertexLease.next_start_at < cutoff_ms))
     return PurgeCounts(
         rounds=int(getattr(rounds, "rowcount", 0)),
         records=int(getattr(records, "rowcount", 0)),
         audit_events=int(getattr(audit, "rowcount", 0)),
+        leases=int(getattr(leases, "rowcount", 0)),
     )
 
 

@@ -194,3 +194,69 @@ def test_a_sqlite_url_with_a_tilde_opens_the_file_in_the_home_directory(
     sessions.kw["bind"].dispose()
     assert (home / "sparkglass" / "store.db").stat().st_size > 0
     assert not (elsewhere / "~").exists()
+
+
+def test_the_migrated_schema_is_the_orms(db_url: str) -> None:
+    # The ORM (service/store/orm.py) is the schema's source; the migrations must build
+    # exactly it: an index or a column the ORM declares and no migration creates (or the
+    # reverse) shows here, on both databases.
+    from alembic.autogenerate import compare_metadata
+    from alembic.migration import MigrationContext
+
+    from sparkglass.service.store.orm import Base
+
+    engine = open_store(db_url).kw["bind"]
+    try:
+        with engine.connect() as conn:
+            context = MigrationContext.configure(
+                conn, opts={"compare_type": False, "compare_server_default": False}
+            )
+            diff = compare_metadata(context, Base.metadata)
+        assert diff == []
+        if engine.dialect.name == "postgresql":
+            # The names PostgreSQL gives a table's own constraints, not a rebuilt copy's.
+            with engine.connect() as conn:
+                names = set(
+                    conn.exec_driver_sql(
+                        "SELECT conname FROM pg_constraint "
+                        "WHERE conrelid = 'vertex_leases'::regclass"
+                    ).scalars()
+                )
+            assert names == {"vertex_leases_pkey", "vertex_leases_application_id_fkey"}
+    finally:
+        engine.dispose()
+
+
+def test_retention_deletes_leases_free_since_before_the_cutoff(db_url: str) -> None:
+    # Every distinct filter asked is its own (application, vertex, request) lease: without
+    # the sweep they grew with each one.
+    from sparkglass.service.store.orm import VertexLease
+    from sparkglass.service.store.repository import claim_round, upsert_application
+
+    sessions = open_store(db_url)
+    now = now_ms()
+    with sessions.begin() as session:
+        app = upsert_application(session, "local", "flights")
+        for i in range(50):  # claimed two hours ago, free since 1 hour 59 minutes
+            assert claim_round(
+                session, app.id, "parse", f"old{i}", interval_ms=60_000,
+                at=now - 7_200_000, request_key=f'{{"filter":"x > {i}"}}',
+            )  # fmt: skip
+        assert claim_round(
+            session, app.id, "parse", "recent", interval_ms=60_000, at=now,
+            request_key='{"filter":"x > 999"}',
+        )  # fmt: skip
+    counts = sweep(sessions, retention_seconds=3600)
+    assert counts.leases == 50
+    with sessions() as session:
+        left = session.query(VertexLease).all()
+        assert [lease.round_id for lease in left] == ["recent"]
+        app = get_application(session, "local", "flights")
+        assert app is not None
+    # A swept lease is claimable again, as it was before the sweep.
+    with sessions.begin() as session:
+        assert claim_round(
+            session, app.id, "parse", "again", interval_ms=60_000, at=now,
+            request_key='{"filter":"x > 0"}',
+        )  # fmt: skip
+    sessions.kw["bind"].dispose()
