@@ -57,6 +57,7 @@ from sparkglass.runtime.contract.expectations import (
     parse_expectation_overrides,
 )
 from sparkglass.runtime.contract.pipeline_metrics import (
+    MAX_FAILED_LENGTH,
     ExpectationMetrics,
     PipelineMetrics,
     QueryState,
@@ -83,6 +84,7 @@ from sparkglass.runtime.query_progress import (
     MetricsHistory,
     QueryFigures,
     QueryRates,
+    epoch_ms,
     figures_of,
     merge_figures,
     spark_history_settings,
@@ -338,7 +340,11 @@ class _ProgressListener(StreamingQueryListener):
         self._pipeline._on_progress(event.progress)
 
     def onQueryIdle(self, event: Any) -> None:
-        self._pipeline._on_quiet(str(event.id), str(event.runId))
+        try:
+            at_ms: int | None = epoch_ms(str(event.timestamp))
+        except (AttributeError, ValueError):
+            at_ms = None
+        self._pipeline._on_quiet(str(event.id), str(event.runId), at_ms)
 
     def onQueryTerminated(self, event: Any) -> None:
         self._pipeline._on_quiet(str(event.id), str(event.runId))
@@ -928,11 +934,23 @@ class Pipeline:
             snapshot = self._snapshot_locked()
         self._history.record(self._metrics_of(snapshot), figures.end_ms)
 
-    def _on_quiet(self, query_id: str, run_id: str) -> None:
+    def _on_quiet(self, query_id: str, run_id: str, idle_at_ms: int | None = None) -> None:
         """A query of this pipeline went idle (no new data) or stopped: it reads nothing now,
-        so its rates, and those of the vertices it runs, are 0 until its next micro-batch."""
+        so its rates, and those of the vertices it runs, are 0 until its next micro-batch.
+
+        ``idle_at_ms``: the trigger that found no data. Spark's intervals run from the
+        previous *trigger*, idle ones included, so the next micro-batch's rates and latency
+        are measured from it, not from the last micro-batch before the idle minutes."""
         with self._lock:
-            if run_id not in self._run_ids.values() or query_id in self._quiet:
+            if run_id not in self._run_ids.values():
+                return
+            if idle_at_ms is not None:
+                if self._last_start.get(query_id, idle_at_ms) < idle_at_ms:
+                    self._last_start[query_id] = idle_at_ms
+                rates = self._rates.get(query_id)
+                if rates is not None:
+                    rates.idle_since(idle_at_ms)
+            if query_id in self._quiet:
                 return
             self._quiet.add(query_id)
             snapshot = self._snapshot_locked()
@@ -1090,7 +1108,7 @@ class Pipeline:
                 if q.isActive:
                     active += 1
                 elif q.exception() is not None:
-                    failed = f"{sink}: {q.exception()}"
+                    failed = f"{sink}: {q.exception()}"[:MAX_FAILED_LENGTH]
         snapshot.active_queries = active
         snapshot.failed = failed
         snapshot.expectations = expectation_counts

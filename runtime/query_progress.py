@@ -45,6 +45,9 @@ _MINUTES_RANGE = (1, 1440)
 _POINTS_RANGE = (10, MAX_HISTORY_POINTS)
 
 Number = int | float
+#: How far past the driver's clock a point's time may be, ms (Spark's timestamps come from
+#: the same clock; the slack covers a micro-batch ending as it is recorded).
+FUTURE_SLACK_MS = 5_000
 
 
 def epoch_ms(timestamp: str) -> int:
@@ -97,7 +100,9 @@ def figures_of(progress: Any, previous_start_ms: int | None) -> QueryFigures:
 
     Reads only what the progress holds (a field it lacks counts as unknown), and never fails
     over a timestamp Spark changed: the batch then ended now."""
-    duration = int(getattr(progress, "batchDuration", 0) or 0)
+    # Spark times micro-batches with the wall clock: a clock stepped back can make a
+    # duration negative, which is no duration at all.
+    duration = max(0, int(getattr(progress, "batchDuration", 0) or 0))
     try:
         start_ms = epoch_ms(str(progress.timestamp))
     except (AttributeError, ValueError):
@@ -123,7 +128,7 @@ def figures_of(progress: Any, previous_start_ms: int | None) -> QueryFigures:
         if previous_start_ms is not None and start_ms > previous_start_ms
         else duration,
         watermark_ms=watermark,
-        state_rows=state_rows if operators else None,
+        state_rows=max(0, state_rows) if operators else None,
         spark_input_rows_per_second=finite(getattr(progress, "inputRowsPerSecond", 0.0)),
         spark_processed_rows_per_second=finite(getattr(progress, "processedRowsPerSecond", 0.0)),
     )
@@ -153,6 +158,12 @@ class QueryRates:
         self.vertices: dict[str, tuple[float, float]] = {}
         self._pending_rows: dict[str, int] = {}
         self._pending_ms = 0
+
+    def idle_since(self, at_ms: int) -> None:
+        """The query ran a trigger without data at ``at_ms``: the next interval starts there
+        (as Spark's ``inputRowsPerSecond`` counts from the previous trigger, idle or not)."""
+        if self.last_input_start_ms is not None and at_ms > self.last_input_start_ms:
+            self.last_input_start_ms = at_ms
 
     def add(self, figures: QueryFigures, vertex_rows: Mapping[str, int]) -> None:
         """Add one micro-batch with ``vertex_rows`` rows at the vertices it counts."""
@@ -263,7 +274,10 @@ class MetricsHistory:
 
     def record(self, metrics: PipelineMetrics, t_ms: int | None = None) -> None:
         """Keep ``metrics`` as the point of its interval (``t_ms``: when, default now)."""
-        t = int(self._clock() * 1000) if t_ms is None else int(t_ms)
+        now = int(self._clock() * 1000)
+        # A micro-batch's end from a clock ahead of this one would pin every later point to
+        # it (points only move forward): no point is later than now and a little slack.
+        t = now if t_ms is None else min(int(t_ms), now + FUTURE_SLACK_MS)
         pipeline = tuple(getattr(metrics, name) for name in PIPELINE_SERIES)
         with self._lock:
             for name in metrics.vertices:

@@ -418,7 +418,8 @@ class ProgressSeries(_LatestPerApplication[_ProgressReading]):
         if len(names) < len(known):
             self._dropped.inc(len(known) - len(names))
         reading = _ProgressReading(
-            metrics.model_copy(update={"vertices": {}, "history": None}),
+            # Only the numbers it exports: not the failure text, vertices or history.
+            metrics.model_copy(update={"vertices": {}, "history": None, "failed": None}),
             {n: known[n] for n in names},
             self._clock(),
         )

@@ -46,6 +46,17 @@ Rate = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 MAX_HISTORY_POINTS = 1000
 #: Most vertices a :class:`ProgressHistory` keeps series of (the first ones seen).
 MAX_HISTORY_VERTICES = 64
+#: Most vertices one :class:`PipelineMetrics` holds: a driver is the application's own code,
+#: and the service and the operator read its answers (the CRD admits 64 declared vertices;
+#: a discovered pipeline gets room for more).
+MAX_METRICS_VERTICES = 1000
+#: Longest ``failed`` message (characters): the driver cuts an exception's text to it.
+MAX_FAILED_LENGTH = 4096
+#: Longest history window, s (``spark.sparkglass.progress.historyMinutes`` is at most 1440).
+MAX_HISTORY_WINDOW_S = 1440 * 60
+
+#: A vertex's name as the pipeline's description requires it: a DNS-1123 label.
+VertexName = Annotated[str, Field(min_length=1, max_length=63, pattern=NAME_PATTERN)]
 
 
 class QueryState(StrEnum):
@@ -120,7 +131,7 @@ class VertexMetrics(_Model):
     """
 
     rows_last_micro_batch: Count = 0
-    rows_per_second: float = Field(default=0.0, ge=0)
+    rows_per_second: Rate = 0.0
     rows_total: Count = 0
     processed_rows_per_second: Rate | None = None
     batch_duration_ms: Count | None = None
@@ -134,9 +145,11 @@ class VertexMetrics(_Model):
 
 
 #: One series of a :class:`ProgressHistory`: a value per point, ``None`` where it was unknown.
+#: Strict numbers (no ``"12"`` or ``true``); the first bad value ends the validation
+#: (``fail_fast``), so a driver's bad answer costs one error, not one per value.
 Series = Annotated[
-    list[Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX)] | Rate | None],
-    Field(max_length=MAX_HISTORY_POINTS),
+    list[Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX, strict=True)] | Rate | None],
+    Field(max_length=MAX_HISTORY_POINTS, fail_fast=True),
 ]
 
 
@@ -165,7 +178,7 @@ class ProgressHistory(_Model):
     :class:`VertexMetrics`.
     """
 
-    window_seconds: Annotated[int, Field(ge=1)]
+    window_seconds: Annotated[int, Field(ge=1, le=MAX_HISTORY_WINDOW_S)]
     resolution_seconds: Annotated[float, Field(gt=0, allow_inf_nan=False)]
     max_points: Annotated[int, Field(ge=1, le=MAX_HISTORY_POINTS)]
     timestamps: Annotated[list[Millis], Field(max_length=MAX_HISTORY_POINTS)] = Field(
@@ -178,7 +191,7 @@ class ProgressHistory(_Model):
     latency_ms: Series = Field(default_factory=list)
     event_time_watermark: Series = Field(default_factory=list)
     state_rows: Series = Field(default_factory=list)
-    vertices: dict[str, VertexHistory] = Field(
+    vertices: dict[VertexName, VertexHistory] = Field(
         default_factory=dict, max_length=MAX_HISTORY_VERTICES
     )
 
@@ -189,6 +202,10 @@ class ProgressHistory(_Model):
         columns += [getattr(v, name) for v in self.vertices.values() for name in VERTEX_SERIES]
         if any(len(c) != n for c in columns):
             raise ValueError(f"every series must have one value per timestamp ({n})")
+        if n > self.max_points:
+            raise ValueError(f"{n} timestamps, more than maxPoints ({self.max_points})")
+        if any(a > b for a, b in zip(self.timestamps, self.timestamps[1:], strict=False)):
+            raise ValueError("timestamps must ascend")
         return self
 
 
@@ -236,17 +253,19 @@ class PipelineMetrics(_Model):
 
     state: QueryState = QueryState.NOT_STARTED
     active_queries: Count = 0
-    failed: str | None = None
+    failed: Annotated[str, Field(max_length=MAX_FAILED_LENGTH)] | None = None
     micro_batches: Count = 0
-    input_rows_per_second: float = Field(default=0.0, ge=0)
-    processed_rows_per_second: float = Field(default=0.0, ge=0)
+    input_rows_per_second: Rate = 0.0
+    processed_rows_per_second: Rate = 0.0
     batch_duration_ms: Count | None = None
     latency_ms: Count | None = None
     event_time_watermark: Millis | None = None
     state_rows: Count | None = None
     last_micro_batch_timestamp: Millis | None = None
     observed_at: Millis = 0
-    vertices: dict[str, VertexMetrics] = Field(default_factory=dict)
+    vertices: dict[VertexName, VertexMetrics] = Field(
+        default_factory=dict, max_length=MAX_METRICS_VERTICES
+    )
     history: ProgressHistory | None = None
 
     def expectation_counts(self) -> list[ExpectationCounts]:

@@ -11,6 +11,7 @@ and the CLI import it.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import ssl
 import time
@@ -399,8 +400,28 @@ class _Protocol:
             return call.decode(response.content)
         except ValidationError as exc:
             raise ControlUnavailable(
-                f"driver answered an unexpected body: {exc}", status=status
+                f"driver answered an unexpected body: {invalid_body_summary(exc)}", status=status
             ) from None
+
+
+#: Most errors of a driver's invalid answer named in the message, and its longest length
+#: (characters): the message reaches logs, the service's 502 body and the page, and a
+#: driver's bad answer may hold a million bad values.
+_ERRORS_NAMED = 3
+_MAX_SUMMARY_CHARS = 1000
+
+
+def invalid_body_summary(exc: ValidationError) -> str:
+    """``exc`` in a few hundred characters: how many errors, the first few (where and why,
+    never the value the driver sent)."""
+    errors = exc.errors(include_url=False, include_input=False, include_context=False)
+    named = "; ".join(
+        f"{'.'.join(str(part) for part in e['loc']) or 'body'}: {e['msg']}"
+        for e in errors[:_ERRORS_NAMED]
+    )
+    more = len(errors) - _ERRORS_NAMED
+    text = f"{named} (and {more} more)" if more > 0 else named
+    return text[:_MAX_SUMMARY_CHARS]
 
 
 def _json(response: httpx.Response) -> Any:
@@ -679,7 +700,11 @@ class AsyncControlClient:
                         raise protocol.too_large()
         except (httpx.HTTPError, httpx.InvalidURL) as exc:
             raise protocol.unreachable(exc) from None
-        return protocol.interpret(call, protocol.capped(response, bytes(body)))
+        # Decoding a large answer (a result, minutes of history) takes CPU time: off the
+        # event loop, which the operator shares with every reconcile and its Lease.
+        return await asyncio.to_thread(
+            protocol.interpret, call, protocol.capped(response, bytes(body))
+        )
 
     async def open_round(
         self,

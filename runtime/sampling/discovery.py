@@ -41,7 +41,12 @@ from sparkglass.runtime.contract.description import (
     topological_order,
 )
 from sparkglass.runtime.contract.errors import PipelineError, PlanError
-from sparkglass.runtime.contract.pipeline_metrics import PipelineMetrics, QueryState, VertexMetrics
+from sparkglass.runtime.contract.pipeline_metrics import (
+    MAX_FAILED_LENGTH,
+    PipelineMetrics,
+    QueryState,
+    VertexMetrics,
+)
 from sparkglass.runtime.contract.redaction import (
     REDACT_CONF,
     RedactionAction,
@@ -610,7 +615,9 @@ class DiscoveredPipeline:
             if q is None:
                 continue
             micro_batches += int(q["microBatches"])
-            failed = failed or (f"{tap.name}: {q['exception']}" if q["exception"] else None)
+            failed = failed or (
+                f"{tap.name}: {q['exception']}"[:MAX_FAILED_LENGTH] if q["exception"] else None
+            )
             batches = q["batches"]
             if batches:
                 last_end = batches[-1][1] if last_end is None else max(last_end, batches[-1][1])

@@ -14,6 +14,8 @@ from typing import Generic, TypeVar
 V = TypeVar("V")
 
 _MISSING = object()
+#: How often (s) ``set`` drops the expired entries.
+SWEEP_EVERY_S = 1.0
 
 
 class TTLCache(Generic[V]):
@@ -23,6 +25,7 @@ class TTLCache(Generic[V]):
         self._data: dict[Hashable, tuple[float, V]] = {}
         self._lock = threading.Lock()
         self._max = max_entries
+        self._swept_at = time.monotonic()
 
     def get(self, key: Hashable) -> tuple[bool, V | None]:
         """``(True, value)`` when present and fresh, else ``(False, None)``."""
@@ -39,11 +42,18 @@ class TTLCache(Generic[V]):
         """Remember ``value`` for ``ttl`` seconds (``ttl <= 0``: not at all)."""
         if ttl <= 0:
             return
+        now = time.monotonic()
         with self._lock:
+            if now - self._swept_at >= SWEEP_EVERY_S:
+                # An expired entry nobody reads again would stay until the cap (a large
+                # value, such as minutes of a pipeline's metrics, held for nothing).
+                self._swept_at = now
+                for k in [k for k, (expires, _) in self._data.items() if expires < now]:
+                    del self._data[k]
             if len(self._data) >= self._max:
                 # Dropping everything is crude but bounded and rare; entries live seconds.
                 self._data.clear()
-            self._data[key] = (time.monotonic() + ttl, value)
+            self._data[key] = (now + ttl, value)
 
     def clear(self) -> None:
         """Forget everything."""

@@ -29,7 +29,7 @@ from sparkglass.runtime.query_progress import (
     history_settings,
 )
 
-T0 = 1_800_000_000_000  # ms since the epoch
+T0 = 1_700_000_000_000  # ms since the epoch (in the past: no point is clamped to now)
 
 
 def snapshot(n: int, vertices: int = 2) -> PipelineMetrics:
@@ -151,3 +151,79 @@ def test_rates_over_input_intervals() -> None:
     assert rates.input_rows_per_second == rates.vertices["src"][0] == 30.0
     assert rates.vertices["window"] == (3.0, 15.0)  # 3 rows over 1 s, over 200 ms of work
     assert rates.processed_rows_per_second == rates.vertices["src"][1] == 150.0
+
+
+def test_after_idle_minutes_rates_and_latency_start_at_the_idle_trigger() -> None:
+    # 1,000 rows/s, 10 minutes idle (Spark's idle triggers), then a micro-batch of 1,000
+    # rows: Spark's inputRowsPerSecond counts from the previous trigger, not from the batch
+    # before the idle minutes (that read 1.66 rows/s).
+    rates = QueryRates()
+    rates.add(batch(T0, 1000), {"src": 1000})
+    rates.add(batch(T0 + 1000, 1000), {"src": 1000})
+    idle_trigger = T0 + 600_000
+    rates.idle_since(idle_trigger)
+    rates.add(batch(idle_trigger + 1000, 1000), {"src": 1000})
+    assert rates.input_rows_per_second == rates.vertices["src"][0] == 1000.0
+
+
+class _Progress:
+    """The fields of pyspark's StreamingQueryProgress that ``figures_of`` reads."""
+
+    def __init__(self, timestamp: str, duration: int) -> None:
+        self.timestamp = timestamp
+        self.batchDuration = duration
+        self.batchId = 7
+        self.numInputRows = 10
+        self.eventTime: dict[str, str] = {}
+        self.stateOperators: list[object] = []
+        self.inputRowsPerSecond = 0.0
+        self.processedRowsPerSecond = 0.0
+
+
+def test_a_clock_stepped_back_gives_no_negative_figure() -> None:
+    from sparkglass.runtime.query_progress import figures_of
+
+    figures = figures_of(_Progress("2026-11-29T02:00:00.000Z", -250), None)
+    assert figures.batch_duration_ms == 0 and figures.latency_ms == 0
+    m = PipelineMetrics(
+        batch_duration_ms=figures.batch_duration_ms, latency_ms=figures.latency_ms
+    )  # the wire model takes them (a negative one made the driver's progress answer 500)
+    assert m.batch_duration_ms == 0
+
+
+def test_one_point_from_a_clock_ahead_does_not_freeze_the_history() -> None:
+    now = [T0 / 1000]
+    history = MetricsHistory(window_s=60, max_points=60, clock=lambda: now[0])
+    history.record(snapshot(1), t_ms=T0 + 3_600_000)  # an hour ahead
+    for n in range(2, 6):
+        now[0] += 2
+        history.record(snapshot(n))
+    h = history.snapshot()
+    # Pinned to the hour-ahead point, every snapshot replaced one point; clamped, they move on.
+    assert len(h.timestamps) >= 3, h.timestamps
+    assert h.micro_batches[-1] == 5 and max(h.timestamps) <= T0 + 8000 + 5000
+
+
+def test_the_wire_model_refuses_what_its_docstring_rules_out() -> None:
+    ok = {"windowSeconds": 60, "resolutionSeconds": 1, "maxPoints": 2, "timestamps": [T0]}
+
+    def points(*timestamps: int) -> dict[str, object]:
+        names = ("microBatches", "inputRowsPerSecond", "processedRowsPerSecond",
+                 "batchDurationMs", "latencyMs", "eventTimeWatermark", "stateRows")  # fmt: skip
+        return {**ok, "timestamps": list(timestamps), **{n: [1] * len(timestamps) for n in names}}
+
+    ProgressHistory.model_validate(points(T0, T0 + 1))
+    with pytest.raises(ValidationError, match="more than maxPoints"):
+        ProgressHistory.model_validate(points(T0, T0 + 1, T0 + 2))
+    with pytest.raises(ValidationError, match="ascend"):
+        ProgressHistory.model_validate(points(T0 + 1, T0))
+    with pytest.raises(ValidationError):
+        ProgressHistory.model_validate({**ok, "windowSeconds": 10**18})
+    with pytest.raises(ValidationError):  # a number as text is not a number
+        ProgressHistory.model_validate_json(json.dumps({**ok, "microBatches": ["12"]}))
+    with pytest.raises(ValidationError):  # vertex names are DNS-1123 labels
+        ProgressHistory.model_validate({**ok, "timestamps": [], "vertices": {"<b>x</b>": {}}})
+    with pytest.raises(ValidationError):  # every rate finite, the older fields too
+        PipelineMetrics.model_validate_json('{"inputRowsPerSecond": Infinity}')
+    with pytest.raises(ValidationError):
+        PipelineMetrics.model_validate({"vertices": {"v": {"rowsPerSecond": float("inf")}}})

@@ -144,7 +144,8 @@ public final class QueryTracker extends StreamingQueryListener {
     q.lastBatchId = p.batchId();
     q.total++;
     q.quiet = false;
-    long duration = p.batchDuration();
+    // Spark times batches with the wall clock: one stepped back can make a duration negative.
+    long duration = Math.max(0, p.batchDuration());
     long latency =
         q.previousStartMs >= 0 && start > q.previousStartMs
             ? start + duration - q.previousStartMs
@@ -230,8 +231,22 @@ public final class QueryTracker extends StreamingQueryListener {
     String name = NAME_OF_RUN.get(event.runId().toString());
     Query q = name == null ? null : QUERIES.get(name);
     if (q != null) {
+      long at;
+      try {
+        at = Instant.parse(event.timestamp()).toEpochMilli();
+      } catch (RuntimeException e) {
+        at = -1;
+      }
       synchronized (q) {
         q.quiet = true;
+        // Spark counts intervals from the previous trigger, idle ones included: the next
+        // micro-batch's rates and latency start here, not at the batch before the idle time.
+        if (at > q.previousStartMs && q.previousStartMs >= 0) {
+          q.previousStartMs = at;
+        }
+        if (at > q.lastInputStartMs && q.lastInputStartMs >= 0) {
+          q.lastInputStartMs = at;
+        }
       }
     }
   }
