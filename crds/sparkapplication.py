@@ -1085,10 +1085,11 @@ class VertexProgress(ResourceModel):
 
 
 class Progress(ResourceModel):
-    """The running driver's live pipeline metrics, copied by the operator at most every
-    --progress-seconds (default 10 s): query state, micro-batches, rows and rows/s per vertex,
-    and the pass and fail counts of each expectation. observedAt is the driver's clock (ms),
-    publishedAt when the operator read it. The page's graph shows them in Kubernetes mode.
+    """The running driver's live pipeline metrics, read by the operator every
+    --progress-seconds (default 60 s) and copied when they changed: query state, micro-batches,
+    rows and rows/s per vertex, batch duration, latency, watermark, rows in state, and the pass
+    and fail counts of each expectation. observedAt is the driver's clock (ms), publishedAt
+    when the operator last published a change. The page's graph shows them in Kubernetes mode.
     Bounded by the operator: at most 64 vertices (the pipeline's, in spec order), 32
     expectations each and 64 KiB as compact JSON; what does not fit is left out and truncated
     is true."""
@@ -1124,7 +1125,7 @@ class Progress(ResourceModel):
     observed_at: Int64 | None = None
     """When the driver took these metrics (ms since the epoch, driver clock)."""
     published_at: Annotated[str, Schema(format="date-time")] | None = None
-    """When the operator read them from the driver (RFC 3339)."""
+    """When the operator last published a change read from the driver (RFC 3339)."""
     vertices: Annotated[dict[str, VertexProgress], Field(max_length=1000)] | None = None
     """Metrics per vertex name."""
 

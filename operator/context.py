@@ -51,13 +51,16 @@ class ApplicationRecord:
       references), by name (None: there was none), reduced to what a memory pass reads:
       metadata, the control token and the certificate; never a private key;
     * ``resolved``: the resolved pipeline (status ``vertices`` and ``edges``) of one
-      ``(uid, generation)``, so a memory pass does not plan the pipeline again.
+      ``(uid, generation)``, so a memory pass does not plan the pipeline again;
+    * ``progress_read_at``: when (epoch seconds) its driver's metrics were last asked for,
+      so that a read that wrote nothing (no change, no answer) waits its interval too.
     """
 
     checked_at: float = 0.0
     app: dict[str, Any] | None = None
     secrets: dict[str, dict[str, Any] | None] = field(default_factory=dict)
     resolved: tuple[tuple[str, Any], dict[str, Any]] | None = None
+    progress_read_at: float = 0.0
 
 
 @dataclass

@@ -4,9 +4,15 @@ In Kubernetes execution mode the service holds no driver token (the operator doe
 page's graph reads the metrics from the application's status. The operator asks the driver
 (``GET /api/v1/progress``, through the same owned-objects-only access and pinned TLS as for
 rounds: :mod:`.driver_access`) at most every ``progress_seconds`` (operator option
-``--progress-seconds``, default 10 s; 0 turns it off) and writes the answer
+``--progress-seconds``, default 60 s; 0 turns it off) and writes the answer
 (:func:`read_progress`), bounded whatever the driver, the application's own code, answers
 (:func:`bound_progress`, :func:`progress_patch`).
+
+Each publish is a status write, so an answer that differs from the published one only in
+its times (``observedAt``, ``publishedAt``) writes nothing (:func:`same_progress`): an idle
+pipeline costs no request. A streaming one's counts change with every micro-batch, so it
+costs one write per ``progress_seconds``; the status, and the page's graph in Kubernetes
+mode, are then up to that long (plus one resync) behind the driver.
 """
 
 from __future__ import annotations
@@ -38,26 +44,64 @@ MAX_PROGRESS_VERTICES = 64
 #: and the CRD's ``maxProperties`` of ``expectations``).
 MAX_PROGRESS_EXPECTATIONS = MAX_EXPECTATIONS_PER_VERTEX
 #: Most bytes of ``status.progress`` as compact JSON. Without expectations 64 vertices take
-#: about 11 KiB; the rest leaves room for a few hundred expectations (about 190 bytes each),
+#: about 17 KiB with every figure known (26 KiB at worst); the rest leaves room for a couple
+#: of hundred expectations (about 190 bytes each),
 #: far more than pipelines declare, while a status rewritten every ``--progress-seconds``
 #: stays a small fraction of etcd's object limit (like a DataSample's ``maxStatusBytes``).
 MAX_PROGRESS_BYTES = 64 * 1024
+
+
+#: Keys of ``status.progress`` that change on every read whatever the pipeline does: the
+#: driver's clock when it took the metrics, and the operator's when it read them.
+TIMES = ("observedAt", "publishedAt")
 
 
 def _published_at(status: dict[str, Any]) -> float:
     return epoch_or_zero((status.get("progress") or {}).get("publishedAt"))
 
 
-def progress_due(status: dict[str, Any], now: float, interval_s: float) -> bool:
-    """Whether the published metrics (``status.progress.publishedAt``) are at least
-    ``interval_s`` old at ``now`` (epoch seconds); never when ``interval_s`` is 0."""
-    return interval_s > 0 and now - _published_at(status) >= interval_s
+def progress_due(
+    status: dict[str, Any], now: float, interval_s: float, read_at: float = 0.0
+) -> bool:
+    """Whether the driver's metrics are due for a read at ``now`` (epoch seconds): the
+    published ones (``status.progress.publishedAt``) and the last read (``read_at``, this
+    process's record: a read that found nothing new, or no answer, writes no
+    ``publishedAt``) are both at least ``interval_s`` old. Before anything was published,
+    ``read_at`` does not count: a driver that is still starting is asked again at the next
+    pass, so the first metrics appear soon. Never when ``interval_s`` is 0."""
+    published = _published_at(status)
+    last = max(published, read_at) if published else 0.0
+    return interval_s > 0 and now - last >= interval_s
+
+
+def _pruned(value: Any) -> Any:
+    """``value`` without None entries: a merge patch's None deletes, so None equals absent."""
+    if isinstance(value, Mapping):
+        return {k: _pruned(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_pruned(v) for v in value]
+    return value
+
+
+def same_progress(bounded: Mapping[str, Any], previous: Any) -> bool:
+    """Whether ``bounded`` (what :func:`bound_progress` made of an answer) says what the
+    stored ``previous`` (``status.progress``) says, but for :data:`TIMES`: then writing it
+    would change nothing anyone reads but its age."""
+    if not isinstance(previous, Mapping):
+        return False
+
+    def content(entry: Mapping[str, Any]) -> Any:
+        return _pruned({k: v for k, v in entry.items() if k not in TIMES})
+
+    return bool(content(bounded) == content(previous))
 
 
 async def read_progress(ctx: OperatorContext, app: dict[str, Any]) -> dict[str, Any] | None:
     """The driver's metrics as a status entry, or None when there is none to publish (no
     running driver of the application's own, no token, a refused or untrusted driver, no
-    answer). Never raises for the driver's failures; ``ApiError`` from the API server does.
+    answer, or one that differs from the published metrics only in its times:
+    :func:`same_progress`). Never raises for the driver's failures; ``ApiError`` from the
+    API server does.
 
     The entry is the :class:`~sparkglass.runtime.contract.pipeline_metrics.PipelineMetrics`
     shape (its ``observedAt``: the driver's clock, ms), plus ``publishedAt`` (RFC 3339, the
@@ -100,7 +144,10 @@ async def read_progress(ctx: OperatorContext, app: dict[str, Any]) -> dict[str, 
             name=meta.get("name"),
             max_bytes=MAX_PROGRESS_BYTES,
         )
-    return progress_patch(bounded, (app.get("status") or {}).get("progress"))
+    previous = (app.get("status") or {}).get("progress")
+    if same_progress(bounded, previous):
+        return None
+    return progress_patch(bounded, previous)
 
 
 def _json_size(value: Any) -> int:

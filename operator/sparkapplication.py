@@ -167,7 +167,11 @@ _forbidden: dict[tuple[str, str], _Refused] = {}
 def register(registry: kopf.OperatorRegistry, resync_seconds: float) -> None:
     """Register the SparkApplication handlers on ``registry``."""
     res = (names.GROUP, names.VERSION, names.APPS)
-    kopf.on.resume(*res, registry=registry, id="reconcile")(on_application)
+    # A restarted operator resumes live applications only: one that ended with its spec
+    # observed has nothing a pass would change (a spec change while the operator was down
+    # is kopf's update cause, and moves observedGeneration), and 1,000 kept runs cost 5,000
+    # requests at the client's QPS before anything else moved.
+    kopf.on.resume(*res, registry=registry, id="reconcile", when=_unsettled)(on_application)
     kopf.on.create(*res, registry=registry, id="reconcile")(on_application)
     kopf.on.update(*res, field="spec", registry=registry, id="reconcile")(on_application)
     kopf.timer(*res, interval=resync_seconds, registry=registry, id="resync")(on_resync)
@@ -231,11 +235,16 @@ def index_executor_pod(namespace: str | None, labels: Any, body: kopf.Body, **_:
     return {(namespace, labels.get(names.LABEL_APP)): executors.summary(dict(body))}
 
 
-async def on_application(namespace: str | None, name: str, memo: Any, **kwargs: Any) -> None:
-    """Create / resume / spec change: one full reconcile pass."""
+async def on_application(
+    body: kopf.Body, reason: Any, namespace: str | None, name: str, memo: Any, **kwargs: Any
+) -> None:
+    """Create / resume / spec change: one full reconcile pass. A create's pass is memory
+    first: kopf runs the resync timer at an object's first sight too, often before the
+    create handler, and a full pass that timer just made needs no second one."""
     _adopt_indexes(memo, kwargs)
     if namespace:
-        await reconcile(memo, namespace, name)
+        created = reason == kopf.Reason.CREATE
+        await reconcile(memo, namespace, name, memory_first=created, known=dict(body))
 
 
 async def on_application_event(
@@ -260,6 +269,11 @@ async def on_resync(
     _adopt_indexes(memo, kwargs)
     if namespace:
         await reconcile(memo, namespace, name, resync=True, memory_first=True, known=dict(body))
+
+
+def _unsettled(body: kopf.Body, **_: Any) -> bool:
+    """kopf filter of the resume handler: not :func:`settled` now."""
+    return not settled(dict(body), time.time())
 
 
 def settled(app: dict[str, Any], now: float) -> bool:
@@ -537,16 +551,22 @@ async def _memory_pass(
     to do, or only what :data:`_MEMORY_WRITES` says), False when a full pass must run: the
     last one is ``full_resync_seconds`` old (or there was none in this process), kopf's
     indexes are not handed over yet, or the pass found a step to take."""
-    record = ctx.app_records.get(key)
-    if record is None or not record.checked_at:
-        return False
-    if time.monotonic() - record.checked_at >= ctx.config.full_resync_seconds:
-        return False
     if ctx.applications is None or ctx.driver_pods is None or ctx.executor_pods is None:
         return False
     app = _known_app(ctx, *key, known)
     if app is None:
         return False
+    record = ctx.app_records.get(key)
+    if not settled(app, time.time()):
+        if record is None or not record.checked_at:
+            return False
+        if time.monotonic() - record.checked_at >= ctx.config.full_resync_seconds:
+            return False
+    elif record is None:
+        # An ended application needs no full pass of this process first (a restarted one
+        # resumes none): its Pods' events, e.g. the first listing's, are settled from the
+        # watches, and a step to take (a referenced Secret to check, TTL) still hands over.
+        record = ApplicationRecord()
     view = copy.copy(ctx)  # shares every field but the API client
     view.cluster = cast(Cluster, _MemoryView(ctx, app, record))
     try:
@@ -747,11 +767,12 @@ async def _reconcile(ctx: OperatorContext, namespace: str, name: str, *, resync:
 
     uid = meta.get("uid") or ""
     hash = children.spec_hash(app.get("spec") or {})
+    control_secret: dict[str, Any] | None = None
     try:
         if not memory:
             # A memory pass leaves them to their watch events (on_child), and the Secret,
             # which is not watched, to the next full pass.
-            await _ensure_children(ctx, app, spec, resolved)
+            control_secret = await _ensure_children(ctx, app, spec, resolved)
         pod = await cluster.find(PODS, namespace, pod_name)
         _must_own(
             app, pod, {"kind": "Pod", "metadata": {"labels": {names.LABEL_ROLE: names.ROLE_DRIVER}}}
@@ -829,6 +850,7 @@ async def _reconcile(ctx: OperatorContext, namespace: str, name: str, *, resync:
             hash=hash,
             uid=uid,
             rerun=same_spec and (state is AppState.PENDING_RERUN),
+            secret=control_secret,
         )
         return
 
@@ -873,10 +895,17 @@ async def _reconcile(ctx: OperatorContext, namespace: str, name: str, *, resync:
             await _submission_failed(ctx, app, spec, new, failure)
             return
     new.update(applicationState={"state": pod_state.value}, driverInfo=_driver_info(name, pod))
-    if pod_state is AppState.RUNNING and progress_due(status, now, ctx.config.progress_seconds):
+    record = ctx.app_records.get((namespace, name))
+    read_at = record.progress_read_at if record is not None else 0.0
+    if pod_state is AppState.RUNNING and progress_due(
+        status, now, ctx.config.progress_seconds, read_at
+    ):
         progress = await _read_progress(ctx, app, pod)
         if progress is not None:
-            new["progress"] = progress
+            new["progress"] = progress  # its publishedAt dates the read once written
+        elif record is not None:
+            # Nothing written (no change, no answer): the interval still counts from here.
+            record.progress_read_at = now
     await _write(
         ctx, app, new, pod_state, f"waiting for the driver Pod: {waiting}" if waiting else None
     )
@@ -940,8 +969,10 @@ async def _submit(
     hash: str,
     uid: str,
     rerun: bool,
+    secret: dict[str, Any] | None = None,
 ) -> None:
-    """Create the driver Pod (a first run, a re-run, or the run of a changed spec)."""
+    """Create the driver Pod (a first run, a re-run, or the run of a changed spec).
+    ``secret``: the control Secret as this pass read or created it (None: read it)."""
     _act(ctx, "a driver Pod to create")
     name, namespace = app["metadata"]["name"], app["metadata"]["namespace"]
     status: dict[str, Any] = app.get("status") or {}
@@ -962,7 +993,7 @@ async def _submit(
         nextRerunTime=None,
         terminationTime=None,
     )
-    await _ensure_certificate(ctx, app)  # the new driver serves HTTPS with it
+    await _ensure_certificate(ctx, app, secret)  # the new driver serves HTTPS with it
     try:
         await ctx.cluster.create(PODS, namespace, pod)
     except Conflict:
@@ -987,7 +1018,10 @@ async def _submit(
         driverInfo=_driver_info(name, None),
         conditions=_with_submitted(app, new, True, "DriverPodCreated", created),
     )
-    await _write(ctx, app, new, AppState.SUBMITTED, created)
+    # Ready gets the message every later pass of a starting driver writes: one naming the
+    # attempt would change at the Pod's first event, which only a full pass may write (a
+    # second full pass per submission); the attempt is in Submitted and the Event.
+    await _write(ctx, app, new, AppState.SUBMITTED, event_message=created)
 
 
 async def _wait_to_submit(
@@ -1117,8 +1151,10 @@ async def _ensure_children(
     app: dict[str, Any],
     spec: SparkApplicationSpec,
     resolved: dict[str, Any],
-) -> None:
-    """Create the ConfigMap, Secret and Service when missing; keep the ConfigMap current."""
+) -> dict[str, Any] | None:
+    """Create the ConfigMap, Secret and Service when missing; keep the ConfigMap current.
+    Returns the control Secret as read or created (None: another pass created it just now),
+    so that a driver Pod created by the same pass does not read it again."""
     cluster, name = ctx.cluster, app["metadata"]["name"]
     namespace, uid = app["metadata"]["namespace"], app["metadata"].get("uid") or ""
     desired_cm = children.config_map(
@@ -1161,6 +1197,7 @@ async def _ensure_children(
         svc_patch = children.service_patch(svc, desired_svc)
         if svc_patch:
             await cluster.patch(SERVICES, namespace, names.service_name(name), svc_patch)
+    return secret
 
 
 async def _check_pod_privileges(
@@ -1273,7 +1310,9 @@ async def _create(ctx: OperatorContext, kind: Any, namespace: str, body: dict[st
     return True
 
 
-async def _ensure_certificate(ctx: OperatorContext, app: dict[str, Any]) -> None:
+async def _ensure_certificate(
+    ctx: OperatorContext, app: dict[str, Any], secret: dict[str, Any] | None = None
+) -> None:
     """Before a driver Pod is created: make the owned control Secret hold a certificate and
     key for the driver Service that is valid for more than ``RENEWAL_MARGIN`` (30 days), and
     a redaction key (a Secret made before it held one gets one).
@@ -1282,10 +1321,12 @@ async def _ensure_certificate(ctx: OperatorContext, app: dict[str, Any]) -> None
     it started, and the operator pins the certificate in the Secret, so replacing either under
     a running driver would cut it off or change its hashes. A Secret that already holds a good
     certificate or key keeps it; one not owned by the application is left alone
-    (``driver_access`` ignores it).
+    (``driver_access`` ignores it). ``secret``: the Secret as the calling pass just read or
+    created it, instead of a second read; None: read from the API.
     """
     name, namespace = app["metadata"]["name"], app["metadata"]["namespace"]
-    secret = await ctx.cluster.find(SECRETS, namespace, names.secret_name(name))
+    if secret is None:
+        secret = await ctx.cluster.find(SECRETS, namespace, names.secret_name(name))
     if secret is None or not owned_by(secret, app, names.ROLE_CONTROL_TOKEN):
         return
     data = children.missing_redaction_key(secret) or {}
@@ -1359,8 +1400,11 @@ async def _write(
     new: dict[str, Any],
     state: AppState,
     message: str | None = None,
+    *,
+    event_message: str | None = None,
 ) -> None:
-    """Patch the status with ``new`` plus the Ready condition for ``state``; announce changes."""
+    """Patch the status with ``new`` plus the Ready condition for ``state``; announce changes
+    (with ``event_message``, when given, instead of the Ready message)."""
     status = app.get("status") or {}
     new.setdefault("applicationState", {"state": state.value})
     ready, reason, default_message = _READY.get(state, (None, "Unknown", "unknown state"))
@@ -1398,7 +1442,7 @@ async def _write(
             app,
             "Warning" if failing else "Normal",
             f"State{state.value.title().replace('_', '')}",
-            message or error or default_message,
+            event_message or message or error or default_message,
         )
 
 
@@ -1429,22 +1473,45 @@ async def _patch_if_changed(ctx: OperatorContext, app: dict[str, Any], new: dict
             # Only another status fences this one out: a change of metadata alone (kopf's
             # own annotations, a label) leaves what the pass decided from, and what it did
             # (a driver Pod created) must still be written.
-            fresh = await ctx.cluster.find(APPS, namespace, name)
-            if (
-                fresh is None
-                or fresh["metadata"].get("uid") != meta.get("uid")
-                or _pruned(fresh.get("status") or {}) != _pruned(status)
-            ):
-                raise
-            written = await ctx.cluster.patch_status(
-                APPS, namespace, name, changed,
-                resource_version=fresh["metadata"].get("resourceVersion"),
-            )  # fmt: skip
+            written = await _patch_after_conflict(ctx, app, status, changed)
         # A second write of the same pass is fenced by this one's version.
         version = (written.get("metadata") or {}).get("resourceVersion")
         if version:
             meta["resourceVersion"] = version
         _remember_app(ctx, written)
+
+
+async def _patch_after_conflict(
+    ctx: OperatorContext, app: dict[str, Any], status: dict[str, Any], changed: dict[str, Any]
+) -> dict[str, Any]:
+    """The status write of a pass after its fenced write got a 409: again, fenced by a newer
+    version whose status is still the one the pass decided from; raises ``Conflict`` when
+    it is not. That version is first the watch's (kopf's first change of a new application,
+    its finalizer, races with the first pass's write, and the watch has usually delivered
+    it by then), then, when that one is outdated too, read from the API."""
+    meta = app["metadata"]
+    namespace, name = meta["namespace"], meta["name"]
+
+    def same(fresh: dict[str, Any] | None) -> bool:
+        return (
+            fresh is not None
+            and fresh["metadata"].get("uid") == meta.get("uid")
+            and _pruned(fresh.get("status") or {}) == _pruned(status)
+        )
+
+    watched = _known_app(ctx, namespace, name)
+    if watched is not None and newer(watched, app) and same(watched):
+        with contextlib.suppress(Conflict):
+            return await ctx.cluster.patch_status(
+                APPS, namespace, name, changed,
+                resource_version=watched["metadata"].get("resourceVersion"),
+            )  # fmt: skip
+    fresh = await ctx.cluster.find(APPS, namespace, name)
+    if fresh is None or not same(fresh):
+        raise Conflict(409, f"sparkapplications {namespace}/{name} changed since it was read")
+    return await ctx.cluster.patch_status(
+        APPS, namespace, name, changed, resource_version=fresh["metadata"].get("resourceVersion")
+    )
 
 
 def _cut(message: str) -> str:

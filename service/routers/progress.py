@@ -44,7 +44,7 @@ def get_progress(
     in all; ``/metrics`` exports the latest reading). With ``history=true``, their last
     minutes (local mode). Local mode: read from the driver, at most one second old.
     Kubernetes mode: read from the SparkApplication's ``status.progress``, which the operator
-    refreshes from the driver every ``--progress-seconds`` (10 s by default).
+    refreshes from the driver every ``--progress-seconds`` (60 s by default) when they changed.
 
     404 for an unknown application; 502 when the driver cannot be read, or the operator has
     published no metrics (yet), with the reason in ``detail``."""

@@ -7,6 +7,10 @@ default 10 s, 300 at the tests' 1 s; each progress read added 2 more). Now a res
 decides from the watches (a memory pass) and reads everything only every
 ``--full-resync-seconds`` (default 300), while the operator's watches of its driver Pods,
 ConfigMaps and Services bring a full pass at once when one of them changes or goes.
+
+A driver that answers its metrics costs a status write only when they changed, at most every
+``--progress-seconds`` (default 60: about one a minute for a streaming pipeline); a
+submission is one full pass; a finished application costs nothing when the operator restarts.
 """
 
 from __future__ import annotations
@@ -15,12 +19,17 @@ import asyncio
 import time
 from collections import Counter
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
+import aiohttp.web
 import attrs
 import kmock
 import pytest
 
+from sparkglass.operator.settings import DEFAULT_PROGRESS_SECONDS
+from tests.support.datasamples import APPS, ScriptedDriver, running_app, serve_driver
+from tests.support.datasamples import driver as driver
 from tests.support.sparkapplications import (
     create_app,
     example_app,
@@ -44,6 +53,10 @@ REACTION_S = 5.0
 #: (``--progress-seconds 1``); the Pod's address, 127.0.0.1, refuses at once, and the
 #: operator logs each refused read.
 PROGRESS_UNAVAILABLE = "driver progress unavailable"
+
+#: The window of a driver answering changing metrics at the default --progress-seconds:
+#: longer than one interval, so that a publish is due in it.
+PUBLISHING_WINDOW_S = DEFAULT_PROGRESS_SECONDS + 5
 
 CONFIG_MAPS_PATH = f"/api/v1/namespaces/{NAMESPACE}/configmaps"
 SERVICES_PATH = f"/api/v1/namespaces/{NAMESPACE}/services"
@@ -228,3 +241,230 @@ def test_streams_are_told_from_requests() -> None:
         "GET", "/apis/sparkglass.io/v1alpha1/namespaces/spark-jobs/sparkapplications/steady"
     )
     assert not is_stream("PATCH", "/api/v1/namespaces/spark-jobs/configmaps")
+
+
+def app_status_path(name: str) -> str:
+    return f"/apis/sparkglass.io/v1alpha1/namespaces/{NAMESPACE}/sparkapplications/{name}/status"
+
+
+def published(kube: StrictApiServer, name: str) -> dict[str, Any]:
+    return ((kube.stored(APPS, NAMESPACE, name) or {}).get("status") or {}).get("progress") or {}
+
+
+@dataclass
+class IdleDriver(ScriptedDriver):
+    """A driver whose pipeline does nothing: the same counts on every answer (``batches``
+    micro-batches), only its clock (``observedAt``) moves, as a real idle driver's does."""
+
+    batches: int = 3
+
+    async def progress(self, request: aiohttp.web.Request) -> aiohttp.web.Response:
+        self.calls["progress"] += 1
+        if not self._authorized(request):
+            return aiohttp.web.json_response({"error": "unauthorized"}, status=401)
+        return aiohttp.web.json_response(
+            {
+                "state": "ACTIVE",
+                "activeQueries": 1,
+                "microBatches": self.batches,
+                "observedAt": 1_700_000_000_000 + self.calls["progress"],
+                "vertices": {
+                    "parse": {
+                        "rowsLastMicroBatch": 5,
+                        "rowsPerSecond": 0.0,
+                        "rowsTotal": 5 * self.batches,
+                    }
+                },
+            }
+        )
+
+
+@pytest.fixture()
+async def idle_driver() -> AsyncIterator[IdleDriver]:
+    d = IdleDriver()
+    runner = await serve_driver(d)
+    yield d
+    await runner.cleanup()
+
+
+@pytest.mark.parametrize("operator_args", [["--progress-seconds", "1"]])
+async def test_metrics_that_did_not_change_are_not_written_again(
+    kube: StrictApiServer, operator: OperatorProcess, idle_driver: IdleDriver
+) -> None:
+    """An idle pipeline's driver answers the same counts at every read, with a new
+    observedAt: a read every second, and no status write until the counts change."""
+    await running_app(kube, operator, idle_driver, "idle")
+    first = await eventually(lambda: published(kube, "idle"), what="status.progress")
+    await settle(kube)
+
+    before, reads = requests(kube), idle_driver.calls["progress"]
+    started = time.monotonic()
+    await eventually(
+        lambda: (
+            time.monotonic() - started >= WINDOW_S / 2
+            and idle_driver.calls["progress"] >= reads + 10
+        ),
+        timeout=WINDOW_S + 30,
+        interval=0.5,
+        what="reads of the idle driver",
+        operator=operator,
+    )
+    elapsed = time.monotonic() - started
+    served = requests(kube) - before
+    print(
+        f"idle driver: {idle_driver.calls['progress'] - reads} reads, "
+        f"{sum(served.values()) * 60 / elapsed:.1f} requests/min over {elapsed:.1f} s: {served}"
+    )
+    assert served["PATCH", app_status_path("idle")] == 0, served
+    assert published(kube, "idle")["publishedAt"] == first["publishedAt"]
+
+    # The first change is written at the next read.
+    idle_driver.batches += 1
+    await eventually(
+        lambda: published(kube, "idle").get("microBatches") == idle_driver.batches,
+        timeout=REACTION_S,
+        what="the changed counts published",
+        operator=operator,
+    )
+
+
+@pytest.mark.parametrize("operator_args", [["--progress-seconds", f"{DEFAULT_PROGRESS_SECONDS:g}"]])
+async def test_a_running_application_whose_driver_answers_costs_at_most_two_requests_a_minute(
+    kube: StrictApiServer, operator: OperatorProcess, driver: ScriptedDriver
+) -> None:
+    """A streaming driver's counts change with every micro-batch (the scripted driver's
+    grow with every answer), so every read is a change: at the default interval that is
+    one status write a minute, read once, within the budget of a running application."""
+    await running_app(kube, operator, driver, "stream")
+    first = await eventually(lambda: published(kube, "stream"), what="status.progress")
+    await settle(kube)
+
+    before, reads = requests(kube), driver.calls["progress"]
+    started = time.monotonic()
+    await eventually(
+        lambda: (
+            time.monotonic() - started >= PUBLISHING_WINDOW_S
+            and published(kube, "stream").get("microBatches", 0) > first["microBatches"]
+        ),
+        timeout=PUBLISHING_WINDOW_S + 30,
+        interval=0.5,
+        what=f"{PUBLISHING_WINDOW_S:.0f} s with a publish in them",
+        operator=operator,
+    )
+    elapsed = time.monotonic() - started
+    served = requests(kube) - before
+    per_minute = sum(served.values()) * 60 / elapsed
+    print(
+        f"driver answering: {driver.calls['progress'] - reads} reads, "
+        f"{per_minute:.2f} requests/min over {elapsed:.1f} s: {served}"
+    )
+    assert per_minute <= MAX_PER_MINUTE, (per_minute, elapsed, served)
+    assert served["PATCH", app_status_path("stream")] >= 1, served
+    # Read when due, not at every resync (each of which could have asked it).
+    assert driver.calls["progress"] - reads <= 2, driver.calls
+
+
+def app_paths(name: str) -> set[str]:
+    """The paths of ``name``'s objects: the application (and its status) and its children."""
+    apps = f"/apis/sparkglass.io/v1alpha1/namespaces/{NAMESPACE}/sparkapplications/{name}"
+    return {
+        apps,
+        f"{apps}/status",
+        f"{CONFIG_MAPS_PATH}/{name}-sparkglass",
+        f"{SECRETS_PATH}/{name}-control-token",
+        f"{SERVICES_PATH}/{name}-driver",
+        f"{PODS_PATH}/{name}-driver",
+    }
+
+
+def requests_for(kube: StrictApiServer, name: str) -> Counter[tuple[str, str]]:
+    """The requests :func:`requests` counts that were about ``name`` or one of its children
+    (creates, POSTs to a collection, are not told apart by name)."""
+    paths = app_paths(name)
+    return Counter({(m, p): n for (m, p), n in requests(kube).items() if p in paths})
+
+
+def one_app(name: str) -> dict[str, Any]:
+    body = example_app()
+    body["metadata"]["name"] = name
+    body["spec"]["restartPolicy"] = {"type": "Never"}
+    return body
+
+
+async def test_a_submission_reads_each_child_once_and_makes_one_pass(
+    kube: StrictApiServer, operator: OperatorProcess
+) -> None:
+    """From created to SUBMITTED: one full pass (the application, its ConfigMap, Secret,
+    Service and driver Pod read once each, then created, the status written once), though
+    both kopf's create handler and the resync timer's first run ask for one; the driver
+    Pod's event that follows is settled from memory (the Ready condition it would write
+    is the one written), and the Secret the pass just read or created is not read again
+    before the driver Pod is created."""
+    await create_app(kube, one_app("submit"))
+    await eventually(lambda: state(kube, "submit") == "SUBMITTED", operator=operator)
+    await settle(kube)
+    served = requests_for(kube, "submit")
+    print(f"one submission: {sum(served.values())} requests: {served}")
+    for path in app_paths("submit") - {app_status_path("submit")}:
+        assert served["GET", path] <= 1, (path, served)
+    assert served["GET", f"{SECRETS_PATH}/submit-control-token"] == 1, served
+    # One write; a second only when kopf's first change (its finalizer) fenced it out.
+    assert served["PATCH", app_status_path("submit")] <= 2, served
+    children = (CONFIG_MAPS_PATH, SECRETS_PATH, SERVICES_PATH, PODS_PATH)
+    creates = {path: kube.served["POST", path] for path in children}
+    assert set(creates.values()) == {1}, creates
+    ready = [
+        c
+        for c in (kube.stored(APPS, NAMESPACE, "submit") or {})["status"]["conditions"]
+        if c["type"] in ("Ready", "Submitted")
+    ]
+    assert {c["type"]: c["reason"] for c in ready} == {
+        "Ready": "DriverPending",
+        "Submitted": "DriverPodCreated",
+    }, ready
+
+
+async def test_a_finished_application_costs_no_request_when_the_operator_restarts(
+    kube: StrictApiServer, operator: OperatorProcess
+) -> None:
+    """A COMPLETED application (its driver Pod still there, Succeeded) is neither read nor
+    written by a restarted operator: its resume, and its driver Pod's event from the first
+    listing, are settled from what the watches list. A running one is still resumed."""
+    await create_app(kube, one_app("finished"))
+    await eventually(lambda: state(kube, "finished") == "SUBMITTED", operator=operator)
+    await set_pod_phase(kube, "finished-driver", "Succeeded")
+    await eventually(lambda: state(kube, "finished") == "COMPLETED", operator=operator)
+    await running(kube, operator, "live")
+    await settle(kube)
+
+    operator.stop()
+    before, before_live = requests_for(kube, "finished"), requests_for(kube, "live")
+    operator.start()
+    # The witness that the new process listed everything and handled what it listed: the
+    # running application is resumed with a full pass, which reads it.
+    await eventually(
+        lambda: (
+            requests_for(kube, "live")["GET", f"{PODS_PATH}/live-driver"]
+            > before_live["GET", f"{PODS_PATH}/live-driver"]
+        ),
+        what="the running application resumed",
+        operator=operator,
+    )
+    await settle(kube)
+    served = requests_for(kube, "finished") - before
+    print(f"finished application on resume: {served}")
+    assert not served, served
+    assert state(kube, "finished") == "COMPLETED"
+
+    # Still acted on: a spec change runs it again.
+    await patch(
+        kube,
+        f"/apis/sparkglass.io/v1alpha1/namespaces/{NAMESPACE}/sparkapplications/finished",
+        {"spec": {"arguments": ["--again"]}},
+    )
+    await eventually(
+        lambda: state(kube, "finished") in ("INVALIDATING", "SUBMITTED"),
+        timeout=REACTION_S * 3,
+        what="a changed finished application run again",
+        operator=operator,
+    )

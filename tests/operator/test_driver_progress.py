@@ -29,9 +29,12 @@ from sparkglass.operator.driver_progress import (
     MAX_PROGRESS_EXPECTATIONS,
     MAX_PROGRESS_VERTICES,
     bound_progress,
+    progress_due,
     progress_patch,
     read_progress,
+    same_progress,
 )
+from sparkglass.operator.timestamps import epoch_or_zero
 from sparkglass.runtime.contract.pipeline_metrics import (
     ExpectationMetrics,
     PipelineMetrics,
@@ -381,3 +384,64 @@ async def test_read_progress_publishes_a_bounded_patch(monkeypatch: pytest.Monke
     assert size(stored) <= MAX_PROGRESS_BYTES
     assert len(stored["vertices"]) == MAX_PROGRESS_VERTICES
     validate_status(stored)
+
+
+# ------------------------------------------------------------- when a publish is a write
+
+
+def test_an_answer_that_differs_only_in_its_times_is_no_change() -> None:
+    row = {"rowsLastMicroBatch": 5, "rowsPerSecond": 2.5, "rowsTotal": 50}
+    stored = merge({}, bound_progress(metrics({"parse": row}, observedAt=1), ["parse"]))
+    again = bound_progress(metrics({"parse": row}, observedAt=2), ["parse"])
+    again["publishedAt"] = "2026-11-25T10:01:00Z"
+    assert same_progress(again, stored)
+    moved = bound_progress(metrics({"parse": {**row, "rowsTotal": 55}}), ["parse"])
+    assert not same_progress(moved, stored)
+    assert not same_progress(again, None)  # nothing published yet
+
+
+async def test_read_progress_writes_nothing_for_the_same_counts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    answer = {"state": "ACTIVE", "activeQueries": 1, "microBatches": 3, "vertices": {}}
+    FakeDriver.answer = PipelineMetrics.model_validate({**answer, "observedAt": 7})
+
+    async def access(ctx: Any, app: Any) -> DriverAccess:
+        return DriverAccess(endpoint="https://10.0.0.1:4041", token="t", tls=None)
+
+    monkeypatch.setattr(driver_progress, "driver_access", access)
+    monkeypatch.setattr(driver_progress, "AsyncControlClient", FakeDriver)
+    app: dict[str, Any] = {"metadata": {"name": "a", "namespace": "n"}, "spec": {}}
+    first = await read_progress(None, copy.deepcopy(app))  # type: ignore[arg-type]
+    assert first is not None
+    app["status"] = {"progress": merge({}, first)}
+    FakeDriver.answer = PipelineMetrics.model_validate({**answer, "observedAt": 8})
+    assert await read_progress(None, copy.deepcopy(app)) is None  # type: ignore[arg-type]
+    FakeDriver.answer = PipelineMetrics.model_validate({**answer, "microBatches": 4})
+    assert await read_progress(None, copy.deepcopy(app)) is not None  # type: ignore[arg-type]
+
+
+def test_a_read_that_wrote_nothing_waits_its_interval_too() -> None:
+    published = {"progress": {"publishedAt": "2026-11-25T10:00:00Z"}}
+    at = epoch_or_zero("2026-11-25T10:00:00Z")
+    assert not progress_due(published, at + 59, 60)
+    assert progress_due(published, at + 60, 60)
+    # Read at +60 with nothing new to write: the next read is due at +120, not at once.
+    assert not progress_due(published, at + 61, 60, read_at=at + 60)
+    assert progress_due(published, at + 120, 60, read_at=at + 60)
+    # Nothing published yet: asked again at every pass until the driver answers.
+    assert progress_due({}, at + 1, 60, read_at=at)
+    assert not progress_due(published, at + 10_000, 0)  # 0: never
+
+
+def test_the_cli_the_config_and_the_crd_state_one_default_interval() -> None:
+    import inspect
+
+    from sparkglass.cli.operator import run
+    from sparkglass.crds.sparkapplication import Progress
+    from sparkglass.operator.settings import DEFAULT_PROGRESS_SECONDS
+
+    assert inspect.signature(run).parameters["progress"].default.default == (
+        DEFAULT_PROGRESS_SECONDS
+    )
+    assert f"(default {DEFAULT_PROGRESS_SECONDS:g} s)" in (Progress.__doc__ or "")

@@ -175,13 +175,15 @@ def run(
         "rest at --api-qps.",
     ),
     progress: float = typer.Option(
-        10.0,
+        60.0,  # operator/settings.py's DEFAULT_PROGRESS_SECONDS (a test keeps them equal)
         "--progress-seconds",
         min=0,
         max=3600,
         help=(
-            "How often a running driver's live metrics are copied into its SparkApplication's "
-            "status.progress (the page's graph in Kubernetes mode); 0: never."
+            "How often a running driver's live metrics are read and, when they changed, "
+            "copied into its SparkApplication's status.progress (the page's graph in "
+            "Kubernetes mode, which is up to this long plus one resync behind); each copy is "
+            "one status write. 0: never."
         ),
     ),
     poll: float = typer.Option(
