@@ -37,15 +37,17 @@ from .schema import CustomResource, PrinterColumn, ResourceModel, Rule, Schema, 
 
 GROUP = "sparkglass.io"
 VERSION = "v1alpha1"
-#: ``spec.applicationRef.apiVersion`` values: sparkglass's own SparkApplication (the default)
-#: and the Kubeflow spark-operator's. Both kinds are ``SparkApplication``.
+#: ``spec.applicationRef.apiVersion`` values: sparkglass's own SparkApplication (the default),
+#: the Kubeflow spark-operator's and the Apache Spark Kubernetes operator's. All three kinds
+#: are ``SparkApplication``.
 SPARKGLASS_API_VERSION = f"{GROUP}/{VERSION}"
 KUBEFLOW_API_VERSION = "sparkoperator.k8s.io/v1beta2"
+APACHE_SPARK_API_VERSION = "spark.apache.org/v1"
 #: Suffix of the control Secret (and of the certificate's Service name) the operator makes
-#: for a Kubeflow application.
+#: for another operator's application (Kubeflow's or Apache Spark's).
 KUBEFLOW_SECRET_SUFFIX = "-sparkglass-control"
-#: Longest name of a Kubeflow application: ``<name>-sparkglass-control`` is a 63-character
-#: DNS-1123 label.
+#: Longest name of another operator's application: ``<name>-sparkglass-control`` is a
+#: 63-character DNS-1123 label.
 KUBEFLOW_MAX_NAME_LENGTH = 63 - len(KUBEFLOW_SECRET_SUFFIX)
 #: Longest ``applicationStartTimeout``, seconds.
 MAX_START_TIMEOUT_SECONDS = 3600.0
@@ -58,6 +60,7 @@ MAX_MESSAGE_LENGTH = 4096
 class ApplicationApiVersion(StrEnum):
     SPARKGLASS = SPARKGLASS_API_VERSION
     KUBEFLOW = KUBEFLOW_API_VERSION
+    APACHE_SPARK = APACHE_SPARK_API_VERSION
 
 
 class ApplicationKind(StrEnum):
@@ -84,41 +87,48 @@ class ApplicationRef(ResourceModel):
     the application owns (controller owner reference to its uid), at that Pod's IP and its
     container port named sg-control, with the token and certificate of the Secret
     <name>-sparkglass-control the operator created for it (docs/pipelines.md, "Kubeflow
-    spark-operator applications")."""
+    spark-operator applications"). With apiVersion spark.apache.org/v1, an Apache Spark
+    Kubernetes operator SparkApplication, the same way: the operator waits until its
+    status.currentState.currentStateSummary says the driver started, then talks to the driver
+    Pod labelled spark-role=driver and spark.operator/spark-app-name=<name> that has an owner
+    reference to its uid (docs/pipelines.md, "Apache Spark Kubernetes operator
+    applications")."""
 
     model_config = ResourceModel.model_config | {
         "json_schema_extra": rules(
             Rule(
                 "(!has(self.kind) || self.kind == 'SparkApplication') && (!has(self.apiVersion)"
                 f" || self.apiVersion == '{SPARKGLASS_API_VERSION}' ||"
-                f" self.apiVersion == '{KUBEFLOW_API_VERSION}')",
+                f" self.apiVersion == '{KUBEFLOW_API_VERSION}' ||"
+                f" self.apiVersion == '{APACHE_SPARK_API_VERSION}')",
                 "applicationRef must name a SparkApplication of apiVersion "
-                f"{SPARKGLASS_API_VERSION} or {KUBEFLOW_API_VERSION}",
+                f"{SPARKGLASS_API_VERSION}, {KUBEFLOW_API_VERSION} or {APACHE_SPARK_API_VERSION}",
             ),
             Rule(
-                f"!has(self.apiVersion) || self.apiVersion != '{KUBEFLOW_API_VERSION}' || "
+                f"!has(self.apiVersion) || self.apiVersion == '{SPARKGLASS_API_VERSION}' || "
                 f"(size(self.name) <= {KUBEFLOW_MAX_NAME_LENGTH} && "
                 f"self.name.matches('{DNS1123_LABEL_PATTERN}'))",
-                "a Kubeflow application's name must be a DNS-1123 label of at most "
-                f"{KUBEFLOW_MAX_NAME_LENGTH} characters (its Secret <name>-sparkglass-control "
-                "is a 63-character label)",
+                "a Kubeflow or Apache Spark operator application's name must be a DNS-1123 "
+                f"label of at most {KUBEFLOW_MAX_NAME_LENGTH} characters (its Secret "
+                "<name>-sparkglass-control is a 63-character label)",
             ),
         )
     }
 
     api_version: ApplicationApiVersion = ApplicationApiVersion.SPARKGLASS
     """API version of the application: sparkglass.io/v1alpha1 (default, sparkglass's own
-    SparkApplication) or sparkoperator.k8s.io/v1beta2 (a Kubeflow spark-operator
+    SparkApplication), sparkoperator.k8s.io/v1beta2 (a Kubeflow spark-operator
     SparkApplication; needs the chart value kubeflow.enabled=true, which lets the operator read
-    them)."""
+    them) or spark.apache.org/v1 (an Apache Spark Kubernetes operator SparkApplication; needs
+    the chart value apacheSparkOperator.enabled=true)."""
     kind: ApplicationKind = ApplicationKind.SPARK_APPLICATION
-    """Kind of the application; SparkApplication for both API versions."""
+    """Kind of the application; SparkApplication for every API version."""
     name: Annotated[
         str, Field(min_length=1, max_length=253), Schema(pattern=DNS1123_SUBDOMAIN_PATTERN)
     ]
-    """Name of the application in this namespace. A Kubeflow application's name must be a
-    DNS-1123 label of at most 44 characters (its Secret and certificate name
-    <name>-sparkglass-control is a 63-character label)."""
+    """Name of the application in this namespace. A Kubeflow or Apache Spark operator
+    application's name must be a DNS-1123 label of at most 44 characters (its Secret and
+    certificate name <name>-sparkglass-control is a 63-character label)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -141,6 +151,12 @@ class ApplicationRef(ResourceModel):
     def is_kubeflow(self) -> bool:
         """Whether this names a Kubeflow spark-operator SparkApplication."""
         return self.api_version is ApplicationApiVersion.KUBEFLOW
+
+    @property
+    def is_foreign(self) -> bool:
+        """Whether this names another operator's SparkApplication (Kubeflow's or Apache
+        Spark's), whose driver Pod that operator creates."""
+        return self.api_version is not ApplicationApiVersion.SPARKGLASS
 
 
 class DataSampleSpec(ResourceModel):
@@ -222,7 +238,9 @@ class DataSampleSpec(ResourceModel):
     """How long, from the DataSample's creation, to wait for an application that is still
     starting (SUBMITTED, PENDING_RERUN, or its driver Pod not running yet; for a Kubeflow
     application any state but RUNNING and its end states COMPLETED, FAILED, SUBMISSION_FAILED,
-    or no Running driver Pod it owns) before the phase becomes Abandoned (reason
+    or no Running driver Pod it owns; for an Apache Spark operator application any state before
+    its driver started and the stopping ones, but not ResourceReleased or
+    TerminatedWithoutReleaseResources) before the phase becomes Abandoned (reason
     ApplicationNotRunning). While waiting the phase stays Pending with Ready reason
     WaitingForApplication. A duration such as 30s or 5m (0s-1h)."""
 

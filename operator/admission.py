@@ -37,7 +37,7 @@ from sparkglass.runtime.control.client import (
     ControlRejected,
 )
 
-from . import kubeflow, names, sample_fit
+from . import foreign_apps, names, sample_fit
 from .context import OperatorContext
 from .driver_access import DriverAccess, driver_access
 from .kube.cluster import APPS, ApiError
@@ -154,10 +154,11 @@ class DataSampleReviewer:
       no pipeline, by asking its running driver (``GET /api/v1/vertices/{vertex}/round-check``):
       Spark's own parser and analyzer against the vertex's schema, the words of a refused
       open. The driver is found only as the DataSample reconcile finds it
-      (:mod:`.driver_access`): never from a field a user can write. A Kubeflow spark-operator
-      application's driver is not asked (reaching it needs the control Secret the operator
-      creates at the first round, and a review has no side effects): its name, sampling
-      settings, window and sampling switch are checked, the rest when the round opens.
+      (:mod:`.driver_access`): never from a field a user can write. Another operator's
+      application's driver (Kubeflow's, Apache Spark's) is not asked (reaching it needs the
+      control Secret the operator creates at the first round, and a review has no side
+      effects): its name, sampling settings, window and sampling switch are checked, the rest
+      when the round opens.
 
     When a check cannot be made (the application is not there or not running yet, its driver
     does not answer within :data:`DRIVER_CHECK_SECONDS`, or more than
@@ -193,8 +194,8 @@ class DataSampleReviewer:
         if not self.ctx.config.watches(namespace):
             return _allowed()  # not a namespace this operator watches: not its business
         try:
-            if spec.application_ref.is_kubeflow:
-                return await self._review_kubeflow(namespace, spec, round_request)
+            if (apps := sample_fit.foreign(spec)) is not None:
+                return await self._review_foreign(apps, namespace, spec)
             return await self._review_sparkglass(namespace, spec, round_request)
         except ApiError as exc:
             return _allowed(f"not checked: reading the application failed ({exc.status})")
@@ -217,27 +218,25 @@ class DataSampleReviewer:
         access = await driver_access(self.ctx, app)
         return await self._ask_driver(access, spec, request, app_name)
 
-    async def _review_kubeflow(
-        self, namespace: str, spec: DataSampleSpec, request: RoundRequest
+    async def _review_foreign(
+        self, apps: foreign_apps.ForeignApps, namespace: str, spec: DataSampleSpec
     ) -> Verdict:
         app_name = spec.application_ref.name
         try:
-            app = await kubeflow.read_application(self.ctx.cluster, namespace, app_name)
-        except kubeflow.NotEnabled as exc:
-            return _misfit(sample_fit.kubeflow_not_enabled(exc))
+            app = await apps.read_application(self.ctx.cluster, namespace, app_name)
+        except foreign_apps.NotEnabled as exc:
+            return _misfit(sample_fit.not_enabled(apps, exc))
         if app is None:
             return _allowed(
-                f"Kubeflow SparkApplication {app_name!r} is not in namespace {namespace!r} "
-                "yet; the DataSample waits for it and is checked when its round opens"
+                f"{apps.kind_title} {app_name!r} is not in namespace {namespace!r} yet; the "
+                "DataSample waits for it and is checked when its round opens"
             )
         fit = sample_fit.check(spec, app)
         if isinstance(fit, sample_fit.Misfit):
             return _misfit(fit)
         # Its driver is not asked: reaching it needs the control Secret the operator creates
-        # at the first round (kubeflow.driver_access), and a review must have no side effect.
-        return _not_checked(
-            "the driver of a Kubeflow application is asked only when the round opens"
-        )
+        # at the first round (ForeignApps.driver_access), and a review must have no side effect.
+        return _not_checked(f"the driver of {apps.title}s is asked only when the round opens")
 
     async def _ask_driver(
         self,

@@ -28,7 +28,7 @@ import kopf
 import structlog
 from prometheus_client import start_http_server
 
-from . import admission, datasample, executors, kubeflow, sparkapplication
+from . import admission, apache_spark, datasample, executors, kubeflow, sparkapplication
 from .context import OperatorContext
 from .kube.cluster import Cluster
 from .kube.diff_base import SpecDigestStorage
@@ -43,16 +43,24 @@ FINALIZER = "sparkglass.io/operator"
 
 
 def build_registry(
-    config: OperatorConfig, *, kubeflow_applications: bool = False
+    config: OperatorConfig,
+    *,
+    kubeflow_applications: bool = False,
+    apache_spark_applications: bool = False,
 ) -> kopf.OperatorRegistry:
-    """A registry holding the SparkApplication and DataSample handlers (and the Kubeflow
-    SparkApplication event handler when ``kubeflow_applications``)."""
+    """A registry holding the SparkApplication and DataSample handlers (and the event
+    handler of Kubeflow's SparkApplications when ``kubeflow_applications``, of the Apache
+    Spark operator's when ``apache_spark_applications``)."""
     registry = kopf.OperatorRegistry()
     # A registry of our own has none of kopf's default login handlers: credentials come the
     # way the kubernetes client finds them (in-cluster service account, else the kubeconfig).
     kopf.on.login(registry=registry, id="login")(login)
     sparkapplication.register(registry, resync_seconds=config.resync_seconds)
-    datasample.register(registry, kubeflow_applications=kubeflow_applications)
+    datasample.register(
+        registry,
+        kubeflow_applications=kubeflow_applications,
+        apache_spark_applications=apache_spark_applications,
+    )
     return registry
 
 
@@ -159,8 +167,16 @@ async def _lead_and_operate(
         log.info(
             "kubeflow spark-operator applications", watched=kubeflow_off is None, why=kubeflow_off
         )
+        # Likewise the Apache Spark operator's (chart value apacheSparkOperator.enabled).
+        apache_off = await apache_spark.APACHE_SPARK.readable(cluster, config.namespaces)
+        log.info("apache spark operator applications", watched=apache_off is None, why=apache_off)
+        registry = build_registry(
+            config,
+            kubeflow_applications=kubeflow_off is None,
+            apache_spark_applications=apache_off is None,
+        )
         await kopf.operator(
-            registry=build_registry(config, kubeflow_applications=kubeflow_off is None),
+            registry=registry,
             settings=build_settings(config),
             clusterwide=config.clusterwide,
             namespaces=list(config.namespaces),

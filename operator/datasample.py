@@ -39,7 +39,7 @@ from sparkglass.runtime.control.client import (
     ControlUntrusted,
 )
 
-from . import children, kubeflow, names, sample_fit
+from . import apache_spark, children, foreign_apps, kubeflow, names, sample_fit
 from .certificates import RENEWAL_MARGIN, read_stored_certificate
 from .conditions import set_condition
 from .context import OperatorContext, SampleRecord
@@ -95,11 +95,17 @@ CONFLICT_RETRY_SECONDS = 0.2
 ENGINE_WORKERS = 16
 
 
-def register(registry: kopf.OperatorRegistry, *, kubeflow_applications: bool = False) -> None:
+def register(
+    registry: kopf.OperatorRegistry,
+    *,
+    kubeflow_applications: bool = False,
+    apache_spark_applications: bool = False,
+) -> None:
     """Register the DataSample handlers and indexes on ``registry`` (the engine reads
     ``poll_seconds`` from the config). ``kubeflow_applications``: also watch Kubeflow
     spark-operator SparkApplications (only when the operator may: :func:`kubeflow.readable`),
-    to create the control Secret of those that enable sampling before their driver starts."""
+    to create the control Secret of those that enable sampling before their driver starts;
+    ``apache_spark_applications``: the same for the Apache Spark operator's."""
     res = (names.GROUP, names.VERSION, names.SAMPLES)
     kopf.index(names.GROUP, names.VERSION, names.APPS, registry=registry, id="sg_applications")(
         index_application
@@ -115,16 +121,16 @@ def register(registry: kopf.OperatorRegistry, *, kubeflow_applications: bool = F
     kopf.on.event(
         "", "v1", "pods", labels=DRIVER_POD_LABELS, registry=registry, id="wake-samples-pod"
     )(on_driver_pod_event)
-    if kubeflow_applications:
+    watched = [(kubeflow_applications, kubeflow.KUBEFLOW, "kubeflow-applications")]
+    watched.append((apache_spark_applications, apache_spark.APACHE_SPARK, "apache-spark-apps"))
+    for enabled, apps, handler_id in watched:
+        if not enabled:
+            continue
         # An event handler only: no finalizer, no annotation, nothing written to another
         # operator's resource (the operator may only read it).
-        kopf.on.event(
-            kubeflow.GROUP,
-            kubeflow.VERSION,
-            kubeflow.PLURAL,
-            registry=registry,
-            id="kubeflow-applications",
-        )(on_kubeflow_application_event)
+        kopf.on.event(apps.group, apps.version, apps.plural, registry=registry, id=handler_id)(
+            functools.partial(on_foreign_application_event, apps=apps)
+        )
 
 
 def index_application(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> Any:
@@ -180,14 +186,23 @@ async def on_driver_pod_event(body: kopf.Body, memo: Any, **kwargs: Any) -> None
 async def on_kubeflow_application_event(
     event: Any, body: kopf.Body, memo: Any, **kwargs: Any
 ) -> None:
-    """A Kubeflow SparkApplication changed: when its ``sparkConf`` enables sampling, make
-    sure its control Secret exists (so that its driver, which reads the token from it, can
-    start) and holds a usable certificate; then wake its unfinished DataSamples.
+    """:func:`on_foreign_application_event` for a Kubeflow SparkApplication."""
+    await on_foreign_application_event(event, body, memo, apps=kubeflow.KUBEFLOW, **kwargs)
+
+
+async def on_foreign_application_event(
+    event: Any, body: kopf.Body, memo: Any, apps: foreign_apps.ForeignApps, **kwargs: Any
+) -> None:
+    """Another operator's SparkApplication (Kubeflow's, Apache Spark's) changed: when its
+    ``sparkConf`` enables sampling, make sure its control Secret exists (so that its driver,
+    which reads the token from it, can start) and holds a usable certificate; then wake its
+    unfinished DataSamples.
 
     The Secret is checked once per application uid and again only when its certificate
-    nears renewal, not on each of the spark-operator's many status writes. A failure is
+    nears renewal, not on each of the other operator's many status writes. A failure is
     logged and tried again on the next event (a DataSample that needs the Secret also
-    creates it)."""
+    creates it). ``ctx.kubeflow_secrets`` keeps the due times of both operators'
+    applications: it is keyed by uid, unique across kinds."""
     ctx: OperatorContext = memo
     _adopt_indexes(ctx, kwargs)
     namespace, name = body.metadata.namespace or "", body.metadata.name or ""
@@ -197,22 +212,26 @@ async def on_kubeflow_application_event(
         return
     app = copy.deepcopy(dict(body))
     due = ctx.kubeflow_secrets.get(uid)
-    if kubeflow.sampling_requested(app) and (due is None or time.time() >= due):
-        await _ensure_kubeflow_secret(ctx, app)
+    if foreign_apps.sampling_requested(app) and (due is None or time.time() >= due):
+        await _ensure_foreign_secret(ctx, apps, app)
     wake_application(ctx, namespace, name)
 
 
-async def _ensure_kubeflow_secret(ctx: OperatorContext, app: dict[str, Any]) -> None:
+async def _ensure_foreign_secret(
+    ctx: OperatorContext, apps: foreign_apps.ForeignApps, app: dict[str, Any]
+) -> None:
     meta = app["metadata"]
-    if problem := kubeflow.app_name_problem(meta["name"]):
-        log.warning("kubeflow application not sampleable", namespace=meta["namespace"], why=problem)
+    if problem := apps.app_name_problem(meta["name"]):
+        log.warning(
+            f"{apps.log_name} application not sampleable", namespace=meta["namespace"], why=problem
+        )
         ctx.kubeflow_secrets[str(meta["uid"])] = float("inf")
         return
     try:
-        secret = await kubeflow.ensure_control_secret(ctx.cluster, app, renew=True)
+        secret = await apps.ensure_control_secret(ctx.cluster, app, renew=True)
     except ApiError as exc:
         log.warning(
-            "kubeflow control secret not ensured",
+            f"{apps.log_name} control secret not ensured",
             namespace=meta["namespace"],
             application=meta["name"],
             error=str(exc),
@@ -221,7 +240,7 @@ async def _ensure_kubeflow_secret(ctx: OperatorContext, app: dict[str, Any]) -> 
     if secret is None:
         message = (
             f"a Secret the operator did not create holds the name "
-            f"{kubeflow.secret_name(meta['name'])!r}: it is never read, and DataSamples of "
+            f"{foreign_apps.secret_name(meta['name'])!r}: it is never read, and DataSamples of "
             "this application fail until it is deleted (the operator then creates its own)"
         )
         with contextlib.suppress(LookupError):
@@ -516,8 +535,8 @@ class _Step:
     async def _advance(self) -> None:
         # Find the application's driver (each kind of application by its own trust rule),
         # then run the round the same way for both.
-        if self._spec.application_ref.is_kubeflow:
-            target = await self._kubeflow_target()
+        if (apps := sample_fit.foreign(self._spec)) is not None:
+            target = await self._foreign_target(apps)
         else:
             target = await self._sparkglass_target()
         if target is not None:
@@ -574,21 +593,22 @@ class _Step:
             ),
         )
 
-    async def _kubeflow_target(self) -> _Target | None:
-        """The driver of a Kubeflow spark-operator SparkApplication (:mod:`.kubeflow`: the
-        Pod it owns, the Secret the operator created for it), or None when this step ended
-        here. The application's state says only whether to wait; never where to connect."""
+    async def _foreign_target(self, apps: foreign_apps.ForeignApps) -> _Target | None:
+        """The driver of another operator's SparkApplication (Kubeflow's, Apache Spark's;
+        :mod:`.foreign_apps`: the Pod it owns, the Secret the operator created for it), or
+        None when this step ended here. The application's state says only whether to wait;
+        never where to connect."""
         spec = self._spec
         app_name = spec.application_ref.name
         try:
-            app = await kubeflow.read_application(self.ctx.cluster, self.namespace, app_name)
-        except kubeflow.NotEnabled as exc:
-            await self._misfit(sample_fit.kubeflow_not_enabled(exc))
+            app = await apps.read_application(self.ctx.cluster, self.namespace, app_name)
+        except foreign_apps.NotEnabled as exc:
+            await self._misfit(sample_fit.not_enabled(apps, exc))
             return None
         if app is None:
             await self._transient(
                 "ApplicationNotFound",
-                f"Kubeflow SparkApplication {app_name!r} ({kubeflow.API_VERSION}) not found in "
+                f"{apps.kind_title} {app_name!r} ({apps.api_version}) not found in "
                 f"namespace {self.namespace!r}",
                 final="Failed",
             )
@@ -598,28 +618,28 @@ class _Step:
             return None
         record = self.record
         opened = record.round_id or record.claimed_round_id
-        state = kubeflow.application_state(app)
+        state = apps.state(app)
         pod: dict[str, Any] | str = (
-            f"Kubeflow application {app_name!r} is not running (state {state or 'not set yet'})"
+            f"{apps.title} {app_name!r} is not running (state {state or 'not set yet'})"
         )
-        if state == kubeflow.RUNNING:
-            pod = await kubeflow.find_driver(self.ctx.cluster, app)
+        if state in apps.running:
+            pod = await apps.find_driver(self.ctx.cluster, app)
         if isinstance(pod, str):
-            if state in kubeflow.OVER or opened:
+            if state in apps.over or opened:
                 prefix = f"round {opened} was lost: " if opened else ""
                 await self._finish("Abandoned", "ApplicationNotRunning", prefix + pod)
             else:
                 await self._wait_for_start(app_name, state, pod)
             return None
-        access = await self._kubeflow_access(app, pod, opened)
+        access = await self._foreign_access(apps, app, pod, opened)
         if access is None:
             return None
         return _Target(
             access=access,
             limits=_Limits(timeout_ms=fit.timeout_ms, max_record_length=fit.max_record_length),
             token_missing=(
-                f"the Secret {kubeflow.secret_name(app_name)!r} at the name of the control "
-                f"Secret of Kubeflow application {app_name!r} was not created by the operator "
+                f"the Secret {foreign_apps.secret_name(app_name)!r} at the name of the control "
+                f"Secret of {apps.title} {app_name!r} was not created by the operator "
                 "for it (it is never read); delete it so that the operator creates its own"
             ),
         )
@@ -637,14 +657,18 @@ class _Step:
     async def _misfit(self, misfit: sample_fit.Misfit) -> None:
         await self._finish(misfit.phase, misfit.reason.value, misfit.message)
 
-    async def _kubeflow_access(
-        self, app: dict[str, Any], pod: dict[str, Any], opened: str | None
+    async def _foreign_access(
+        self,
+        apps: foreign_apps.ForeignApps,
+        app: dict[str, Any],
+        pod: dict[str, Any],
+        opened: str | None,
     ) -> DriverAccess | None:
-        """The access to the Kubeflow driver ``pod``, read once per driver Pod (uid and
+        """The access to the other operator's driver ``pod``, read once per driver Pod (uid and
         endpoint; the Secret is not read again for every poll). A round opened on another
         driver Pod was lost with it: ``Abandoned``. None when this step ended here."""
         key = (self.namespace, self.name)
-        version = ((pod.get("metadata") or {}).get("uid"), kubeflow.control_endpoint(pod))
+        version = ((pod.get("metadata") or {}).get("uid"), foreign_apps.control_endpoint(pod))
         cached = self.ctx.driver_access.get(key)
         if opened and cached is not None and cached[0][0] != version[0]:
             await self._finish(
@@ -658,7 +682,7 @@ class _Step:
             access: DriverAccess = cached[1]
             return access
         try:
-            access = await kubeflow.driver_access(self.ctx.cluster, app, pod)
+            access = await apps.driver_access(self.ctx.cluster, app, pod)
         except ValueError as exc:  # no control port on the Pod: only a new spec fixes that
             await self._finish("Failed", "ControlPortMissing", str(exc))
             return None

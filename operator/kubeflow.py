@@ -8,91 +8,46 @@ a Secret name: the application is read from the API (:func:`read_application`), 
 Pod must carry the driver labels and a controller owner reference to the application's uid
 (:func:`is_driver_pod`), and the token and the pinned certificate come only from the Secret
 this operator creates (:func:`ensure_control_secret`). The trust rule, what it proves and its
-limits: docs/pipelines.md, "Kubeflow spark-operator applications".
+limits: docs/pipelines.md, "Kubeflow spark-operator applications". The rule is
+:mod:`.foreign_apps`'s, shared with the Apache Spark operator's applications
+(:mod:`.apache_spark`); this module names what is Kubeflow's.
 """
 
 from __future__ import annotations
 
-import base64
-import secrets
-from collections.abc import Sequence
 from typing import Any
 
-import structlog
-
-from sparkglass.crds.datasample import KUBEFLOW_MAX_NAME_LENGTH, KUBEFLOW_SECRET_SUFFIX
-from sparkglass.runtime.contract.sampling_settings import PREFIX, SamplingSettings
-
-from . import children, names
-from .certificates import (
-    ControlCertificate,
-    issue_control_certificate,
-    reissue_reason,
-    server_name,
+from .foreign_apps import (
+    CONTROL_PORT_NAME,
+    LABEL_SPARK_ROLE,
+    MAX_APP_NAME,
+    SAMPLING_ENABLED_KEY,
+    SAMPLING_WINDOW_KEY,
+    SECRET_SUFFIX,
+    SPARK_ROLE_DRIVER,
+    ForeignApps,
+    NotEnabled,
+    control_endpoint,
+    control_port,
+    sampling_requested,
+    sampling_settings,
+    secret_name,
+    spark_conf,
+    tls_server_name,
 )
-from .driver_access import DriverAccess, pinned_access
-from .kube.cluster import PODS, SECRETS, ApiError, Cluster, Conflict, Kind, NotFound
-
-log = structlog.get_logger(__name__)
 
 GROUP = "sparkoperator.k8s.io"
 VERSION = "v1beta2"
 API_VERSION = f"{GROUP}/{VERSION}"
 KIND = "SparkApplication"
 PLURAL = "sparkapplications"
-#: Where the API serves them. Not in :mod:`.cluster`: only the chart value
-#: ``kubeflow.enabled`` grants reading them, and that module's kinds are always granted.
-APPS = Kind(f"/apis/{API_VERSION}", PLURAL)
-
-#: Spark's role label and the spark-operator's application label on the driver Pod.
-LABEL_SPARK_ROLE = "spark-role"
-SPARK_ROLE_DRIVER = "driver"
+#: The spark-operator's application label on the driver Pod.
 LABEL_APP_NAME = f"{GROUP}/app-name"
-#: The container port the user declares in ``spec.driver.ports`` for the control endpoint
-#: (a port name is at most 15 characters).
-CONTROL_PORT_NAME = "sg-control"
-
-#: Suffix of the control Secret of an application, and the longest application name (the
-#: certificate's names are made from ``<name>-sparkglass-control``, a 63-character DNS label).
-SECRET_SUFFIX = KUBEFLOW_SECRET_SUFFIX
-MAX_APP_NAME = KUBEFLOW_MAX_NAME_LENGTH
 
 #: ``status.applicationState.state`` values: the one in which a driver is worth looking for,
 #: and those after which none comes back (the spark-operator's end states).
 RUNNING = "RUNNING"
 OVER = frozenset({"COMPLETED", "FAILED", "SUBMISSION_FAILED"})
-
-#: The conf key that opts an application in (the driver reads the same key).
-SAMPLING_ENABLED_KEY = PREFIX + "enabled"
-SAMPLING_WINDOW_KEY = PREFIX + "sampling-window"
-
-
-class NotEnabled(Exception):
-    """The operator may not read Kubeflow SparkApplications (403): the chart's
-    ``kubeflow.enabled`` is off. The message says so."""
-
-
-def secret_name(app: str) -> str:
-    """``<app>-sparkglass-control``: the application's control Secret."""
-    return f"{app}{SECRET_SUFFIX}"
-
-
-def tls_server_name(app: str, namespace: str) -> str:
-    """The name the certificate is checked against: ``<app>-sparkglass-control.<ns>.svc``
-    (a Service of that name, if the user adds one, is reachable by it too)."""
-    return server_name(secret_name(app), namespace)
-
-
-def app_name_problem(app: str) -> str | None:
-    """Why ``app`` cannot name a Kubeflow application's control Secret, or None."""
-    ok = len(app) <= MAX_APP_NAME and app[:1].isalnum() and app[-1:].isalnum()
-    if not ok or any(not (c.islower() or c.isdigit() or c == "-") for c in app):
-        return (
-            f"Kubeflow application name {app!r} must be a DNS-1123 label of at most "
-            f"{MAX_APP_NAME} characters: its control Secret and certificate name "
-            f"{secret_name(app)!r} must be a 63-character label"
-        )
-    return None
 
 
 def application_state(app: dict[str, Any]) -> str:
@@ -101,300 +56,72 @@ def application_state(app: dict[str, Any]) -> str:
     return state if isinstance(state, str) else ""
 
 
-def spark_conf(app: dict[str, Any]) -> dict[str, str]:
-    """The application's ``spec.sparkConf`` (string keys and values only)."""
-    conf = (app.get("spec") or {}).get("sparkConf") or {}
-    if not isinstance(conf, dict):
-        return {}
-    return {k: str(v) for k, v in conf.items() if isinstance(k, str) and v is not None}
+KUBEFLOW = ForeignApps(
+    group=GROUP,
+    version=VERSION,
+    kind=KIND,
+    plural=PLURAL,
+    owner="Kubeflow",
+    app_label=LABEL_APP_NAME,
+    controller_owner=True,
+    state=application_state,
+    running=frozenset({RUNNING}),
+    over=OVER,
+    ports_field="spec.driver.ports",
+    chart_value="kubeflow.enabled",
+    log_name="kubeflow",
+)
+APPS = KUBEFLOW.apps
 
+# The rule, bound to Kubeflow's applications (the names callers and tests use).
+app_name_problem = KUBEFLOW.app_name_problem
+is_driver_pod = KUBEFLOW.is_driver_pod
+running_driver = KUBEFLOW.running_driver
+owner_reference = KUBEFLOW.owner_reference
+owns_secret = KUBEFLOW.owns_secret
+secret_manifest = KUBEFLOW.secret_manifest
+read_application = KUBEFLOW.read_application
+find_driver = KUBEFLOW.find_driver
+ensure_control_secret = KUBEFLOW.ensure_control_secret
+driver_access = KUBEFLOW.driver_access
+readable = KUBEFLOW.readable
 
-def sampling_settings(app: dict[str, Any]) -> SamplingSettings:
-    """The ``spark.sparkglass.sampling.*`` settings of the application's ``sparkConf`` (off
-    unless it sets ``enabled=true``); raises ``SamplingSettingsError`` naming the key.
-    Whether a DataSample fits them is :mod:`.sample_fit`'s to say."""
-    return SamplingSettings.from_conf(spark_conf(app))
-
-
-def sampling_requested(app: dict[str, Any]) -> bool:
-    """Whether the application's ``sparkConf`` opts in to sampling (a control Secret is
-    created only for those). Looser than :func:`sampling_settings` on purpose: an opted-in
-    application whose other sampling keys are invalid still gets its Secret, which its
-    driver Pod reads the token from (without it the Pod would not start at all); its
-    DataSamples fail ``InvalidApplication`` (:mod:`.sample_fit`)."""
-    return spark_conf(app).get(SAMPLING_ENABLED_KEY, "").strip().lower() == "true"
-
-
-def _refers_to(ref: dict[str, Any], app: dict[str, Any]) -> bool:
-    uid = (app.get("metadata") or {}).get("uid")
-    return (
-        bool(uid)
-        and ref.get("uid") == uid
-        and ref.get("apiVersion") == API_VERSION
-        and ref.get("kind") == KIND
-    )
-
-
-def is_driver_pod(pod: dict[str, Any], app: dict[str, Any]) -> bool:
-    """Whether ``pod`` is a driver Pod of ``app``: the driver labels (Spark's role, the
-    spark-operator's application name) and a controller owner reference to the
-    application's uid. Labels alone, an owner reference to another uid (an application of
-    the same name deleted before), or a non-controller reference do not qualify."""
-    meta = pod.get("metadata") or {}
-    labels = meta.get("labels") or {}
-    if labels.get(LABEL_SPARK_ROLE) != SPARK_ROLE_DRIVER:
-        return False
-    if labels.get(LABEL_APP_NAME) != (app.get("metadata") or {}).get("name"):
-        return False
-    if meta.get("namespace") and meta.get("namespace") != (app.get("metadata") or {}).get(
-        "namespace"
-    ):
-        return False
-    return any(
-        _refers_to(ref, app) and ref.get("controller") is True
-        for ref in meta.get("ownerReferences") or []
-    )
-
-
-def _running(pod: dict[str, Any]) -> bool:
-    status = pod.get("status") or {}
-    deleting = (pod.get("metadata") or {}).get("deletionTimestamp")
-    return not deleting and status.get("phase") == "Running" and bool(status.get("podIP"))
-
-
-def running_driver(pods: Sequence[dict[str, Any]], app: dict[str, Any]) -> dict[str, Any] | None:
-    """The running driver Pod of ``app`` among ``pods`` (see :func:`is_driver_pod`), or
-    None. With several (a re-run overlapping its predecessor's end) the newest."""
-    found = [p for p in pods if is_driver_pod(p, app) and _running(p)]
-    if not found:
-        return None
-    return max(
-        found,
-        key=lambda p: (
-            str((p.get("metadata") or {}).get("creationTimestamp") or ""),
-            str((p.get("metadata") or {}).get("name") or ""),
-        ),
-    )
-
-
-def control_port(pod: dict[str, Any]) -> int | None:
-    """The container port named :data:`CONTROL_PORT_NAME` of ``pod`` (any container of it:
-    the spark-operator puts ``driver.ports`` on the driver container), or None."""
-    for container in (pod.get("spec") or {}).get("containers") or []:
-        for port in container.get("ports") or []:
-            number = port.get("containerPort")
-            if port.get("name") == CONTROL_PORT_NAME and isinstance(number, int):
-                return number if 0 < number < 65536 else None
-    return None
-
-
-def control_endpoint(pod: dict[str, Any]) -> str | None:
-    """``https://<podIP>:<sg-control port>`` of a running driver Pod; None when it does not
-    run or declares no such port. Always ``https``: the token never travels in clear."""
-    port = control_port(pod)
-    if port is None or not _running(pod):
-        return None
-    ip = str((pod.get("status") or {}).get("podIP"))
-    host = f"[{ip}]" if ":" in ip else ip
-    return f"https://{host}:{port}"
-
-
-def owner_reference(app: dict[str, Any]) -> dict[str, Any]:
-    """The owner reference of the operator's Secret: the application, as controller (only
-    this operator manages the Secret; the spark-operator ignores it), without
-    ``blockOwnerDeletion``, which would need ``update`` on the application's finalizers,
-    a right the operator is not given on another operator's resource."""
-    meta = app["metadata"]
-    return {
-        "apiVersion": API_VERSION,
-        "kind": KIND,
-        "name": meta["name"],
-        "uid": meta["uid"],
-        "controller": True,
-        "blockOwnerDeletion": False,
-    }
-
-
-def owns_secret(secret: dict[str, Any], app: dict[str, Any]) -> bool:
-    """Whether ``secret`` is the control Secret the operator created for ``app``: its labels
-    and a controller owner reference to the application's uid (a Secret someone put at the
-    name, or one left by an earlier application of the same name, does not qualify)."""
-    meta = secret.get("metadata") or {}
-    labels = meta.get("labels") or {}
-    if labels.get(names.LABEL_APP) != (app.get("metadata") or {}).get("name"):
-        return False
-    if labels.get(names.LABEL_ROLE) != names.ROLE_CONTROL_TOKEN:
-        return False
-    if labels.get(names.LABEL_MANAGED_BY) != names.MANAGED_BY:
-        return False
-    return any(
-        _refers_to(ref, app) and ref.get("controller") is True
-        for ref in meta.get("ownerReferences") or []
-    )
-
-
-def secret_manifest(
-    app: dict[str, Any], token: str, certificate: ControlCertificate
-) -> dict[str, Any]:
-    """The control Secret of ``app``: ``token``, ``tls.crt``, ``tls.key``. Its labels are
-    those of the operator's other control Secrets, so no sparkglass SparkApplication may
-    mount it (:mod:`.pod_privileges` refuses Secrets carrying them)."""
-    meta = app["metadata"]
-    return {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "type": "Opaque",
-        "metadata": {
-            "name": secret_name(meta["name"]),
-            "namespace": meta["namespace"],
-            "labels": {
-                names.LABEL_APP: meta["name"],
-                names.LABEL_ROLE: names.ROLE_CONTROL_TOKEN,
-                names.LABEL_MANAGED_BY: names.MANAGED_BY,
-            },
-            "ownerReferences": [owner_reference(app)],
-        },
-        "data": {
-            names.TOKEN_KEY: base64.b64encode(token.encode()).decode(),
-            **children.certificate_data(certificate),
-        },
-    }
-
-
-# ------------------------------------------------------------------ API reads and writes
-async def read_application(cluster: Cluster, namespace: str, name: str) -> dict[str, Any] | None:
-    """The Kubeflow SparkApplication ``namespace/name``, None when absent (or when its CRD is
-    not installed: the API answers 404 either way). Raises :class:`NotEnabled` when the
-    operator may not read it, ``ApiError`` for other failures."""
-    try:
-        return await cluster.get(APPS, namespace, name)
-    except NotFound:
-        return None
-    except ApiError as exc:
-        if exc.status in (401, 403):
-            raise NotEnabled(
-                f"the operator may not read {PLURAL}.{GROUP} in namespace {namespace!r} "
-                f"({exc}): install the chart with kubeflow.enabled=true"
-            ) from None
-        raise
-
-
-async def find_driver(cluster: Cluster, app: dict[str, Any]) -> dict[str, Any] | str:
-    """The running driver Pod of ``app`` (:func:`running_driver`), or why there is none.
-
-    The API server narrows the list by the driver labels; the result is filtered here again
-    (labels, owner reference, phase), so a server or emulator that ignored the selector
-    still yields only the application's own Pod."""
-    meta = app["metadata"]
-    selector = {LABEL_SPARK_ROLE: SPARK_ROLE_DRIVER, LABEL_APP_NAME: meta["name"]}
-    pods = await cluster.list_objects(PODS, meta["namespace"], selector)
-    pod = running_driver(pods, app)
-    if pod is not None:
-        return pod
-    return (
-        f"no Running driver Pod of Kubeflow application {meta['name']!r} (labelled "
-        f"{LABEL_SPARK_ROLE}={SPARK_ROLE_DRIVER}, {LABEL_APP_NAME}={meta['name']} and owned "
-        f"by the application's uid)"
-    )
-
-
-async def ensure_control_secret(
-    cluster: Cluster, app: dict[str, Any], *, renew: bool = False
-) -> dict[str, Any] | None:
-    """The application's control Secret, created (random token, new certificate) when
-    missing. Returns None when a Secret the operator did not create holds the name (left
-    alone: it is never read). With ``renew`` a certificate that is missing, unreadable, for
-    another name or within 30 days of expiry is replaced (the token kept), but only while no
-    driver Pod of the application runs (a running driver loaded the old one). Raises
-    ``ApiError``.
-
-    Called when the operator sees an application whose ``spec.sparkConf`` sets
-    ``spark.sparkglass.sampling.enabled=true`` (the kopf event handler, enabled when the
-    operator may list these applications: chart value ``kubeflow.enabled``), and otherwise
-    when a DataSample first needs the Secret."""
-    meta = app["metadata"]
-    name, namespace = meta["name"], meta["namespace"]
-    secret = await cluster.find(SECRETS, namespace, secret_name(name))
-    if secret is None:
-        certificate = issue_control_certificate(secret_name(name), namespace)
-        body = secret_manifest(app, secrets.token_urlsafe(32), certificate)
-        try:
-            created = await cluster.create(SECRETS, namespace, body)
-        except Conflict:  # another pass made it a moment ago
-            return await ensure_control_secret(cluster, app)
-        log.info(
-            "kubeflow control secret created",
-            namespace=namespace,
-            application=name,
-            fingerprint=certificate.fingerprint_sha256,
-            not_after=certificate.not_after.isoformat(),
-        )
-        return created or body
-    if not owns_secret(secret, app):
-        return None
-    if renew:
-        service = secret_name(name)
-        reason = reissue_reason(children.secret_tls_data(secret), service, namespace)
-        if reason is not None and isinstance(await find_driver(cluster, app), str):
-            certificate = issue_control_certificate(service, namespace)
-            data = children.certificate_data(certificate)
-            secret = await cluster.patch(SECRETS, namespace, service, {"data": data})
-            log.info(
-                "kubeflow control certificate renewed",
-                namespace=namespace,
-                application=name,
-                reason=reason,
-                fingerprint=certificate.fingerprint_sha256,
-            )
-    return secret
-
-
-async def driver_access(cluster: Cluster, app: dict[str, Any], pod: dict[str, Any]) -> DriverAccess:
-    """How to reach the driver ``pod`` of ``app`` (found by :func:`find_driver`): its
-    endpoint, the token of the operator's Secret (created if missing; None when a Secret the
-    operator did not create holds the name) and the pinned certificate. ``refusal`` when the
-    Secret holds no usable certificate. Raises ``ValueError`` when the Pod declares no
-    control port, ``ApiError`` when the API server fails."""
-    meta = app["metadata"]
-    name, namespace = meta["name"], meta["namespace"]
-    endpoint = control_endpoint(pod)
-    if endpoint is None:
-        raise ValueError(
-            f"the driver Pod {(pod.get('metadata') or {}).get('name')!r} of {name!r} declares "
-            f"no container port named {CONTROL_PORT_NAME!r}: add it to the application's "
-            f"spec.driver.ports"
-        )
-    secret = await ensure_control_secret(cluster, app)
-    token = children.secret_token(secret) if secret is not None else None
-    restart = (
-        f"delete the Secret {secret_name(name)!r} and restart the application, whose next "
-        f"driver mounts the new certificate"
-    )
-    return pinned_access(
-        endpoint,
-        token,
-        secret,
-        name,
-        tls_server_name(name, namespace),
-        missing=f"the control Secret {secret_name(name)!r} holds no certificate",
-        restart=restart,
-    )
-
-
-async def readable(cluster: Cluster, namespaces: Sequence[str]) -> str | None:
-    """None when the operator may list Kubeflow SparkApplications where it works (every
-    namespace in ``namespaces``; cluster-wide when empty or a pattern); otherwise why not
-    (the CRD is not installed, or the chart's ``kubeflow.enabled`` is off). Checked once at
-    start: a kopf watch the operator may not open would stop it."""
-    exact = namespaces and not any(set("*?[!") & set(ns) for ns in namespaces)
-    # A whole list, like the one kopf's watch starts with anyway (a query string would end
-    # up in the request metric's resource label).
-    paths = [APPS.path(ns) for ns in namespaces] if exact else [f"/apis/{API_VERSION}/{PLURAL}"]
-    for path in paths:
-        try:
-            await cluster.get_path(path)
-        except NotFound:
-            return f"the {PLURAL}.{GROUP} CRD is not installed"
-        except ApiError as exc:
-            return f"listing {PLURAL}.{GROUP} failed ({exc}); chart value kubeflow.enabled?"
-    return None
+__all__ = [
+    "API_VERSION",
+    "APPS",
+    "CONTROL_PORT_NAME",
+    "GROUP",
+    "KIND",
+    "KUBEFLOW",
+    "LABEL_APP_NAME",
+    "LABEL_SPARK_ROLE",
+    "MAX_APP_NAME",
+    "OVER",
+    "PLURAL",
+    "RUNNING",
+    "SAMPLING_ENABLED_KEY",
+    "SAMPLING_WINDOW_KEY",
+    "SECRET_SUFFIX",
+    "SPARK_ROLE_DRIVER",
+    "VERSION",
+    "NotEnabled",
+    "app_name_problem",
+    "application_state",
+    "control_endpoint",
+    "control_port",
+    "driver_access",
+    "ensure_control_secret",
+    "find_driver",
+    "is_driver_pod",
+    "owner_reference",
+    "owns_secret",
+    "read_application",
+    "readable",
+    "running_driver",
+    "sampling_requested",
+    "sampling_settings",
+    "secret_manifest",
+    "secret_name",
+    "spark_conf",
+    "tls_server_name",
+]

@@ -2,7 +2,8 @@
 
 The admission webhook (:mod:`.admission`, at ``kubectl apply``) and the DataSample reconciler
 (:mod:`.datasample`, before it looks for the driver) both call :func:`check`, for sparkglass's
-own SparkApplication and for a Kubeflow spark-operator one (``sparkoperator.k8s.io/v1beta2``):
+own SparkApplication and for another operator's (:func:`foreign`: a Kubeflow spark-operator
+one, ``sparkoperator.k8s.io/v1beta2``, or an Apache Spark operator one, ``spark.apache.org/v1``):
 what can be told from the application's object (its spec, the vertex, the window, whether it
 samples). The rest only the running driver knows, and the driver is the one place that
 checks it. Each refusal is written once here, in the words of both callers (:class:`Misfit`).
@@ -19,14 +20,22 @@ from pydantic import ValidationError
 from sparkglass.runtime.contract.durations import parse_duration_ms
 from sparkglass.runtime.contract.errors import SamplingSettingsError
 
-from . import kubeflow
-from .specs import DataSampleSpec, SparkApplicationSpec
+from . import apache_spark, foreign_apps, kubeflow
+from .foreign_apps import ForeignApps
+from .specs import ApplicationApiVersion, DataSampleSpec, SparkApplicationSpec
+
+#: The other operators whose applications a DataSample may name, by ``applicationRef.apiVersion``.
+_FOREIGN = {
+    ApplicationApiVersion.KUBEFLOW: kubeflow.KUBEFLOW,
+    ApplicationApiVersion.APACHE_SPARK: apache_spark.APACHE_SPARK,
+}
 
 
 class Reason(StrEnum):
     """The Ready condition reason of a DataSample that does not fit its application."""
 
     KUBEFLOW_NOT_ENABLED = "KubeflowNotEnabled"
+    APACHE_SPARK_NOT_ENABLED = "ApacheSparkOperatorNotEnabled"
     INVALID_APPLICATION = "InvalidApplication"
     UNKNOWN_VERTEX = "UnknownVertex"
     INVALID_SAMPLING_WINDOW = "InvalidSamplingWindow"
@@ -68,7 +77,7 @@ class Fit:
     """A DataSample that fits its application, and what its round takes from the application.
 
     ``vertices``: the declared ones (empty when the application declares no pipeline, as
-    every Kubeflow application: the driver then knows whether the vertex exists);
+    every other operator's application: the driver then knows whether the vertex exists);
     ``sampling_window_ms``: the application's window (a DataSample's own is at most this);
     ``timeout_ms``: how long the driver lets a round run; ``max_record_length``: characters
     of one record the driver keeps.
@@ -90,30 +99,32 @@ class _Application:
     window: str
     window_source: str
     disabled_because: str
-    kubeflow: bool
+    foreign: bool
 
 
 def check(spec: DataSampleSpec, app: dict[str, Any]) -> Fit | Misfit:
     """Whether the DataSample ``spec`` fits ``app``, the application object its
     ``applicationRef`` names (a sparkglass ``SparkApplication`` or, with
-    ``applicationRef.apiVersion: sparkoperator.k8s.io/v1beta2``, a Kubeflow one), as read
+    ``applicationRef.apiVersion: sparkoperator.k8s.io/v1beta2`` or ``spark.apache.org/v1``,
+    a Kubeflow or Apache Spark operator one), as read
     from the API: ``{"metadata": ..., "spec": ...}``. Raises nothing: the first rule
     broken (in this order) is the :class:`Misfit` returned; a DataSample that breaks none
     gets the :class:`Fit` its round runs with.
 
     1. the application: a sparkglass one's spec parses (:class:`.specs.SparkApplicationSpec`);
-       a Kubeflow one's name can name its control Secret (:func:`.kubeflow.app_name_problem`)
-       and its ``spec.sparkConf`` ``spark.sparkglass.sampling.*`` parse
-       (:func:`.kubeflow.sampling_settings`);
+       another operator's one's name can name its control Secret
+       (:meth:`.foreign_apps.ForeignApps.app_name_problem`) and its ``spec.sparkConf``
+       ``spark.sparkglass.sampling.*`` parse (:func:`.foreign_apps.sampling_settings`);
     2. ``spec.vertex`` is one of the application's ``spec.pipeline.vertices``, when it
-       declares them (a Kubeflow application never does);
+       declares them (another operator's application never does);
     3. ``spec.samplingWindow`` is at most the application's window
        (``spec.sampling.samplingWindow``; ``sparkConf spark.sparkglass.sampling.sampling-window``);
     4. sampling is enabled (``spec.sampling.enabled``; ``sparkConf
        spark.sparkglass.sampling.enabled=true``), else the DataSample ends ``Disabled``.
 
-    A Kubeflow application the operator may not read at all (the chart's ``kubeflow.enabled``
-    is off) is refused by both callers alike too (:func:`kubeflow_not_enabled`).
+    Another operator's application the operator may not read at all (the chart's
+    ``kubeflow.enabled`` or ``apacheSparkOperator.enabled`` is off) is refused by both callers
+    alike too (:func:`not_enabled`).
 
     The rest only the running driver knows, against the vertex's schema and its declared
     expectations: ``spec.kind``, ``filter``, ``columns``, ``expectation``, a vertex an
@@ -123,7 +134,8 @@ def check(spec: DataSampleSpec, app: dict[str, Any]) -> Fit | Misfit:
     application's: the CRD caps it.
     """
     name = spec.application_ref.name
-    read = _kubeflow(name, app) if spec.application_ref.is_kubeflow else _sparkglass(name, app)
+    other = foreign(spec)
+    read = _foreign(other, name, app) if other is not None else _sparkglass(name, app)
     if isinstance(read, Misfit):
         return read
     vertices = read.fit.vertices
@@ -140,7 +152,7 @@ def check(spec: DataSampleSpec, app: dict[str, Any]) -> Fit | Misfit:
     if window and parse_duration_ms(window, field="samplingWindow") > read.fit.sampling_window_ms:
         exceeds, where = f"{window} exceeds the application's {read.window}", read.window_source
         # The webhook's words differ by kind only in this tail (kept as they were).
-        tail = f"({where})" if read.kubeflow else f"(its {where}); allowed 1s–{read.window}"
+        tail = f"({where})" if read.foreign else f"(its {where}); allowed 1s–{read.window}"
         return Misfit(
             Reason.INVALID_SAMPLING_WINDOW,
             f"samplingWindow {exceeds} ({where})",
@@ -155,13 +167,23 @@ def check(spec: DataSampleSpec, app: dict[str, Any]) -> Fit | Misfit:
     return read.fit
 
 
-def kubeflow_not_enabled(exc: kubeflow.NotEnabled) -> Misfit:
-    """The DataSample names a Kubeflow application and the operator may not read those
-    (:func:`.kubeflow.read_application` raised ``exc``: the chart's ``kubeflow.enabled`` is
-    off): refused, naming ``spec.applicationRef``."""
-    return Misfit(
-        Reason.KUBEFLOW_NOT_ENABLED, str(exc), f"spec.applicationRef: {exc}", "spec.applicationRef"
-    )
+def foreign(spec: DataSampleSpec) -> ForeignApps | None:
+    """The other operator whose application ``spec`` names, or None for sparkglass's own."""
+    return _FOREIGN.get(spec.application_ref.api_version)
+
+
+def not_enabled(apps: ForeignApps, exc: foreign_apps.NotEnabled) -> Misfit:
+    """The DataSample names another operator's application and the operator may not read
+    those (``apps.read_application`` raised ``exc``: the chart value that grants it is off):
+    refused, naming ``spec.applicationRef``."""
+    kubeflow_apps = apps is kubeflow.KUBEFLOW
+    reason = Reason.KUBEFLOW_NOT_ENABLED if kubeflow_apps else Reason.APACHE_SPARK_NOT_ENABLED
+    return Misfit(reason, str(exc), f"spec.applicationRef: {exc}", "spec.applicationRef")
+
+
+def kubeflow_not_enabled(exc: foreign_apps.NotEnabled) -> Misfit:
+    """:func:`not_enabled` for a Kubeflow application."""
+    return not_enabled(kubeflow.KUBEFLOW, exc)
 
 
 def _sparkglass(name: str, app: dict[str, Any]) -> _Application | Misfit:
@@ -185,12 +207,12 @@ def _sparkglass(name: str, app: dict[str, Any]) -> _Application | Misfit:
         window=sampling.sampling_window,
         window_source="spec.sampling.samplingWindow",
         disabled_because="spec.sampling.enabled is false",
-        kubeflow=False,
+        foreign=False,
     )
 
 
-def _kubeflow(name: str, app: dict[str, Any]) -> _Application | Misfit:
-    if problem := kubeflow.app_name_problem(name):
+def _foreign(apps: ForeignApps, name: str, app: dict[str, Any]) -> _Application | Misfit:
+    if problem := apps.app_name_problem(name):
         return Misfit(
             Reason.INVALID_APPLICATION,
             problem,
@@ -198,7 +220,7 @@ def _kubeflow(name: str, app: dict[str, Any]) -> _Application | Misfit:
             "spec.applicationRef.name",
         )
     try:
-        settings = kubeflow.sampling_settings(app)
+        settings = foreign_apps.sampling_settings(app)
     except SamplingSettingsError as exc:
         where = f"{name!r} spec.sparkConf: {exc}"
         return Misfit(Reason.INVALID_APPLICATION, where, f"not checked: {where}")
@@ -211,10 +233,10 @@ def _kubeflow(name: str, app: dict[str, Any]) -> _Application | Misfit:
         ),
         enabled=settings.enabled,
         window=f"{settings.sampling_window_ms / 1000:g}s",
-        window_source=f"spec.sparkConf {kubeflow.SAMPLING_WINDOW_KEY}",
-        disabled_because=f"spec.sparkConf {kubeflow.SAMPLING_ENABLED_KEY} is not true",
-        kubeflow=True,
+        window_source=f"spec.sparkConf {foreign_apps.SAMPLING_WINDOW_KEY}",
+        disabled_because=f"spec.sparkConf {foreign_apps.SAMPLING_ENABLED_KEY} is not true",
+        foreign=True,
     )
 
 
-__all__ = ["Fit", "Misfit", "Reason", "check", "kubeflow_not_enabled"]
+__all__ = ["Fit", "Misfit", "Reason", "check", "foreign", "kubeflow_not_enabled", "not_enabled"]

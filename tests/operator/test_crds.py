@@ -140,9 +140,11 @@ def _examples() -> list[tuple[str, dict[str, Any]]]:
     docs = []
     for path in EXAMPLES:
         for doc in yaml_documents(path):
-            # Kubeflow spark-operator objects (examples/kubeflow-*.yaml) have no schema here;
-            # tests/operator/test_kubeflow_units.py checks that example.
-            if doc and not str(doc.get("apiVersion", "")).startswith("sparkoperator.k8s.io/"):
+            # Kubeflow spark-operator and Apache Spark operator objects
+            # (examples/kubeflow-*.yaml, examples/apache-spark-*.yaml) have no schema here;
+            # tests/operator/test_kubeflow_units.py and test_apache_spark.py check them.
+            foreign = ("sparkoperator.k8s.io/", "spark.apache.org/")
+            if doc and not str(doc.get("apiVersion", "")).startswith(foreign):
                 docs.append((f"{path.name}:{doc['kind']}/{doc['metadata']['name']}", doc))
     return docs
 
