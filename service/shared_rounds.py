@@ -391,6 +391,24 @@ class SharedRounds:
                 request_key=request_key,
             )
 
+    def check(self, app: Application, vertex: str, actor: str, narrowing: Narrowing) -> None:
+        """Before a narrowed round starts: the executor checks the request it would run
+        (local: the driver's round check; Kubernetes: a dry run of the DataSample). Raises
+        :class:`~.execution.base.RoundRefused` when the request does not fit the vertex; a
+        driver token the store key cannot open skips the check (the round records it)."""
+        if narrowing.is_plain():
+            return
+        try:
+            with self._sessions() as session:  # no query: the cipher rides on the session
+                token = repository.driver_token(session, app)
+        except ValueError:
+            return
+        # The round id is a stand-in: the round does not exist until its claim.
+        request = self._request(
+            app, vertex, secrets.token_hex(8), actor, self.policy(app), narrowing, token
+        )
+        self._executor.check(request)
+
     def _launch(
         self,
         app: Application,
@@ -406,7 +424,27 @@ class SharedRounds:
                 token = repository.driver_token(session, app)
         except ValueError as exc:  # StoreKeyMissing / StoreKeyInvalid: the driver says 401
             log.error("application %s/%s: %s", app.namespace, app.name, exc)
-        request = RoundRequest(
+        request = self._request(app, vertex, round_id, actor, policy, narrowing, token)
+        self._metrics.rounds_started.inc()
+        future = self._pool.submit(self._run, request)
+        self._futures.add(future)
+        # Before the discard: once wait_idle() sees no round, their interim answers are gone.
+        key = (app.id, vertex, narrowing.key())
+        future.add_done_callback(lambda _: self._drop_interim(key))
+        future.add_done_callback(lambda _: self._release(app.id, narrowing))
+        future.add_done_callback(self._futures.discard)
+
+    def _request(
+        self,
+        app: Application,
+        vertex: str,
+        round_id: str,
+        actor: str,
+        policy: RoundPolicy,
+        narrowing: Narrowing,
+        token: str | None,
+    ) -> RoundRequest:
+        return RoundRequest(
             round_id=round_id,
             namespace=app.namespace,
             application=app.name,
@@ -427,14 +465,6 @@ class SharedRounds:
                 else None
             ),
         )
-        self._metrics.rounds_started.inc()
-        future = self._pool.submit(self._run, request)
-        self._futures.add(future)
-        # Before the discard: once wait_idle() sees no round, their interim answers are gone.
-        key = (app.id, vertex, narrowing.key())
-        future.add_done_callback(lambda _: self._drop_interim(key))
-        future.add_done_callback(lambda _: self._release(app.id, narrowing))
-        future.add_done_callback(self._futures.discard)
 
     def _run(self, request: RoundRequest) -> None:
         start = time.monotonic()

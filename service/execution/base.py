@@ -67,11 +67,29 @@ class RoundOutcome:
     samples: Iterator[SubtaskSamples] | None = None
 
 
+class RoundRefused(Exception):
+    """The request of a narrowed round does not fit its vertex, as the executor's check
+    found before the round started. ``field`` is the query parameter at fault (``kind``,
+    ``filter``, ``columns``, ``expectation``; None when the checker did not say which); the
+    message says why, in the checker's words."""
+
+    def __init__(self, field: str | None, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
 class RoundExecutor(Protocol):
     """Runs one sampling round to its end (blocking; called on a worker thread)."""
 
     def run(self, request: RoundRequest) -> RoundOutcome:
         """Run the round; never raises for round failures (they become ``FAILED``)."""
+        ...
+
+    def check(self, request: RoundRequest) -> None:
+        """Before a narrowed round starts (blocking, on the polling request's thread): ask
+        whatever would run ``request`` whether it takes it, starting nothing. Raises
+        :class:`RoundRefused` only when the request itself is refused; any other trouble
+        (no answer, an error) returns, so the round starts and records it."""
         ...
 
 

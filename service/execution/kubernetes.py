@@ -10,6 +10,7 @@ granted ``patch datasamples/status``, can only tell that a round ended without r
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import time
@@ -31,7 +32,7 @@ from sparkglass.runtime.contract.sample_result import (
 
 from ..store import repository
 from ..store.orm import Application
-from .base import RoundOutcome, RoundRequest, failed
+from .base import RoundOutcome, RoundRefused, RoundRequest, failed
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +46,18 @@ APPLICATION_LABEL = "sparkglass.io/application"
 #: the object once and watches on (a stream quiet for that long may be a dead one).
 WATCH_SECONDS = 60
 VERTEX_LABEL = "sparkglass.io/vertex"
+#: How long the dry run of a narrowed round's DataSample may take, seconds: the admission
+#: webhook answers within 5 (past that it admits with a warning), the chart lets the API
+#: server wait 10 for it.
+CHECK_TIMEOUT_S = 10
+#: The DataSample fields a client sets through the data-sample endpoint → its parameter.
+_PARAMETER_OF_FIELD = re.compile(r"^spec\.(kind|filter|columns|expectation)(?:\[\d+\])?(?=$|: )")
+#: How the API server words a validating admission webhook's denial
+#: (apiserver/pkg/admission/plugin/webhook/errors: ``admission webhook %q denied the
+#: request: <the webhook's message>``).
+_WEBHOOK_DENIAL = re.compile(r'^admission webhook "[^"]*" denied the request: (?P<why>.+)$', re.S)
+#: Longest message of a refusal relayed to the client, characters.
+MAX_REFUSAL_CHARS = 1000
 
 
 @dataclass(frozen=True)
@@ -201,6 +214,45 @@ class DataSampleExecutor:
         self._api = client.CustomObjectsApi(api_client)
         self._stored = stored
         self._ttl = ttl_seconds
+
+    def check(self, request: RoundRequest) -> None:
+        """Create the narrowed round's DataSample with ``dryRun=All``: the API server
+        validates it against the CRD's schema and rules and runs its admission webhook (which
+        asks the driver), and stores nothing. A refusal naming ``spec.kind``, ``filter``,
+        ``columns`` or ``expectation`` raises :class:`RoundRefused` naming the parameter, in
+        the API server's words; anything else (a field the client did not set, RBAC, a
+        throttled or failing API server, no answer) returns, and the round starts and
+        records it."""
+        if request.narrowing is None or request.narrowing.is_plain():
+            return
+        body = datasample_body(request, self._ttl)
+        try:
+            self._api.create_namespaced_custom_object(
+                GROUP,
+                VERSION,
+                request.namespace,
+                PLURAL,
+                body,
+                dry_run="All",
+                _request_timeout=CHECK_TIMEOUT_S,
+            )
+        except ApiException as exc:
+            refusal = _refusal(exc)
+            if refusal is not None:
+                raise refusal from None
+            log.info(
+                "dry run of DataSample %s/%s: API error %s; the round starts",
+                request.namespace,
+                body["metadata"]["name"],
+                exc.status,
+            )
+        except (HTTPError, OSError, ValueError) as exc:
+            log.info(
+                "dry run of DataSample %s/%s failed (%s); the round starts",
+                request.namespace,
+                body["metadata"]["name"],
+                type(exc).__name__,
+            )
 
     def run(self, request: RoundRequest) -> RoundOutcome:
         """Create the DataSample and watch it until its status is final or ``timeout_s``
@@ -366,6 +418,45 @@ def read_datasample(
             return None
         raise
     return obj
+
+
+def _refusal(exc: ApiException) -> RoundRefused | None:
+    """The API server's refusal of a DataSample as one of the client's parameters: a
+    validating admission webhook's denial (``spec.<field>: why``, the sparkglass webhook's
+    words) or a 422 ``Invalid`` whose ``details.causes[].field`` is the field. ``None`` for
+    any other answer (RBAC's 403, quota, 429, 5xx), or a refusal of a field the client did
+    not set (the vertex and sampling window are the service's own)."""
+    status = exc.status or 0
+    try:
+        body = json.loads(exc.body or "")
+    except ValueError:
+        return None
+    if not isinstance(body, dict) or not 400 <= status < 500:
+        return None
+    denial = _WEBHOOK_DENIAL.match(str(body.get("message") or ""))
+    if denial is not None:
+        why = denial.group("why")
+        field = _PARAMETER_OF_FIELD.match(why)
+        if field is None:
+            return None
+        return RoundRefused(field.group(1), _bounded(why[field.end() :].removeprefix(": ")))
+    if status != 422 or body.get("reason") != "Invalid":
+        return None
+    causes = (body.get("details") or {}).get("causes") or []
+    for cause in causes if isinstance(causes, list) else []:
+        if not isinstance(cause, dict):
+            continue
+        field = _PARAMETER_OF_FIELD.match(str(cause.get("field") or ""))
+        if field is not None:
+            return RoundRefused(field.group(1), _bounded(str(cause.get("message") or "invalid")))
+    return None
+
+
+def _bounded(message: str) -> str:
+    """``message`` cut to :data:`MAX_REFUSAL_CHARS` (the API server may quote a value)."""
+    if len(message) <= MAX_REFUSAL_CHARS:
+        return message
+    return message[: MAX_REFUSAL_CHARS - 1] + "…"
 
 
 def _resource_version(obj: dict[str, Any] | None) -> str | None:

@@ -32,7 +32,7 @@ from sparkglass.runtime.control.client import (
 )
 
 from ..driver_trust import DriverTrust
-from .base import RoundOutcome, RoundRequest, failed
+from .base import RoundOutcome, RoundRefused, RoundRequest, failed
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +89,25 @@ class LocalDriverExecutor:
     def close(self) -> None:
         """Close the HTTP connection pool."""
         self._http.close()
+
+    def check(self, request: RoundRequest) -> None:
+        """Ask the driver whether it takes the narrowed ``request`` (its round check, which
+        opens nothing), so that a filter or column that does not fit the vertex is refused at
+        once instead of failing a round. Only the driver's 400 refuses
+        (:class:`RoundRefused`, naming the parameter); any other trouble (no answer, an
+        older driver without the check, a pinned certificate for a URL that is not
+        https://) returns, and the round starts and records it."""
+        if not request.driver_url or request.narrowing is None:
+            return
+        try:
+            tls = self._trust.get(request.namespace, request.application) if self._trust else None
+            with ControlClient(request.driver_url, request.driver_token or "", tls=tls) as driver:
+                driver.check_round(request.vertex, None, request=request.narrowing)
+        except ControlRejected as exc:
+            if exc.status == 400:
+                raise RoundRefused(exc.field, str(exc)) from None
+        except (ControlError, ValueError):
+            pass
 
     def run(self, request: RoundRequest) -> RoundOutcome:
         """POST a round, then GET it every ``poll_interval_s`` until it ends or times out."""

@@ -3,19 +3,18 @@
 from __future__ import annotations
 
 import functools
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Header, HTTPException, Query, Request, Response, status
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 
 from sparkglass.runtime.contract.errors import InvalidParameterError
-from sparkglass.runtime.contract.round_request import PLAIN, RoundRequest, round_request
+from sparkglass.runtime.contract.round_request import PLAIN, round_request
 from sparkglass.runtime.contract.sample_result import (
     MAX_RECORDS_PER_RESPONSE,
     DataSampleResult,
 )
-from sparkglass.runtime.control.client import ControlClient, ControlError, ControlRejected
 
 from ..audit import client_of
 from ..auth import Permission
@@ -29,6 +28,7 @@ from ..dependencies import (
     authorized_principal,
     check,
 )
+from ..execution import RoundRefused
 from ..lookups import application_or_404, vertex_or_404
 from ..result_body import (
     BodyPlan,
@@ -136,10 +136,12 @@ async def data_sample(
     ``kind``, ``filter``, ``columns`` and ``expectation`` ask for a narrower round: rounds of
     one such request are shared, stored and refreshed as plain rounds are, apart from them
     (in Kubernetes mode, through a DataSample with those fields). Before one starts, the
-    driver checks the request (local mode): a filter or column that does not fit the vertex
-    answers 422 naming it. An application runs at most ``narrowed_rounds_per_application``
-    such rounds at once per service replica; past it a poll that would start one answers 429
-    with ``Retry-After``.
+    request is checked (local mode: by the driver; Kubernetes mode: by a dry run of the
+    DataSample, which the CRD's rules and its admission webhook judge): a filter or column
+    that does not fit the vertex answers 422 naming it; any other failure of the check lets
+    the round start. An application runs at most ``narrowed_rounds_per_application`` such
+    rounds at once per service replica; past it a poll that would start one answers 429 with
+    ``Retry-After``.
 
     Every body carries a weak ``ETag``; a poll whose ``If-None-Match`` names the current one
     gets ``304 Not Modified`` and no body. Bodies are gzip-compressed when the client accepts
@@ -166,8 +168,10 @@ async def data_sample(
         def may_trigger() -> bool:
             if not check(state, principal, namespace, Permission.TRIGGER):
                 return False
-            if not narrowing.is_plain():
-                _check_with_driver(state, app, vertex, narrowing)
+            try:
+                state.coordinator.check(app, vertex, principal.user, narrowing)
+            except RoundRefused as exc:
+                raise _unprocessable(exc.field, str(exc)) from None
             return True
 
         poll = functools.partial(
@@ -222,30 +226,6 @@ def _unprocessable(field: str | None, message: str) -> RequestValidationError:
     prefix = f"{name}: "
     msg = message[len(prefix) :] if message.startswith(prefix) else message
     return RequestValidationError([{"loc": ("query", name), "msg": msg, "type": "value_error"}])
-
-
-def _check_with_driver(state: Any, app: Any, vertex: str, narrowing: RoundRequest) -> None:
-    """Before a narrowed round starts (local mode): ask the driver whether it takes the
-    request, so that a filter or column that does not fit the vertex answers 422 naming the
-    parameter at once instead of a failed round. Only the driver's 400 refuses; any other
-    trouble (no answer, an older driver without the check, a token the store key cannot
-    open) lets the round start and record it, so a sampler gets what a viewer gets (the
-    previous result or ``PENDING``), never a 502 from the check. In Kubernetes mode the
-    DataSample's admission webhook checks it, and a refusal fails the round. Raises
-    ``RequestValidationError`` (422)."""
-    if not app.driver_url:
-        return
-    try:
-        tls = state.driver_trust.get(app.namespace, app.name)
-        with state.sessions() as session:  # the token is stored encrypted
-            token = repository.driver_token(session, app)
-        with ControlClient(app.driver_url, token or "", tls=tls) as driver:
-            driver.check_round(vertex, None, request=narrowing)
-    except ControlRejected as exc:
-        if exc.status == 400:
-            raise _unprocessable(exc.field, str(exc)) from None
-    except (ControlError, ValueError):
-        pass
 
 
 @router.get("/vertices/{vertex}/rounds", response_model=list[RoundSummary], responses=_ERRORS)

@@ -9,7 +9,9 @@ generated ones of crds/, applied with the real kubectl where that is what users 
 
 from __future__ import annotations
 
+import asyncio
 import copy
+import json
 from pathlib import Path
 from typing import Any
 
@@ -165,6 +167,97 @@ async def test_a_body_past_3_mib_is_refused_unread(api: httpx.AsyncClient) -> No
     answer = await api.post(SAMPLES, json=body)
     assert answer.status_code == 413
     assert answer.json()["message"] == "Request entity too large: limit is 3145728"
+
+
+async def test_a_dry_run_create_is_checked_as_a_create_and_stores_nothing(
+    api: httpx.AsyncClient, kube: StrictApiServer
+) -> None:
+    """``dryRun=All``: the answer is the object as a create would store it, or the create's
+    refusal; nothing is stored, no watcher hears of it, no resourceVersion is used."""
+    events: list[dict[str, Any]] = []
+
+    async def watch() -> None:
+        async with api.stream("GET", SAMPLES, params={"watch": "true"}) as stream:
+            async for line in stream.aiter_lines():
+                if line.strip():
+                    events.append(json.loads(line))
+
+    watching = asyncio.create_task(watch())
+    try:
+        first = (await api.post(SAMPLES, json=sample("first"))).raise_for_status().json()
+        tried = await api.post(SAMPLES, params={"dryRun": "All"}, json=sample("tried", unknown=1))
+        assert tried.status_code == 201, tried.text
+        would_be = tried.json()
+        # Pruned and defaulted, with a uid of the server's, but never stored: no version.
+        assert "unknown" not in would_be["spec"] and would_be["spec"]["maxRecords"] == 100
+        assert would_be["metadata"]["uid"] and "resourceVersion" not in would_be["metadata"]
+        assert kube.stored("sparkglass.io/v1alpha1/datasamples", NAMESPACE, "tried") is None
+        # Refused exactly as the create would be.
+        bad = await api.post(
+            SAMPLES, params={"dryRun": "All"}, json=sample("bad", filter="x" * 4097)
+        )
+        assert bad.status_code == 422, bad.text
+        assert bad.json()["details"]["causes"][0]["field"] == "spec.filter"
+        taken = await api.post(SAMPLES, params={"dryRun": "All"}, json=sample("first"))
+        assert (taken.status_code, taken.json()["reason"]) == (409, "AlreadyExists"), taken.text
+        # Another dryRun value is refused before anything else (the API server's options).
+        odd = await api.post(SAMPLES, params={"dryRun": "Some"}, json=sample("odd"))
+        assert odd.status_code == 422, odd.text
+        assert odd.json()["details"]["causes"] == [
+            {
+                "reason": "FieldValueNotSupported",
+                "message": 'Unsupported value: []string{"Some"}: supported values: "All"',
+                "field": "dryRun",
+            }
+        ]
+        assert kube.names("sparkglass.io/v1alpha1/datasamples", NAMESPACE) == {"first"}
+        # The next create takes the very next resourceVersion, and is the next event.
+        real = (await api.post(SAMPLES, json=sample("real"))).raise_for_status().json()
+        rv = real["metadata"]["resourceVersion"]
+        assert int(rv) == int(first["metadata"]["resourceVersion"]) + 1
+        for _ in range(200):
+            if any(e["object"]["metadata"]["name"] == "real" for e in events):
+                break
+            await asyncio.sleep(0.01)
+        assert [(e["type"], e["object"]["metadata"]["name"]) for e in events] == [
+            ("ADDED", "first"),
+            ("ADDED", "real"),
+        ]
+    finally:
+        watching.cancel()
+        await asyncio.gather(watching, return_exceptions=True)
+
+
+async def test_a_registered_webhook_reviews_creates_and_dry_runs_alike(
+    api: httpx.AsyncClient, kube: StrictApiServer
+) -> None:
+    """A validating webhook sees the object after defaulting (the API server calls it last)
+    and its denial is the API server's 403 with its words."""
+    asked: list[dict[str, Any]] = []
+
+    async def review(request: dict[str, Any]) -> dict[str, Any]:
+        asked.append(request)
+        if "carier" in request["object"]["spec"].get("filter", ""):
+            status = {"code": 403, "reason": "Forbidden", "message": "spec.filter: no 'carier'"}
+            return {"uid": request["uid"], "allowed": False, "status": status}
+        return {"uid": request["uid"], "allowed": True}
+
+    kube.register_webhook("sparkglass.io/v1alpha1/datasamples", "datasamples.sparkglass.io", review)
+    for params in ({"dryRun": "All"}, {}):
+        denied = await api.post(SAMPLES, params=params, json=sample(filter="carier = 'UA'"))
+        assert denied.status_code == 403, denied.text
+        assert (denied.json()["reason"], denied.json()["message"]) == (
+            "Forbidden",
+            'admission webhook "datasamples.sparkglass.io" denied the request: '
+            "spec.filter: no 'carier'",
+        )
+    assert [r["dryRun"] for r in asked] == [True, False]
+    assert asked[0]["object"]["spec"]["maxRecords"] == 100  # defaulted before the review
+    assert asked[0]["operation"] == "CREATE" and asked[0]["kind"]["kind"] == "DataSample"
+    assert (await api.post(SAMPLES, json=sample(filter="carrier = 'UA'"))).status_code == 201
+    # A schema refusal comes first: the webhook is not asked.
+    await api.post(SAMPLES, params={"dryRun": "All"}, json=sample("long", filter="x" * 4097))
+    assert len(asked) == 3
 
 
 def _pod(**security: Any) -> dict[str, Any]:

@@ -1,12 +1,21 @@
 """The Kubernetes API on loopback (kmock's KubernetesEmulator) answering TokenReview and
-SubjectAccessReview from a small RBAC table, with the sparkglass CRDs declared."""
+SubjectAccessReview from a small RBAC table, with the sparkglass CRDs declared; the operator's
+DataSample admission webhook as its admission step, and a driver for it to ask."""
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 
+import httpx
 import kmock
+import kubernetes
 
+from sparkglass.operator import names
+from sparkglass.operator.admission import AdmissionReview, DataSampleReviewer
+from sparkglass.operator.context import OperatorContext
+from sparkglass.operator.kube.cluster import Cluster
+from sparkglass.operator.settings import OperatorConfig
 from tests.support.kube_apiserver import StrictApiServer
 from tests.support.kube_fixtures import CRD_DIR
 
@@ -92,3 +101,98 @@ def install(k: kmock.KubernetesEmulator) -> None:
         k.namespaces.setdefault(namespace, {})
     k["post authentication.k8s.io/v1/tokenreviews"] << token_review
     k["post authorization.k8s.io/v1/subjectaccessreviews"] << subject_access_review
+
+
+#: The chart's name of the DataSample webhook (its ValidatingWebhookConfiguration).
+WEBHOOK = "datasamples.sparkglass.io"
+
+
+def admit_datasamples_by_the_webhook(k: StrictApiServer, namespace: str) -> Cluster:
+    """Make the operator's DataSample admission webhook (``operator/admission.py``, its
+    reviewer called in-process) the stand-in's admission step for DataSamples, as the chart
+    has the API server call it (creates only, ``failurePolicy: Ignore``, dry runs included).
+    It reads the application, driver Pod and Secret through the stand-in's API, as the
+    operator does, and asks the driver's round check. Returns its API client (close it)."""
+    configuration = kubernetes.client.Configuration()
+    configuration.host = str(k.url).rstrip("/")
+    cluster = Cluster(configuration)
+    # The stand-in driver (fake_driver.py) serves plain HTTP, as a driver Pod without the
+    # control TLS volume does: the operator sends it the token only when allowed to.
+    config = OperatorConfig(namespaces=(namespace,), allow_cleartext_control=True)
+    reviewer = DataSampleReviewer(OperatorContext(config=config, cluster=cluster))
+
+    async def review(request: dict[str, Any]) -> dict[str, Any]:
+        review = AdmissionReview.model_validate(
+            {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
+        )
+        verdict = await reviewer.review(review.request)
+        response: dict[str, Any] = verdict.review(review.request.uid)["response"]
+        return response
+
+    k.register_webhook(
+        f"{names.API_VERSION}/{names.SAMPLES}", WEBHOOK, review, failure_policy="Ignore"
+    )
+    return cluster
+
+
+async def run_driver(
+    k: StrictApiServer, namespace: str, application: str, driver_url: str, token: str
+) -> None:
+    """The application's driver Pod, Running at ``driver_url``'s address, and its control
+    Secret holding ``token``, each with the labels and controller reference the operator
+    gives them: the only driver the webhook will ask (``operator/driver_access.py``)."""
+    app = k.stored(f"{names.API_VERSION}/{names.APPS}", namespace, application)
+    assert app is not None, f"no SparkApplication {namespace}/{application}"
+
+    def metadata(name: str, role: str) -> dict[str, Any]:
+        return {
+            "name": name,
+            "namespace": namespace,
+            "labels": {
+                names.LABEL_APP: application,
+                names.LABEL_ROLE: role,
+                names.LABEL_MANAGED_BY: names.MANAGED_BY,
+            },
+            "ownerReferences": [
+                {
+                    "apiVersion": names.API_VERSION,
+                    "kind": names.APP_KIND,
+                    "name": application,
+                    "uid": app["metadata"]["uid"],
+                    "controller": True,
+                }
+            ],
+        }
+
+    url = httpx.URL(driver_url)
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": metadata(names.driver_pod_name(application), names.ROLE_DRIVER),
+        "spec": {
+            "containers": [
+                {
+                    "name": "spark-kubernetes-driver",
+                    "image": "registry.example.com/flights:1",
+                    "ports": [{"name": "control", "containerPort": url.port}],
+                }
+            ]
+        },
+    }
+    secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": metadata(names.secret_name(application), names.ROLE_CONTROL_TOKEN),
+        "data": {names.TOKEN_KEY: base64.b64encode(token.encode()).decode()},
+    }
+    core = f"/api/v1/namespaces/{namespace}"
+    async with httpx.AsyncClient(base_url=str(k.url)) as kube:
+        for path, body in ((f"{core}/pods", pod), (f"{core}/secrets", secret)):
+            r = await kube.post(path, json=body)
+            assert r.status_code == 201, r.text
+        r = await kube.patch(
+            f"{core}/pods/{pod['metadata']['name']}/status",
+            json={"status": {"phase": "Running", "podIP": url.host}},
+            headers={"Content-Type": "application/merge-patch+json"},
+        )
+        assert r.status_code == 200, r.text

@@ -4,6 +4,7 @@ SubjectAccessReview allow/deny with caching, and rounds run as DataSample resour
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -12,14 +13,26 @@ import httpx
 import kmock
 import pytest
 from fastapi.testclient import TestClient
+from kubernetes.client.exceptions import ApiException
 
+from sparkglass.runtime.contract.round_request import RoundRequest as Narrowing
 from sparkglass.service.app import create_app
 from sparkglass.service.catalog import register_local_application
+from sparkglass.service.execution import RoundRefused, RoundRequest
+from sparkglass.service.execution.kubernetes import DataSampleExecutor, _refusal
+from sparkglass.service.kube import make_api_client
 from sparkglass.service.settings import Settings
+from sparkglass.service.store.repository import get_application, list_rounds
 from tests.support.crd_schema import yaml_documents
 
 from .fake_driver import TOKEN, FakeDriver
-from .kube_fixtures import ReviewingEmulator, install
+from .kube_fixtures import (
+    WEBHOOK,
+    ReviewingEmulator,
+    admit_datasamples_by_the_webhook,
+    install,
+    run_driver,
+)
 
 pytestmark = pytest.mark.kmock(cls=ReviewingEmulator)
 
@@ -425,14 +438,29 @@ async def test_live_metrics_come_from_the_status_the_operator_publishes(
         assert (r.status_code, r.json()) == (403, {"detail": "forbidden"})
 
 
-async def test_a_filtered_round_runs_as_a_datasample_with_its_fields(
-    kmock: kmock.KubernetesEmulator, k8s_settings: dict[str, Any]
-) -> None:
-    async with httpx.AsyncClient(base_url=str(kmock.url)) as kube:
+SAMPLES = "/apis/sparkglass.io/v1alpha1/namespaces/team-a/datasamples"
+
+
+async def flights_with_the_webhook(k: kmock.KubernetesEmulator, driver: FakeDriver) -> Any:
+    """SPARKAPP in team-a, sampling, with its driver (``driver``) running, and DataSamples
+    admitted by the operator's webhook, which asks that driver; returns the webhook's API
+    client."""
+    assert isinstance(k, ReviewingEmulator)
+    sampling = {**SPARKAPP, "spec": {**SPARKAPP["spec"], "sampling": {"enabled": True}}}
+    async with httpx.AsyncClient(base_url=str(k.url)) as kube:
         r = await kube.post(
-            "/apis/sparkglass.io/v1alpha1/namespaces/team-a/sparkapplications", json=SPARKAPP
+            "/apis/sparkglass.io/v1alpha1/namespaces/team-a/sparkapplications", json=sampling
         )
         assert r.status_code < 300, r.text
+    await run_driver(k, "team-a", "flights", driver.url, TOKEN)
+    return admit_datasamples_by_the_webhook(k, "team-a")
+
+
+async def test_a_filtered_round_runs_as_a_datasample_with_its_fields(
+    kmock: kmock.KubernetesEmulator, k8s_settings: dict[str, Any], fake_driver: FakeDriver
+) -> None:
+    webhook = await flights_with_the_webhook(kmock, fake_driver)
+    checked = len(fake_driver.checked)
     app = create_app(Settings(**k8s_settings, execution_mode="kubernetes"))
     seen: list[dict[str, Any]] = []
     operator = asyncio.create_task(fake_operator(kmock, app.state.sparkglass.sessions, seen))
@@ -447,11 +475,202 @@ async def test_a_filtered_round_runs_as_a_datasample_with_its_fields(
             # The plain poll is its own request, with its own DataSample.
             plain = await poll_done(client, f"{TEAM_A}/vertices/parse/data-sample", "alice-token")
             assert plain["roundId"] != body["roundId"]
+            # A poll sees the result once it is stored, before the operator writes the
+            # status that ends the service's watch: let the rounds end before it stops.
+            assert await asyncio.to_thread(app.state.sparkglass.coordinator.wait_idle, 15)
     finally:
         operator.cancel()
+        webhook.close()
+    # The webhook asked the driver about the narrowed DataSample twice, and admitted it
+    # both times: its dry run, then its create (a plain round needs no driver).
+    asked = fake_driver.checked[checked:]
+    assert [(c["filter"], c["columns"]) for c in asked] == [("n > 0", "n")] * 2, asked
     narrowed = [d for d in seen if d["spec"].get("filter")]
     assert len(narrowed) == 1 and len(seen) == 2, seen
     spec = narrowed[0]["spec"]
     assert (spec["kind"], spec["filter"], spec["columns"]) == ("output", "n > 0", ["n"])
     assert "filter" not in next(d for d in seen if d is not narrowed[0])["spec"]
     _validate_against_crd(narrowed[0])
+
+
+async def test_a_filter_the_webhook_refuses_answers_422_naming_it_and_creates_nothing(
+    kmock: kmock.KubernetesEmulator, k8s_settings: dict[str, Any], fake_driver: FakeDriver
+) -> None:
+    """Before a narrowed round starts, its DataSample is created with dryRun=All: the
+    operator's webhook asks the driver, and its denial is the client's 422 naming the
+    parameter, as in local mode; no DataSample and no round exist afterwards."""
+    assert isinstance(kmock, ReviewingEmulator)
+    webhook = await flights_with_the_webhook(kmock, fake_driver)
+    checked = len(fake_driver.checked)
+    app = create_app(Settings(**k8s_settings, execution_mode="kubernetes"))
+    url = f"{TEAM_A}/vertices/parse/data-sample?filter=no_such_column%20%3E%201"
+    try:
+        with TestClient(app) as client:
+            r = await call(client, "GET", url, headers=bearer("alice-token"))
+            assert r.status_code == 422, r.text
+            assert r.json() == {
+                "detail": "filter: no column no_such_column",
+                "errors": [
+                    {
+                        "loc": ["query", "filter"],
+                        "msg": "no column no_such_column",
+                        "type": "value_error",
+                    }
+                ],
+            }
+            assert await asyncio.to_thread(app.state.sparkglass.coordinator.wait_idle, 15)
+    finally:
+        webhook.close()
+    assert [c["filter"] for c in fake_driver.checked[checked:]] == ["no_such_column > 1"]
+    # The refusal was the webhook's, of a dry run; nothing was created or started.
+    refused = [(code, message) for _, path, code, message in kmock.refused if path == SAMPLES]
+    assert refused == [
+        (
+            403,
+            f'admission webhook "{WEBHOOK}" denied the request: spec.filter: no column '
+            "no_such_column",
+        )
+    ]
+    assert kmock.names("sparkglass.io/v1alpha1/datasamples", "team-a") == set()
+    with app.state.sparkglass.sessions() as s:
+        flights = get_application(s, "team-a", "flights")
+        assert flights is None or list_rounds(s, flights.id, "parse") == []
+
+
+@pytest.mark.parametrize("trouble", ["503", "429"])
+async def test_a_dry_run_that_fails_lets_the_round_start(
+    kmock: kmock.KubernetesEmulator, k8s_settings: dict[str, Any], trouble: str
+) -> None:
+    """A dry run the API server cannot answer (5xx, or throttled) is no verdict on the
+    request: the round starts and runs as a DataSample, never a 502 from the check."""
+    assert isinstance(kmock, ReviewingEmulator)
+    async with httpx.AsyncClient(base_url=str(kmock.url)) as kube:
+        r = await kube.post(
+            "/apis/sparkglass.io/v1alpha1/namespaces/team-a/sparkapplications", json=SPARKAPP
+        )
+        assert r.status_code < 300, r.text
+    # The next POST of a DataSample, the dry run, is the one that fails.
+    if trouble == "503":
+        kmock.fail("POST", SAMPLES, times=1, code=503)
+    else:
+        kmock.throttle("POST", SAMPLES, times=1, retry_after=1)
+    app = create_app(Settings(**k8s_settings, execution_mode="kubernetes"))
+    seen: list[dict[str, Any]] = []
+    operator = asyncio.create_task(fake_operator(kmock, app.state.sparkglass.sessions, seen))
+    url = f"{TEAM_A}/vertices/parse/data-sample?filter=n%20%3E%200"
+    try:
+        with TestClient(app) as client:
+            first = await call(client, "GET", url, headers=bearer("alice-token"))
+            assert first.status_code == 200, first.text
+            assert first.json()["status"] == "PENDING"
+            body = await poll_done(client, url, "alice-token")
+            assert body["status"] == "COMPLETE" and body["roundId"] == first.json()["roundId"]
+            assert await asyncio.to_thread(app.state.sparkglass.coordinator.wait_idle, 15)
+    finally:
+        operator.cancel()
+    rule = kmock.failing if trouble == "503" else kmock.throttled
+    assert rule["POST", SAMPLES][0] == 0  # the dry run met it
+    assert kmock.served["POST", SAMPLES] == 2  # the dry run, then the create
+    assert [d["spec"]["filter"] for d in seen] == ["n > 0"]
+
+
+async def test_a_field_the_crd_refuses_is_named_by_the_dry_run(
+    kmock: kmock.KubernetesEmulator, k8s_settings: dict[str, Any]
+) -> None:
+    """The CRD's own validation (422 Invalid) refuses too, naming the parameter from
+    ``details.causes[].field``. The service's own checks mirror the CRD's, so the executor
+    is handed a request they would have refused (a column name with a comma)."""
+    assert isinstance(kmock, ReviewingEmulator)
+    api = make_api_client(Settings(**k8s_settings))
+    executor = DataSampleExecutor(api, _NoRounds())
+    request = RoundRequest(
+        round_id="0123456789abcdef",
+        namespace="team-a",
+        application="flights",
+        vertex="parse",
+        sampling_window=None,
+        timeout_s=30,
+        poll_interval_s=0.05,
+        requested_by="alice",
+        narrowing=Narrowing(columns=("a,b",)),
+    )
+    try:
+        with pytest.raises(RoundRefused) as refused:
+            await asyncio.to_thread(executor.check, request)
+    finally:
+        api.close()
+    assert refused.value.field == "columns"
+    assert str(refused.value).startswith('Invalid value: "a,b": '), refused.value
+    assert kmock.names("sparkglass.io/v1alpha1/datasamples", "team-a") == set()
+
+
+class _NoRounds:
+    """The store, for an executor that only checks (no round is ever bound or read)."""
+
+    def lookup(self, round_id: str) -> None:
+        raise AssertionError("a check reads no round")
+
+    def bind(self, round_id: str, uid: str) -> bool:
+        raise AssertionError("a check binds no round")
+
+
+def _api_error(status: int, body: dict[str, Any]) -> ApiException:
+    exc = ApiException(status=status, reason="")
+    exc.body = json.dumps(body)
+    return exc
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "refusal"),
+    [
+        (  # the webhook's denial of a parameter
+            403,
+            {
+                "reason": "Forbidden",
+                "message": f'admission webhook "{WEBHOOK}" denied the request: spec.columns: '
+                "unknown column 'carier' at vertex 'parse'",
+            },
+            ("columns", "unknown column 'carier' at vertex 'parse'"),
+        ),
+        (  # ... of a field the client did not set: not the client's to fix
+            403,
+            {
+                "reason": "Forbidden",
+                "message": f'admission webhook "{WEBHOOK}" denied the request: '
+                "spec.samplingWindow: 20s exceeds the application's 3s",
+            },
+            None,
+        ),
+        (  # RBAC: the service may not create DataSamples; the round says so
+            403,
+            {
+                "reason": "Forbidden",
+                "message": 'datasamples.sparkglass.io is forbidden: User "system:serviceaccount:'
+                'sg:sparkglass" cannot create resource "datasamples"',
+            },
+            None,
+        ),
+        (  # the CRD's validation
+            422,
+            {
+                "reason": "Invalid",
+                "message": 'DataSample.sparkglass.io "x" is invalid: spec.kind: Unsupported value',
+                "details": {
+                    "causes": [
+                        {"field": "metadata.name", "message": "Too long"},
+                        {"field": "spec.kind", "message": 'Unsupported value: "all"'},
+                    ]
+                },
+            },
+            ("kind", 'Unsupported value: "all"'),
+        ),
+        (422, {"reason": "Invalid", "details": {"causes": [{"field": "spec"}]}}, None),
+        (429, {"reason": "TooManyRequests", "message": "Too many requests"}, None),
+        (500, {"reason": "InternalError", "message": "etcdserver: leader changed"}, None),
+    ],
+)
+def test_only_a_refusal_of_a_parameter_refuses_the_request(
+    status: int, body: dict[str, Any], refusal: tuple[str, str] | None
+) -> None:
+    found = _refusal(_api_error(status, {"kind": "Status", "code": status, **body}))
+    assert (None if found is None else (found.field, str(found))) == refusal

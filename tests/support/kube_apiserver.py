@@ -19,6 +19,12 @@ more lenient than a real cluster, and a feature that works only because of that 
 * a write naming a stale ``metadata.resourceVersion`` gets 409 ``Conflict``;
 * Pods are admitted by Pod Security ``restricted`` in namespaces labelled
   ``pod-security.kubernetes.io/enforce: restricted`` (403, :mod:`.pod_security`);
+* validating admission webhooks a test registers (:meth:`StrictApiServer.register_webhook`)
+  review every create of their resource after the schema, as the API server calls them last;
+  a denial is the API server's ``admission webhook "<name>" denied the request: ...``;
+* ``dryRun=All`` on a create: named, defaulted, validated and admitted as a create, answered
+  201 with the object as it would be, and nothing stored, no watch event, no resourceVersion
+  used; another ``dryRun`` value is 422, as the API server validates its options;
 * label and field selectors on list and watch; list replies carry ``kind``;
 * the garbage collector: objects whose every owner is gone are deleted;
 * TokenReview and SubjectAccessReview are answered, never stored (scripted by tests);
@@ -37,10 +43,10 @@ import collections
 import copy
 import json
 import uuid
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import aiohttp.web
 import attrs
@@ -58,6 +64,16 @@ from .crd_schema import yaml_documents
 ENFORCE_LABEL = "pod-security.kubernetes.io/enforce"
 RESTRICTED = {ENFORCE_LABEL: "restricted", f"{ENFORCE_LABEL}-version": "latest"}
 _REVIEWS = ("tokenreviews", "subjectaccessreviews", "selfsubjectaccessreviews")
+#: The options a write's query is decoded into, by HTTP method (their ``dryRun`` validated).
+_OPTIONS_KIND = {
+    "POST": "CreateOptions",
+    "PUT": "UpdateOptions",
+    "PATCH": "PatchOptions",
+    "DELETE": "DeleteOptions",
+}
+#: A validating admission webhook as the stand-in calls it: ``AdmissionReview.request`` in,
+#: ``AdmissionReview.response`` out.
+AdmissionReviewer = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
 
 
 class ApiError(kmock_k8s.KubernetesError):
@@ -144,6 +160,16 @@ class CustomResourceInfo:
     status_subresource: bool
 
 
+@attrs.frozen
+class ValidatingWebhook:
+    """A validating admission webhook registered for one resource (CREATE only, as the chart's
+    for DataSamples; ``sideEffects: None``, so dry runs are reviewed too)."""
+
+    name: str
+    review: AdmissionReviewer
+    failure_policy: Literal["Fail", "Ignore"]
+
+
 @attrs.define(kw_only=True)
 class StrictApiServer(kmock.KubernetesEmulator):
     """kmock's emulator with the API server's rules listed in the module docstring."""
@@ -177,6 +203,21 @@ class StrictApiServer(kmock.KubernetesEmulator):
     #: A ResourceQuota on Pods per namespace (``count/pods`` as ``hard: {pods: N}``): a Pod
     #: created past it is refused with the quota admission plugin's 403.
     pod_quota: dict[str, int] = attrs.field(factory=dict, init=False)
+    #: Validating admission webhooks, by ``group/version/plural`` (:meth:`register_webhook`).
+    webhooks: dict[str, ValidatingWebhook] = attrs.field(factory=dict, init=False)
+
+    def register_webhook(
+        self,
+        resource: str,
+        name: str,
+        review: AdmissionReviewer,
+        *,
+        failure_policy: Literal["Fail", "Ignore"] = "Fail",
+    ) -> None:
+        """Have ``review`` (a webhook's logic, called in-process) admit every create of
+        ``resource`` (``group/version/plural``), as a ValidatingWebhookConfiguration named
+        ``name`` does; ``failure_policy``: what a webhook that raises means (Fail: 500)."""
+        self.webhooks[resource] = ValidatingWebhook(name, review, failure_policy)
 
     def throttle(self, method: str, path: str, *, times: int, retry_after: int = 1) -> None:
         """Answer the next ``times`` ``method`` requests of ``path`` with a 429 and a
@@ -360,11 +401,14 @@ class StrictApiServer(kmock.KubernetesEmulator):
                 return
 
     async def _handle_kept(self, request: Any) -> Any:
+        dry_run = self._dry_run(request)
+        if dry_run:
+            return await self._dry_run_create(request)
         if request.resource is not None and (
             isinstance(request.data, dict | list) or request.action == kmock_enums.action.DELETE
         ):
             self._check_precondition(request)
-            self._admit(request)
+            await self._admit(request)
         response = await super()._handle(request)
         if request.action == kmock_enums.action.CREATE and getattr(response, "status", 0) == 200:
             # The API server answers a create 201 Created (clients decode only that answer).
@@ -416,10 +460,10 @@ class StrictApiServer(kmock.KubernetesEmulator):
                 {"name": request.name, "group": resource.group, "kind": resource.plural},
             )
 
-    def _admit(self, request: Any) -> None:
+    async def _admit(self, request: Any) -> None:
         action = kmock_enums.action
         if request.action == action.CREATE and isinstance(request.data, dict):
-            self._admit_create(request)
+            await self._admit_create(request)
         elif request.action == action.DELETE and request.name:
             # kmock marks an object with finalizers as deleting by patching it in place; give
             # that version a new resourceVersion too (kopf skips versions it has seen).
@@ -432,8 +476,137 @@ class StrictApiServer(kmock.KubernetesEmulator):
     def _info(self, resource: Any) -> CustomResourceInfo | None:
         return self.custom.get(f"{resource.group}/{resource.version}/{resource.plural}")
 
-    def _admit_create(self, request: Any) -> None:
+    def _dry_run(self, request: Any) -> bool:
+        """Whether a write asks for ``dryRun=All``. The API server validates a write's options
+        before anything else: another value is 422 ``Invalid`` (apiserver's
+        ``ValidateDryRun``). A dry run of anything but a create is refused with 400: the
+        stand-in does not implement it, and must not write what a client meant to try."""
+        values: list[str] = request.url.query.getall("dryRun", [])
+        kind = _OPTIONS_KIND.get(str(getattr(request.method, "value", request.method)).upper())
+        if not values or request.resource is None or kind is None:
+            return False
+        unknown = [v for v in values if v != "All"]
+        if unknown:
+            given = "[]string{" + ", ".join(json.dumps(v) for v in values) + "}"
+            why = f'Unsupported value: {given}: supported values: "All"'
+            raise _status_error(
+                422,
+                "Invalid",
+                f'{kind}.meta.k8s.io "" is invalid: dryRun: {why}',
+                {
+                    "group": "meta.k8s.io",
+                    "kind": kind,
+                    "causes": [
+                        {"reason": "FieldValueNotSupported", "message": why, "field": "dryRun"}
+                    ],
+                },
+            )
+        if request.action != kmock_enums.action.CREATE or not isinstance(request.data, dict):
+            raise _status_error(
+                400,
+                "BadRequest",
+                "the test API server implements dryRun on create only "
+                "(tests/support/kube_apiserver.py)",
+            )
+        return True
+
+    async def _dry_run_create(self, request: Any) -> Any:
+        """A create with ``dryRun=All``: named, defaulted, validated and admitted by the code
+        of a create, then answered 201 with the object as it would be stored (its uid a
+        throwaway one, no resourceVersion). Nothing is stored, no watch event is sent, no
+        resourceVersion is used: the API server's dry-run storage answers without etcd, and
+        only an existing name fails it (409), after admission (apiserver's
+        ``registry/generic/registry/dryrun.go``)."""
+        final = self._created(request, copy.deepcopy(request.data), dry_run=True)
+        await self._review(request, final, dry_run=True)
+        meta = final["metadata"]
+        key = (request.resource, meta.get("namespace"), meta.get("name"))
+        async with self._lock:
+            exists = key in self._objects and not self._objects[key].deleted
+        if exists:
+            resource = request.resource
+            qualified = f"{resource.plural}.{resource.group}" if resource.group else resource.plural
+            raise _status_error(
+                409,
+                "AlreadyExists",
+                f'{qualified} "{meta.get("name")}" already exists',
+                {"name": meta.get("name"), "group": resource.group, "kind": resource.plural},
+            )
+        return aiohttp.web.json_response(final, status=201)
+
+    async def _review(self, request: Any, obj: dict[str, Any], *, dry_run: bool) -> None:
+        """The registered validating webhook of the resource reviews a create: after the
+        schema and metadata checks (the API server calls validating admission last), with
+        the AdmissionReview request it would send. A denial is the API server's answer
+        (apiserver's ``admission/plugin/webhook/errors.ToStatusErr``): the webhook's code
+        (at least 400) and reason, its message after ``admission webhook "<name>" denied the
+        request: ``."""
+        resource = request.resource
+        hook = self.webhooks.get(f"{resource.group}/{resource.version}/{resource.plural}")
+        if hook is None:
+            return
+        info = self._info(resource)
+        meta = obj.get("metadata") or {}
+        review = {
+            "uid": str(uuid.uuid4()),
+            "kind": {
+                "group": resource.group,
+                "version": resource.version,
+                "kind": info.kind if info is not None else "",
+            },
+            "resource": {
+                "group": resource.group,
+                "version": resource.version,
+                "resource": resource.plural,
+            },
+            "name": meta.get("name", ""),
+            "namespace": meta.get("namespace") or request.namespace or "",
+            "operation": "CREATE",
+            "object": copy.deepcopy(obj),
+            "oldObject": None,
+            "dryRun": dry_run,
+            "options": {
+                "apiVersion": "meta.k8s.io/v1",
+                "kind": "CreateOptions",
+                **({"dryRun": ["All"]} if dry_run else {}),
+            },
+        }
+        try:
+            response = await hook.review(review)
+        except Exception as exc:  # an unreachable or broken webhook: its failurePolicy
+            if hook.failure_policy == "Ignore":
+                return
+            raise _status_error(
+                500,
+                "InternalError",
+                f'Internal error occurred: failed calling webhook "{hook.name}": {exc}',
+            ) from None
+        if response.get("allowed"):
+            return
+        status = response.get("status") or {}
+        why = status.get("message") or status.get("reason")
+        denied = f'admission webhook "{hook.name}" denied the request'
+        raise _status_error(
+            max(400, int(status.get("code") or 400)),
+            str(status.get("reason") or ""),
+            f"{denied}: {why}" if why else f"{denied} without explanation",
+        )
+
+    async def _admit_create(self, request: Any) -> None:
         data: dict[str, Any] = request.data
+        final = self._created(request, data, dry_run=False)
+        await self._review(request, final, dry_run=False)
+        # Only an admitted object takes its uid and a version (etcd gives it the version).
+        meta = final["metadata"]
+        self.uids.pop(meta.get("name", ""), None)
+        meta["resourceVersion"] = self.next_rv()
+        data.clear()
+        data.update(final)
+
+    def _created(self, request: Any, data: dict[str, Any], *, dry_run: bool) -> dict[str, Any]:
+        """``data`` as a create would store it (named, pruned, defaulted, validated), without
+        its resourceVersion, or the API server's refusal; ``dry_run``: with a throwaway uid
+        (else the one :attr:`uids` scripts for its name)."""
         meta = data.setdefault("metadata", {})
         namespace = request.namespace or meta.get("namespace")
         if namespace and namespace not in self.namespaces:
@@ -463,13 +636,12 @@ class StrictApiServer(kmock.KubernetesEmulator):
                 500, "", "resourceVersion should not be set on objects to be created"
             )
         # The server's own: a client's uid or creation time is overwritten, never kept.
-        meta["uid"] = self.uids.pop(meta.get("name", ""), None) or str(uuid.uuid4())
-        meta["resourceVersion"] = self.next_rv()
+        scripted = None if dry_run else self.uids.get(meta.get("name", ""))
+        meta["uid"] = scripted or str(uuid.uuid4())
         meta["generation"] = 1
         meta["creationTimestamp"] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        self._check_object(request, final)
-        data.clear()
-        data.update(final)
+        self._check_object(request, final, stored=not dry_run)
+        return final
 
     def _admit_update(self, request: Any) -> None:
         key = (request.resource, request.namespace, request.name)
@@ -535,8 +707,9 @@ class StrictApiServer(kmock.KubernetesEmulator):
         except structural.Invalid as exc:
             raise _invalid(exc, resource) from None
 
-    def _check_object(self, request: Any, obj: dict[str, Any]) -> None:
-        """Metadata, etcd's size limit and Pod Security: what every object gets."""
+    def _check_object(self, request: Any, obj: dict[str, Any], *, stored: bool = True) -> None:
+        """Metadata, etcd's size limit (only for what reaches etcd: ``stored``) and Pod
+        Security: what every object gets."""
         resource = request.resource
         meta = obj.get("metadata") or {}
         errors = structural.metadata_errors(meta)
@@ -574,7 +747,7 @@ class StrictApiServer(kmock.KubernetesEmulator):
                             structural.Invalid("Service", meta.get("name", ""), [error]), resource
                         )
                     seen.add(key)
-        if structural.object_too_large(obj):
+        if stored and structural.object_too_large(obj):
             raise _status_error(500, "", "etcdserver: request is too large")
         if (
             resource.plural == "pods"
