@@ -21,9 +21,9 @@ from sparkglass.operator.foreign_apps import CONTROL_PORT_NAME, NotEnabled, secr
 from sparkglass.operator.kube.cluster import PODS, ApiError, Cluster
 from sparkglass.operator.settings import OperatorConfig
 from sparkglass.operator.specs import ApplicationApiVersion, DataSampleSpec
+from tests.support.fake_cluster import FakeCluster
 
 from .conftest import EXAMPLES_DIR
-from .test_kubeflow_units import FakeCluster
 
 APPS = apache_spark.APACHE_SPARK
 NS = "spark-jobs"

@@ -313,8 +313,9 @@ def rendered_pods() -> dict[str, dict[str, Any]]:
         *(
             (f"example {p.name}", example_spec(p.name))
             for p in EXAMPLES.glob("*app*.yaml")
-            # The Kubeflow example is the spark-operator's to render, not this operator's.
-            if not p.name.startswith("kubeflow-")
+            # The Kubeflow and Apache Spark operator examples are theirs to render, not this
+            # operator's.
+            if not p.name.startswith(("kubeflow-", "apache-spark-"))
         ),
     ]:
         pod, template, _ = render(raw)

@@ -22,6 +22,7 @@ from typing import Any
 import aiohttp.web
 import pytest
 
+from sparkglass.runtime.contract.pipeline_metrics import MAX_METRICS_VERTICES
 from tests.operator import conftest as operator_tests
 from tests.operator.conftest import NAMESPACE, OperatorProcess, StrictApiServer, eventually
 from tests.support import datasamples
@@ -35,7 +36,10 @@ store_url = datasamples.store_url
 result_service = datasamples.result_service
 driver = datasamples.driver
 
-MADE_UP = 2000
+#: Made-up vertices a driver sends: as many as the answer's contract admits (its longest valid
+#: names); more, or names that are no DNS-1123 labels, are refused before the operator sees
+#: them (tests/security/test_driver_progress_answers.py).
+MADE_UP = MAX_METRICS_VERTICES - 1
 
 
 @pytest.fixture()
@@ -46,7 +50,7 @@ def hostile_progress(monkeypatch: pytest.MonkeyPatch) -> None:
         if not self._authorized(request):
             return aiohttp.web.json_response({"error": "unauthorized"}, status=401)
         junk = {"rowsLastMicroBatch": 1, "rowsPerSecond": 1.0, "rowsTotal": 1}
-        vertices = {f"made-up-{i:05d}-{'v' * 200}": junk for i in range(MADE_UP)}
+        vertices = {f"made-up-{i:05d}-{'v' * 49}": junk for i in range(MADE_UP)}
         vertices["parse"] = junk
         return aiohttp.web.json_response(
             {"state": "ACTIVE", "activeQueries": 1, "microBatches": 1, "vertices": vertices}
