@@ -6,9 +6,9 @@ application was registered with). Answers are remembered per application for
 :data:`CACHE_TTL_S`, so many open pages cost the driver one request per second at most.
 Kubernetes mode: the service holds no driver token (the operator does); the operator copies
 the driver's metrics into the SparkApplication's ``status.progress`` (at most every
-``--progress-seconds``, 10 s by default), and the service reads them from there. Their last
-minutes (``history``) are asked of the driver with ``?history=true`` in local mode only:
-``status.progress`` holds none.
+``--progress-seconds``, 60 s by default, when they changed), and the service reads them from
+there. Their last minutes (``history``) are asked of the driver with ``?history=true`` in
+local mode only: ``status.progress`` holds none.
 """
 
 from __future__ import annotations

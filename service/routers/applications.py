@@ -121,8 +121,8 @@ def get_expectations(
     (totals and last micro-batch), as its driver counts them. Local mode: asked of the
     driver control endpoint now. Kubernetes mode (no driver URL; the service holds no driver
     token): from the SparkApplication's ``status.progress``, which the operator refreshes
-    from the driver every ``--progress-seconds`` (10 s by default). 502 when the driver
-    cannot be asked, or the operator has published no metrics (yet), the reason in
+    from the driver every ``--progress-seconds`` (60 s by default, when they changed). 502 when
+    the driver cannot be asked, or the operator has published no metrics (yet), the reason in
     ``detail``."""
     app = application_or_404(state, namespace, application, session)
     if not app.driver_url:
