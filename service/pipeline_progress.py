@@ -105,9 +105,6 @@ class PipelineProgressReader:
                 metrics = driver.progress(history=history)
         except ControlError as exc:
             raise ProgressUnavailable(f"{failed}: {exc}") from None
-        if not history and metrics.history is not None:
-            # Sent unasked: not held, nor served on every poll of the page.
-            metrics = metrics.model_copy(update={"history": None})
         self._cache.set(key, metrics, CACHE_TTL_S)
         return metrics
 

@@ -286,8 +286,18 @@ def _settings() -> _Call[dict[str, Any]]:
 
 
 def _progress(history: bool = False) -> _Call[PipelineMetrics]:
-    params: dict[str, str | int] = {"history": "true"} if history else {}
-    return _to("progress", params, PipelineMetrics.model_validate_json)
+    if history:
+        return _to("progress", {"history": "true"}, PipelineMetrics.model_validate_json)
+
+    def without_history(raw: bytes) -> PipelineMetrics:
+        # A driver may send its history unasked: no caller (the service's cache, the
+        # operator's status) holds or passes on what it did not ask for.
+        metrics = PipelineMetrics.model_validate_json(raw)
+        if metrics.history is None:
+            return metrics
+        return metrics.model_copy(update={"history": None})
+
+    return _to("progress", {}, without_history)
 
 
 def _vertices() -> _Call[list[str]]:
