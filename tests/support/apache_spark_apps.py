@@ -22,53 +22,24 @@ from tests.operator.conftest import (
     StrictApiServer,
 )
 from tests.support.datasamples import patch_status
+from tests.support.foreign_crds import sparkapplication_crd
 
 AS_GROUP, AS_VERSION = "spark.apache.org", "v1"
 AS_APPS = f"{AS_GROUP}/{AS_VERSION}/sparkapplications"
 APP = "flights-apache"
 
-#: A minimal structural CRD for the Apache operator's SparkApplication: enough for the API
-#: server to store and serve one (with a status subresource). Written here, not copied: the
-#: operator's own schema validates fields sparkglass never reads.
-APACHE_SPARK_CRD: dict[str, Any] = {
-    "apiVersion": "apiextensions.k8s.io/v1",
-    "kind": "CustomResourceDefinition",
-    "metadata": {"name": f"sparkapplications.{AS_GROUP}"},
-    "spec": {
-        "group": AS_GROUP,
-        "scope": "Namespaced",
-        "names": {
-            "kind": "SparkApplication",
-            "listKind": "SparkApplicationList",
-            "plural": "sparkapplications",
-            "singular": "sparkapplication",
-            "shortNames": ["sparkapp"],
+#: The Apache operator's SparkApplication: structural, spec and status kept as sent.
+APACHE_SPARK_CRD = sparkapplication_crd(
+    AS_GROUP,
+    AS_VERSION,
+    {
+        "type": "object",
+        "properties": {
+            "spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+            "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
         },
-        "versions": [
-            {
-                "name": AS_VERSION,
-                "served": True,
-                "storage": True,
-                "subresources": {"status": {}},
-                "schema": {
-                    "openAPIV3Schema": {
-                        "type": "object",
-                        "properties": {
-                            "spec": {
-                                "type": "object",
-                                "x-kubernetes-preserve-unknown-fields": True,
-                            },
-                            "status": {
-                                "type": "object",
-                                "x-kubernetes-preserve-unknown-fields": True,
-                            },
-                        },
-                    }
-                },
-            }
-        ],
     },
-}
+)
 
 
 @pytest.fixture()

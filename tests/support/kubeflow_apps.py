@@ -22,44 +22,16 @@ from tests.operator.conftest import (
     eventually,
 )
 from tests.support.datasamples import ScriptedDriver, patch_status, secret_entry, status
+from tests.support.foreign_crds import sparkapplication_crd
 
 KF_GROUP, KF_VERSION = "sparkoperator.k8s.io", "v1beta2"
 KF_APPS = f"{KF_GROUP}/{KF_VERSION}/sparkapplications"
 APP = "flights-kf"
 
-#: A minimal CRD for the spark-operator's SparkApplication: enough for the API server to store
-#: and serve one (with a status subresource). Written here; the spark-operator's own schema
-#: validates fields sparkglass never reads.
-KUBEFLOW_CRD: dict[str, Any] = {
-    "apiVersion": "apiextensions.k8s.io/v1",
-    "kind": "CustomResourceDefinition",
-    "metadata": {"name": f"sparkapplications.{KF_GROUP}"},
-    "spec": {
-        "group": KF_GROUP,
-        "scope": "Namespaced",
-        "names": {
-            "kind": "SparkApplication",
-            "listKind": "SparkApplicationList",
-            "plural": "sparkapplications",
-            "singular": "sparkapplication",
-            "shortNames": ["sparkapp"],
-        },
-        "versions": [
-            {
-                "name": KF_VERSION,
-                "served": True,
-                "storage": True,
-                "subresources": {"status": {}},
-                "schema": {
-                    "openAPIV3Schema": {
-                        "type": "object",
-                        "x-kubernetes-preserve-unknown-fields": True,
-                    }
-                },
-            }
-        ],
-    },
-}
+#: The spark-operator's SparkApplication, its whole object kept as sent.
+KUBEFLOW_CRD = sparkapplication_crd(
+    KF_GROUP, KF_VERSION, {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+)
 
 
 @pytest.fixture()
