@@ -1061,18 +1061,18 @@ class Pipeline:
             mine = [b for b in self._batches if b.query_id in ids]
         after = [b for b in mine if b.start_ms >= since_ms]
         counted = [b.vertex_rows[vertex] for b in after if vertex in b.vertex_rows]
-        last_end_ms = max((b.end_ms for b in mine), default=None)
+        last = max(mine, key=lambda b: b.end_ms, default=None)
         if not after and since_ms < int(time.time() * 1000):
             # Outside the lock: a Py4J call can take long on a loaded driver.
             latest = [b for b in map(self._latest_of, queries.items()) if b is not None]
-            if latest:
-                last_end_ms = max(last_end_ms or 0, *(b.end_ms for b in latest))
+            last = max([*latest, *([last] if last else [])], key=lambda b: b.end_ms, default=None)
             after = [b for b in latest if b.start_ms >= since_ms]
             counted = []
         return MicroBatches(
             completed=len(after),
             rows=sum(counted) if len(counted) == len(after) else None,
-            last_end_ms=last_end_ms,
+            last_end_ms=last.end_ms if last else None,
+            last_duration_ms=max(0, last.end_ms - last.start_ms) if last else None,
         )
 
     def _latest_of(self, sink_query: tuple[str, StreamingQuery]) -> _MicroBatch | None:

@@ -268,10 +268,11 @@ class QueryStatus:
         known = [self.queries()[n] for n in map(norm, names) if n in self.queries()]
         if not known:
             return None
-        completed, rows, rows_known, last_end = 0, 0, True, None
+        completed, rows, rows_known = 0, 0, True
+        last: tuple[int, int] | None = None  # (end, start) of the latest micro-batch
         for q in known:
             for start, end, out in q["batches"]:
-                last_end = end if last_end is None else max(last_end, end)
+                last = (end, start) if last is None else max(last, (end, start))
                 if start >= since_ms:
                     completed += 1
                     if out < 0:
@@ -279,7 +280,10 @@ class QueryStatus:
                     else:
                         rows += out
         return MicroBatches(
-            completed=completed, rows=rows if rows_known else None, last_end_ms=last_end
+            completed=completed,
+            rows=rows if rows_known else None,
+            last_end_ms=last[0] if last else None,
+            last_duration_ms=max(0, last[0] - last[1]) if last else None,
         )
 
 

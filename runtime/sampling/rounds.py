@@ -133,12 +133,14 @@ class MicroBatches:
     ``completed``: micro-batches that started at or after the time asked about and finished;
     ``rows``: rows the vertex emitted in those (Spark's observed metrics; ``None`` unknown);
     ``last_end_ms``: when the latest micro-batch of those queries ended, at any time (ms
-    since the epoch; ``None`` when none ran yet).
+    since the epoch; ``None`` when none ran yet); ``last_duration_ms``: how long that one took
+    (ms, trigger start to end; ``None`` when none ran yet).
     """
 
     completed: int
     rows: int | None = None
     last_end_ms: int | None = None
+    last_duration_ms: int | None = None
 
 
 def _no_micro_batches(since_ms: int) -> MicroBatches | None:
@@ -738,20 +740,19 @@ class RoundCoordinator:
     def _enough_micro_batches(self, rnd: _Round, status: dict[str, Any], elapsed_ms: float) -> bool:
         if rnd.min_micro_batches == 0:
             return True
-        if rnd.min_micro_batches == 1 and rnd.rows_seen_ms is not None:
-            if rnd.rows_seen_ms <= rnd.window_ms:
-                # Rows passed the tap in the window: a micro-batch ran through it, so the
-                # window keeps its meaning for a continuous flow (no wait for the listener).
-                return True
-            if elapsed_ms - rnd.rows_seen_ms >= rnd.window_ms:
-                # Rows came only after the window and have for a window's length: enough,
-                # even when the listener has not reported their micro-batch yet.
-                return True
-            # Rows came only after the window: a micro-batch has just reached the tap.
-            # Closing now would keep only its first moment (the first rows of each
-            # partition), so the round waits for it to end, as the listener reports.
         seen = rnd.tap.micro_batches(rnd.started_ms + ACTIVATION_MS)
-        return seen is None or seen.completed >= rnd.min_micro_batches
+        if seen is None or seen.completed >= rnd.min_micro_batches:
+            return True
+        if rnd.min_micro_batches == 1 and rnd.rows_seen_ms is not None:
+            # Rows passed the tap, but no micro-batch that started in the round has ended:
+            # one is in flight. Closing at the window would keep only its first moment (the
+            # first rows of each partition; on a loaded machine a micro-batch outlasts the
+            # window), so the round waits for it to end, as the listener reports; or, should
+            # the listener lag, for as long as the latest micro-batch took (a window at least)
+            # after the rows came.
+            span = max(rnd.window_ms, seen.last_duration_ms or 0)
+            return elapsed_ms - rnd.rows_seen_ms >= span
+        return False
 
     def _no_data_reason(self, rnd: _Round, result: DataSampleResult) -> None:
         """Say why a round that ran to its end saw no row (``noDataReason``)."""

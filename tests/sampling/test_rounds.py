@@ -509,8 +509,9 @@ def test_materialized_round_that_cannot_read_fails_without_raising(transport):
 
 
 def test_rows_seen_in_the_window_close_a_streaming_round_at_its_end(transport, make_partition):
-    # A continuous flow: the tap saw rows during the window, so the round ends with it and
-    # does not wait for the listener to report a whole micro-batch.
+    # A continuous flow: the tap saw rows as the window began, so the round ends with the
+    # window (a window after the rows came) and does not wait for the listener to report a
+    # whole micro-batch.
     batches = Batches()
     clock = Clock()  # the window ends when the test says, not when a stall ends it
     c = make(transport, settings(sampling_window_ms=1000, timeout_ms=10_000), clock)

@@ -45,16 +45,22 @@ class Clock:
 
 
 class Batches:
-    """What the query listener reports: micro-batches that ended, by start time (wall ms)."""
+    """What the query listener reports: micro-batches that ended, by start time (wall ms), and
+    how long the latest one before the round took (ms; ``None``: none ran before)."""
 
-    def __init__(self) -> None:
+    def __init__(self, last_duration_ms: int | None = None) -> None:
         self.started_ms: list[int] = []
+        self.last_duration_ms = last_duration_ms
 
     def run(self) -> None:
         self.started_ms.append(int(time.time() * 1000))
 
     def __call__(self, since_ms: int) -> MicroBatches:
-        return MicroBatches(completed=sum(1 for s in self.started_ms if s >= since_ms), rows=5)
+        return MicroBatches(
+            completed=sum(1 for s in self.started_ms if s >= since_ms),
+            rows=5,
+            last_duration_ms=self.last_duration_ms,
+        )
 
 
 def streaming_round(transport: Any, clock: Clock, batches: Batches) -> tuple[Any, str]:
@@ -76,6 +82,14 @@ def stays_open(transport: Any, rid: str, seconds: float = 0.3) -> bool:
             return False
         time.sleep(0.01)
     return True
+
+
+def wait_rows_seen(coordinator: Any, rid: str, timeout: float = 5.0) -> None:
+    """Until the coordinator's check saw the executors' progress (it stamps when)."""
+    deadline = time.monotonic() + timeout
+    while coordinator._running[rid].rows_seen_ms is None:
+        assert time.monotonic() < deadline, "the coordinator did not see the rows"
+        time.sleep(0.01)
 
 
 def wait_cancelled(transport: Any, rid: str, timeout: float = 5.0) -> None:
@@ -111,6 +125,38 @@ def test_rows_after_the_window_close_the_round_a_window_later_without_the_listen
     transport.rounds[rid].progress["1"] = [0]
     assert stays_open(transport, rid)
     clock.now += 1.0  # a window after the rows came
+    wait_cancelled(transport, rid)
+
+
+def test_rows_in_the_window_of_a_micro_batch_longer_than_it_keep_the_round_open(transport):
+    """On a loaded machine a micro-batch outlasts the window: its rows reach the tap within
+    the window, and closing with the window kept the first rows of each partition only. The
+    round waits for the micro-batch to end, or as long as the latest one took after the rows
+    came."""
+    clock, batches = Clock(), Batches(last_duration_ms=4000)
+    c, rid = streaming_round(transport, clock, batches)
+    clock.now += 0.5
+    transport.rounds[rid].progress["1"] = [0]  # rows within the window
+    wait_rows_seen(c, rid)
+    clock.now += 1.0  # the window is over
+    assert stays_open(transport, rid)
+    clock.now += 2.0  # 3 s after the rows came: the latest micro-batch took 4 s
+    assert stays_open(transport, rid)
+    clock.now += 1.0
+    wait_cancelled(transport, rid)
+
+
+def test_rows_in_the_window_close_the_round_once_their_micro_batch_ended(transport):
+    """The listener reports the micro-batch ended: the round ends then, not a whole earlier
+    micro-batch's duration after its rows."""
+    clock, batches = Clock(), Batches(last_duration_ms=60_000)
+    c, rid = streaming_round(transport, clock, batches)
+    transport.rounds[rid].progress["1"] = [0]
+    wait_rows_seen(c, rid)
+    time.sleep(ACTIVATION_MS / 1000)  # it started after the executors opened their taps
+    clock.now += 1.5
+    assert stays_open(transport, rid)
+    batches.run()
     wait_cancelled(transport, rid)
 
 
