@@ -166,7 +166,18 @@ class Settings(BaseSettings):
         "may run at once on this replica (1-1000; default 4, half of round_workers): each "
         "distinct request has its own rounds, so without a cap one client asking many filters "
         "would take every round thread and delay every application's rounds. Past it, a poll "
-        "that would start one is answered 429 with Retry-After.",
+        "that would start one is answered 429 with Retry-After (or, when an older result "
+        "exists, that result marked stale).",
+    )
+    narrowed_rounds_per_replica: int = Field(
+        default=4,
+        ge=1,
+        le=1000,
+        description="Most rounds with a kind, filter, columns or expectation all applications "
+        "together may run at once on this replica (1-1000; default 4, half of round_workers), "
+        "so that narrowed rounds of a few applications never take every round thread from "
+        "the plain rounds of all the others. Past it, as past "
+        "narrowed_rounds_per_application.",
     )
     datasample_ttl_seconds: int = Field(
         default=600,

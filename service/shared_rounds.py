@@ -90,15 +90,18 @@ class TriggerForbiddenError(Exception):
 
 
 class TooManyRoundsError(Exception):
-    """A narrowed round would have to start, and the application already runs
-    ``limit`` of them on this replica (``narrowed_rounds_per_application``)."""
+    """A narrowed round would have to start, and no narrowed-round slot is free on this
+    replica: the application runs ``narrowed_rounds_per_application`` of them, or all
+    applications together run ``narrowed_rounds_per_replica``. ``setting`` names the cap."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, setting: str) -> None:
+        whom = "this application" if setting.endswith("application") else "this replica"
         super().__init__(
-            f"this application already runs {limit} rounds with a kind, filter, columns or "
-            "expectation (narrowed_rounds_per_application); retry when one ended"
+            f"{whom} already runs {limit} rounds with a kind, filter, columns or expectation "
+            f"({setting}); retry when one ended"
         )
         self.limit = limit
+        self.setting = setting
 
 
 #: How often (s) the per-request end counters of requests nobody polls now are dropped.
@@ -285,12 +288,21 @@ class SharedRounds:
             )
             latest_result = repository.round_head(latest) if latest is not None else None
         if running is None:
+            # No slot free and an older result to show: the caller gets it stale, as a
+            # viewer would, without the cost of asking whether it may trigger.
+            full = self._slot_problem(app.id, narrowing) is not None
             # Asked with no transaction open: in Kubernetes mode it is a SubjectAccessReview
             # (an HTTP call of up to seconds), and an open transaction would hold a pooled
             # connection, and a snapshot or lock, for as long.
-            can_trigger = may_trigger()
+            can_trigger = False if full and latest_result is not None else may_trigger()
         if running is None and can_trigger:
-            self._reserve(app.id, narrowing)
+            try:
+                self._reserve(app.id, narrowing)
+            except TooManyRoundsError:
+                if latest_result is None:
+                    raise
+                can_trigger = False  # taken meanwhile: the older result, stale
+        if running is None and can_trigger:
             rid = secrets.token_hex(8)
             try:
                 started, running = self._claim(
@@ -321,18 +333,34 @@ class SharedRounds:
                 raise
         return PollAnswer(answer, started.id if started else None)
 
+    def _slot_problem(self, application_id: int, narrowing: Narrowing) -> TooManyRoundsError | None:
+        """Why no narrowed-round slot is free for the application, or ``None`` when one is
+        (plain rounds need none: one per vertex and interval at most)."""
+        if narrowing.is_plain():
+            return None
+        with self._cache_lock:
+            return self._slot_problem_locked(application_id)
+
+    def _slot_problem_locked(self, application_id: int) -> TooManyRoundsError | None:
+        per_app = self._settings.narrowed_rounds_per_application
+        per_replica = self._settings.narrowed_rounds_per_replica
+        if self._narrowed_running.get(application_id, 0) >= per_app:
+            return TooManyRoundsError(per_app, "narrowed_rounds_per_application")
+        if sum(self._narrowed_running.values()) >= per_replica:
+            return TooManyRoundsError(per_replica, "narrowed_rounds_per_replica")
+        return None
+
     def _reserve(self, application_id: int, narrowing: Narrowing) -> None:
-        """Take one of the application's narrowed-round slots (plain rounds need none: one
-        per vertex and interval at most). Raises :class:`TooManyRoundsError` when none is
-        free."""
+        """Take one of the narrowed-round slots of the application and of the replica.
+        Raises :class:`TooManyRoundsError` when none is free."""
         if narrowing.is_plain():
             return
-        limit = self._settings.narrowed_rounds_per_application
-        with self._cache_lock:
-            running = self._narrowed_running.get(application_id, 0)
-            if running >= limit:
-                raise TooManyRoundsError(limit)
-            self._narrowed_running[application_id] = running + 1
+        with self._cache_lock:  # the check and the take are one step
+            if (problem := self._slot_problem_locked(application_id)) is not None:
+                raise problem
+            self._narrowed_running[application_id] = (
+                self._narrowed_running.get(application_id, 0) + 1
+            )
 
     def _release(self, application_id: int, narrowing: Narrowing) -> None:
         if narrowing.is_plain():

@@ -140,8 +140,9 @@ async def data_sample(
     DataSample, which the CRD's rules and its admission webhook judge): a filter or column
     that does not fit the vertex answers 422 naming it; any other failure of the check lets
     the round start. An application runs at most ``narrowed_rounds_per_application`` such
-    rounds at once per service replica; past it a poll that would start one answers 429 with
-    ``Retry-After``.
+    rounds at once per service replica, all of them together ``narrowed_rounds_per_replica``;
+    past either a poll that would start one answers with the request's older result (stale),
+    or 429 with ``Retry-After`` when it has none.
 
     Every body carries a weak ``ETag``; a poll whose ``If-None-Match`` names the current one
     gets ``304 Not Modified`` and no body. Bodies are gzip-compressed when the client accepts

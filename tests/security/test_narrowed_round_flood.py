@@ -7,21 +7,27 @@ end counters grew with each filter ever asked.
 Against a real service over HTTP on 127.0.0.1, a scriptable driver whose rounds stay pending
 for a while, and a SQLite store: past ``narrowed_rounds_per_application`` a new filter is
 answered 429 with ``Retry-After`` while plain rounds still start; once a round ends its slot
-is free again; and the end counters of requests nobody polls are dropped.
+is free again; and the end counters of requests nobody polls are dropped. Many applications
+together stop at ``narrowed_rounds_per_replica``, so their narrowed rounds never take every
+round thread; and a request with an older result gets it stale, not 429.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
+from sparkglass.runtime.contract.round_request import round_request
 from sparkglass.service import shared_rounds
 from sparkglass.service.app import create_app
 from sparkglass.service.catalog import register_local_application
+from sparkglass.service.lookups import application_or_404
 from sparkglass.service.settings import Settings
 from tests.service.fake_driver import TOKEN, FakeDriver, ServerThread
 
@@ -42,36 +48,58 @@ def driver() -> Iterator[FakeDriver]:
         yield fake
 
 
+Service = tuple[str, Any]
+
+
 @pytest.fixture
-def service(tmp_path: Path, driver: FakeDriver) -> Iterator[tuple[str, object]]:
-    tokens = tmp_path / "tokens.csv"
-    tokens.write_text(f"{SAMPLER},sampler-user,sampler\n")
-    app = create_app(
-        Settings(
-            database_url=f"sqlite:///{tmp_path / 'store.db'}",
-            tokens_file=tokens,
-            refresh_interval_seconds=60,
-            round_timeout_seconds=60,
-            round_grace_seconds=0,
-            poll_interval_seconds=0.05,
-            narrowed_rounds_per_application=CAP,
-        )
-    )
-    register_local_application(app.state.sparkglass.sessions, "flights", driver.url, TOKEN)
-    with ServerThread(app) as server:
-        yield server.url, app.state.sparkglass.coordinator
-    app.state.sparkglass.sessions.kw["bind"].dispose()
+def start_service(tmp_path: Path, driver: FakeDriver) -> Iterator[Callable[..., Service]]:
+    """Starts the service (its URL and state) with the test's settings, and two more
+    applications on the same driver (``flights-2``, ``flights-3``); stops it at the end."""
+    stack = contextlib.ExitStack()
+
+    def start(**overrides: Any) -> Service:
+        tokens = tmp_path / "tokens.csv"
+        tokens.write_text(f"{SAMPLER},sampler-user,sampler\n")
+        settings: dict[str, Any] = {
+            "database_url": f"sqlite:///{tmp_path / 'store.db'}",
+            "tokens_file": tokens,
+            "refresh_interval_seconds": 60,
+            "round_timeout_seconds": 60,
+            "round_grace_seconds": 0,
+            "poll_interval_seconds": 0.05,
+            "narrowed_rounds_per_application": CAP,
+            **overrides,
+        }
+        app = create_app(Settings(**settings))
+        for name in ("flights", "flights-2", "flights-3"):
+            register_local_application(app.state.sparkglass.sessions, name, driver.url, TOKEN)
+        stack.callback(app.state.sparkglass.sessions.kw["bind"].dispose)
+        server = stack.enter_context(ServerThread(app))
+        return server.url, app.state.sparkglass
+
+    with stack:
+        yield start
 
 
-def _poll(base: str, params: dict[str, str]) -> httpx.Response:
+@pytest.fixture
+def service(start_service: Callable[..., Service]) -> Service:
+    return start_service()
+
+
+def _poll(base: str, params: dict[str, str], app: str = "flights") -> httpx.Response:
     with httpx.Client(base_url=base, timeout=30) as c:
-        return c.get(URL, headers={"Authorization": f"Bearer {SAMPLER}"}, params=params)
+        return c.get(
+            URL.replace("/flights/", f"/{app}/"),
+            headers={"Authorization": f"Bearer {SAMPLER}"},
+            params=params,
+        )
 
 
 def test_distinct_filters_past_the_cap_are_answered_429(
-    service: tuple[str, object], driver: FakeDriver
+    service: Service, driver: FakeDriver
 ) -> None:
-    base, coordinator = service
+    base, state = service
+    coordinator = state.coordinator
     started = [_poll(base, {"filter": f"dep_delay > {i}"}) for i in range(CAP)]
     assert [r.status_code for r in started] == [200] * CAP
     assert all(r.json()["status"] == "PENDING" for r in started)
@@ -90,22 +118,86 @@ def test_distinct_filters_past_the_cap_are_answered_429(
         assert time.monotonic() < deadline, "no slot came free"
         time.sleep(0.2)
     assert again.status_code == 200 and again.json()["status"] == "PENDING"
-    assert coordinator.wait_idle(60)  # type: ignore[attr-defined]
+    assert coordinator.wait_idle(60)
 
 
 def test_end_counters_of_requests_nobody_polls_are_dropped(
-    service: tuple[str, object], monkeypatch: pytest.MonkeyPatch
+    service: Service, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    base, coordinator = service
+    base, state = service
+    coordinator = state.coordinator
     for i in range(CAP):
         assert _poll(base, {"filter": f"dep_delay > {i}"}).status_code == 200
-    assert coordinator.wait_idle(60)  # type: ignore[attr-defined]
-    ended = coordinator._rounds_ended  # type: ignore[attr-defined]
+    assert coordinator.wait_idle(60)
+    ended = coordinator._rounds_ended
     assert len(ended) == CAP  # one per request this replica saw end
     # Nothing holds an answer of them once their answers expired; the next sweep drops them.
     monkeypatch.setattr(shared_rounds, "ENDED_SWEEP_S", 0.0)
-    coordinator._fresh.clear()  # type: ignore[attr-defined]
+    coordinator._fresh.clear()
     assert _poll(base, {"filter": "dep_delay > 50"}).status_code == 200
     assert ended == {}, ended
-    assert coordinator.wait_idle(60)  # type: ignore[attr-defined]
+    assert coordinator.wait_idle(60)
     assert len(ended) == 1  # only the request that ran since
+
+
+def test_applications_together_stop_at_the_replica_s_cap(
+    start_service: Callable[..., Service], driver: FakeDriver
+) -> None:
+    """Each application under its own cap, yet together they would take every round thread:
+    past ``narrowed_rounds_per_replica`` any application's new filter is answered 429,
+    naming that cap, and plain rounds still start."""
+    base, state = start_service(narrowed_rounds_per_replica=3)
+    coordinator = state.coordinator
+    assert [_poll(base, {"filter": f"dep_delay > {i}"}).status_code for i in range(2)] == [200] * 2
+    assert _poll(base, {"filter": "dep_delay > 0"}, app="flights-2").status_code == 200
+    refused = _poll(base, {"filter": "dep_delay > 1"}, app="flights-3")
+    assert refused.status_code == 429, refused.text
+    assert "narrowed_rounds_per_replica" in refused.json()["detail"]
+    assert refused.headers["Retry-After"] == "2"
+    assert len(driver.opened) == 3
+    assert _poll(base, {}, app="flights-3").status_code == 200
+    assert coordinator.wait_idle(60)
+
+
+def test_a_request_with_an_older_result_gets_it_stale_when_no_slot_is_free(
+    start_service: Callable[..., Service], driver: FakeDriver
+) -> None:
+    """A sampler whose request has a result older than the refresh interval is answered with
+    it (``stale``), as a viewer is, when the cap is reached; the service does not ask whether
+    it may start a round it could not start (in Kubernetes mode that is a
+    SubjectAccessReview)."""
+    base, state = start_service(refresh_interval_seconds=1)
+    coordinator = state.coordinator
+    driver.pending_seconds = 0.05
+    older = {"filter": "dep_delay > 99"}
+    assert _poll(base, older).status_code == 200
+    assert coordinator.wait_idle(60)
+    driver.pending_seconds = PENDING_S
+    assert [_poll(base, {"filter": f"dep_delay > {i}"}).status_code for i in range(CAP)] == [
+        200
+    ] * CAP
+    deadline = time.monotonic() + 30
+    while (answer := _poll(base, older)).status_code == 200 and not answer.json().get("stale"):
+        assert time.monotonic() < deadline, "the older result did not age past the interval"
+        time.sleep(0.1)
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["status"] == "COMPLETE" and answer.json()["stale"] is True
+    assert len(driver.opened) == 1 + CAP  # no round started for it
+    # Behind the route: with no slot free, whether the caller may trigger is never asked.
+    asked: list[str] = []
+
+    def may_trigger() -> bool:
+        asked.append("asked")
+        return True
+
+    app = application_or_404(state, "local", "flights")
+    direct = coordinator.poll(
+        app,
+        "parse",
+        actor="sampler-user",
+        may_trigger=may_trigger,
+        narrowing=round_request(None, older["filter"], None, None),
+    )
+    assert direct.result.stale is True and direct.started_round is None
+    assert asked == []
+    assert coordinator.wait_idle(60)
