@@ -43,7 +43,7 @@ from . import apache_spark, children, foreign_apps, kubeflow, names, sample_fit
 from .certificates import RENEWAL_MARGIN, read_stored_certificate
 from .conditions import set_condition
 from .context import OperatorContext, SampleRecord
-from .driver_access import DriverAccess, control_endpoint, driver_access
+from .driver_access import UNREAD, DriverAccess, control_endpoint, driver_access
 from .driver_state import TERMINAL, run_end
 from .kube.cluster import APPS, PODS, SAMPLES, ApiError, Conflict, NotFound
 from .kube.work_queue import WorkQueue
@@ -744,7 +744,10 @@ class _Step:
         cached = self.ctx.driver_access.get(key)
         if version is not None and version[1] and cached is not None and cached[0] == version:
             return cached[1]
-        access = await driver_access(self.ctx, app)
+        # With the index, the Pod it holds (None: none) is the one the access is made from.
+        access = await driver_access(
+            self.ctx, app, pod=pod if self.ctx.driver_pods is not None else UNREAD
+        )
         if version is not None and version[1] and not isinstance(access, str):
             self.ctx.driver_access[key] = (version, access)
         else:

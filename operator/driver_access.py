@@ -92,9 +92,32 @@ def control_endpoint(pod: dict[str, Any]) -> str | None:
     return f"{scheme}://{host}:{port}"
 
 
-async def driver_access(ctx: OperatorContext, app: dict[str, Any]) -> DriverAccess | str:
+#: ``driver_access``'s ``pod`` when the caller has not read the driver Pod.
+UNREAD: Any = object()
+
+
+def remembered_secret(ctx: OperatorContext, app: dict[str, Any]) -> dict[str, Any] | None:
+    """The application's control Secret as its last full reconcile pass read it (metadata,
+    token and certificate: :class:`~.context.ApplicationRecord`), when that pass was of this
+    application (its uid) and found one the operator owns; None otherwise (then read it)."""
+    name, namespace = app["metadata"]["name"], app["metadata"]["namespace"]
+    record = ctx.app_records.get((namespace, name))
+    if record is None or not record.checked_at:
+        return None
+    kept = record.secrets.get(names.secret_name(name))
+    if kept is None or not owned_by(kept, app, names.ROLE_CONTROL_TOKEN):
+        return None
+    return kept
+
+
+async def driver_access(
+    ctx: OperatorContext, app: dict[str, Any], *, pod: Any = UNREAD
+) -> DriverAccess | str:
     """How to reach ``app``'s running driver (:class:`DriverAccess`), or a message saying
-    why there is none (no owned driver Pod, or it is not running yet).
+    why there is none (no owned driver Pod, or it is not running yet). ``pod``: the driver
+    Pod (None: there is none) when the caller holds it from a watch, so it is not read again;
+    the control Secret comes from the application's last full pass when it kept one
+    (:func:`remembered_secret`), else from the API.
 
     What is trusted: the driver Pod ``<app>-driver`` when it carries the operator's labels
     (application, role ``driver``, managed-by) and a controller owner reference to this
@@ -117,14 +140,17 @@ async def driver_access(ctx: OperatorContext, app: dict[str, Any]) -> DriverAcce
     ``allow_cleartext_control`` is off. Raises ``ApiError`` when the API server fails.
     """
     name, namespace = app["metadata"]["name"], app["metadata"]["namespace"]
-    pod = await ctx.cluster.find(PODS, namespace, names.driver_pod_name(name))
+    if pod is UNREAD:
+        pod = await ctx.cluster.find(PODS, namespace, names.driver_pod_name(name))
     if pod is None or not owned_by(pod, app, names.ROLE_DRIVER):
         return f"application {name!r} is not running (no driver Pod of its own)"
     endpoint = control_endpoint(pod)
     if endpoint is None:
         phase = (pod.get("status") or {}).get("phase") or "Pending"
         return f"application {name!r} is not running (driver Pod {phase})"
-    secret = await ctx.cluster.find(SECRETS, namespace, names.secret_name(name))
+    secret = remembered_secret(ctx, app)
+    if secret is None:
+        secret = await ctx.cluster.find(SECRETS, namespace, names.secret_name(name))
     if secret is not None and not owned_by(secret, app, names.ROLE_CONTROL_TOKEN):
         secret = None
     token = children.secret_token(secret) if secret is not None else None

@@ -77,6 +77,24 @@ async def assert_final(
         )
 
 
+async def test_a_datasample_reads_neither_the_driver_pod_nor_the_secret_again(
+    kube: StrictApiServer, operator: OperatorProcess, driver: ScriptedDriver
+) -> None:
+    """The engine takes the driver Pod from its watch and the control Secret from the
+    application's last full pass: a round on a running application reads neither from the
+    API (each GET was one more request per DataSample)."""
+    await running_app(kube, operator, driver)
+    before = kube.served.copy()
+    await post(kube, "datasamples", sample_body("look", "parse"))
+    await assert_final(kube, "look", operator, "Complete")
+    served = kube.served - before
+    for path in (
+        f"/api/v1/namespaces/{NAMESPACE}/pods/flights-driver",
+        f"/api/v1/namespaces/{NAMESPACE}/secrets/flights-control-token",
+    ):
+        assert served["GET", path] == 0, served
+
+
 async def test_round_completes_with_bounded_status_labels_events_and_store(
     kube: StrictApiServer, operator: OperatorProcess, driver: ScriptedDriver, store_url: str
 ) -> None:
