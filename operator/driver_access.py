@@ -96,28 +96,15 @@ def control_endpoint(pod: dict[str, Any]) -> str | None:
 UNREAD: Any = object()
 
 
-def remembered_secret(ctx: OperatorContext, app: dict[str, Any]) -> dict[str, Any] | None:
-    """The application's control Secret as its last full reconcile pass read it (metadata,
-    token and certificate: :class:`~.context.ApplicationRecord`), when that pass was of this
-    application (its uid) and found one the operator owns; None otherwise (then read it)."""
-    name, namespace = app["metadata"]["name"], app["metadata"]["namespace"]
-    record = ctx.app_records.get((namespace, name))
-    if record is None or not record.checked_at:
-        return None
-    kept = record.secrets.get(names.secret_name(name))
-    if kept is None or not owned_by(kept, app, names.ROLE_CONTROL_TOKEN):
-        return None
-    return kept
-
-
 async def driver_access(
     ctx: OperatorContext, app: dict[str, Any], *, pod: Any = UNREAD
 ) -> DriverAccess | str:
     """How to reach ``app``'s running driver (:class:`DriverAccess`), or a message saying
     why there is none (no owned driver Pod, or it is not running yet). ``pod``: the driver
-    Pod (None: there is none) when the caller holds it from a watch, so it is not read again;
-    the control Secret comes from the application's last full pass when it kept one
-    (:func:`remembered_secret`), else from the API.
+    Pod (None: there is none) when the caller holds it from a watch, so it is not read again.
+    The control Secret is always read from the API: Secrets are not watched (list and watch
+    of Secrets is a right the operator does not take), and one changed since the last full
+    pass (its owner reference gone, say) must not be used.
 
     What is trusted: the driver Pod ``<app>-driver`` when it carries the operator's labels
     (application, role ``driver``, managed-by) and a controller owner reference to this
@@ -148,9 +135,7 @@ async def driver_access(
     if endpoint is None:
         phase = (pod.get("status") or {}).get("phase") or "Pending"
         return f"application {name!r} is not running (driver Pod {phase})"
-    secret = remembered_secret(ctx, app)
-    if secret is None:
-        secret = await ctx.cluster.find(SECRETS, namespace, names.secret_name(name))
+    secret = await ctx.cluster.find(SECRETS, namespace, names.secret_name(name))
     if secret is not None and not owned_by(secret, app, names.ROLE_CONTROL_TOKEN):
         secret = None
     token = children.secret_token(secret) if secret is not None else None

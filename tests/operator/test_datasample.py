@@ -77,22 +77,20 @@ async def assert_final(
         )
 
 
-async def test_a_datasample_reads_neither_the_driver_pod_nor_the_secret_again(
+async def test_a_datasample_takes_the_driver_pod_from_the_watch(
     kube: StrictApiServer, operator: OperatorProcess, driver: ScriptedDriver
 ) -> None:
-    """The engine takes the driver Pod from its watch and the control Secret from the
-    application's last full pass: a round on a running application reads neither from the
-    API (each GET was one more request per DataSample)."""
+    """The engine takes the driver Pod from its watch: a round on a running application
+    does not read it from the API (one more request per DataSample). The control Secret is
+    read once (it is not watched, and a changed one must not be used:
+    tests/security/test_operator_trust.py)."""
     await running_app(kube, operator, driver)
     before = kube.served.copy()
     await post(kube, "datasamples", sample_body("look", "parse"))
     await assert_final(kube, "look", operator, "Complete")
     served = kube.served - before
-    for path in (
-        f"/api/v1/namespaces/{NAMESPACE}/pods/flights-driver",
-        f"/api/v1/namespaces/{NAMESPACE}/secrets/flights-control-token",
-    ):
-        assert served["GET", path] == 0, served
+    assert served["GET", f"/api/v1/namespaces/{NAMESPACE}/pods/flights-driver"] == 0, served
+    assert served["GET", f"/api/v1/namespaces/{NAMESPACE}/secrets/flights-control-token"] == 1
 
 
 async def test_round_completes_with_bounded_status_labels_events_and_store(
