@@ -40,6 +40,10 @@ Steps of a pass:
 5. ``timeToLiveSeconds`` after ``COMPLETED`` / ``FAILED`` the application is deleted (its
    children follow through owner references).
 
+Steps 3 to 5 are a dispatch on the state, one function per state or group of states
+(:data:`_BY_STATE`), after the gates that hold in any state (``spec.suspend``, a driver Pod
+of an older spec, one being deleted).
+
 A driver Pod the API server cannot create yet (a ResourceQuota without room, throttling past
 the client's retries, no answer or a 5xx) leaves the state as it was: the ``Submitted`` and
 ``Ready`` conditions say why, with the API server's message, and the create is retried until
@@ -60,6 +64,7 @@ import copy
 import re
 import secrets
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -803,72 +808,161 @@ async def _reconcile(ctx: OperatorContext, namespace: str, name: str, *, resync:
         "observedGeneration": generation,
         **await _executor_fields(ctx, app, pod, state),
     }
+    p = _Pass(
+        ctx=ctx,
+        app=app,
+        spec=spec,
+        status=status,
+        pod=pod,
+        new=new,
+        state=state,
+        same_spec=same_spec,
+        now=now,
+        hash=hash,
+        uid=uid,
+        control_secret=control_secret,
+        name=name,
+        namespace=namespace,
+    )
 
+    # Gates that hold in any state, then the state's own handler.
     if spec.suspend:
-        # No driver while suspended; once suspend is false again the state (not terminal,
-        # not active) makes the pass below submit a new driver.
-        if pod is not None and not pod["metadata"].get("deletionTimestamp"):
-            await cluster.delete(PODS, namespace, pod_name)
-        new.update(
-            applicationState={"state": AppState.SUSPENDED.value, "errorMessage": None},
-            driverInfo=_driver_info(name, None, ended=True),
-        )
-        await _write(ctx, app, new, AppState.SUSPENDED, "suspended by spec.suspend")
-        return
-    if pod is not None and not children.runs_spec(
+        await _suspend(p)
+    elif pod is not None and not children.runs_spec(
         (pod["metadata"].get("annotations") or {}).get(names.ANNOTATION_SPEC_HASH),
         app.get("spec") or {},
     ):
-        # The spec changed under a running (or ended) driver: replace it.
-        await cluster.delete(PODS, namespace, pod_name)
-        new.update(applicationState={"state": AppState.INVALIDATING.value}, restarts=0)
-        await _write(ctx, app, new, AppState.INVALIDATING, "spec changed; replacing the driver")
-        return
-    if pod is not None and pod["metadata"].get("deletionTimestamp"):
+        await _invalidate(p)
+    elif pod is not None and pod["metadata"].get("deletionTimestamp"):
         await _write(ctx, app, new, state)  # wait for the old driver to go
-        return
+    else:
+        await _BY_STATE.get(state, _new_run)(p)
 
-    if pod is None:
-        if same_spec and state in TERMINAL:
-            await _write(ctx, app, new, state)
-            await _expire(ctx, app, spec, status)
-            return
-        rerun_at = epoch_or_zero(status.get("nextRerunTime"))
-        if same_spec and state is AppState.PENDING_RERUN and now < rerun_at:
-            await _write(ctx, app, new, state)
-            return
-        if same_spec and state in ACTIVE:
-            # The driver Pod vanished (deleted by hand, evicted): the run failed.
-            _ended(name, new, spec, status, succeeded=False, message="the driver Pod disappeared")
-            await _write(ctx, app, new, AppState(new["applicationState"]["state"]))
-            return
-        await _submit(
-            ctx,
-            app,
-            spec,
-            new,
-            hash=hash,
-            uid=uid,
-            rerun=same_spec and (state is AppState.PENDING_RERUN),
-            secret=control_secret,
+
+@dataclass(frozen=True)
+class _Pass:
+    """What a pass knows once the children are in place and the driver Pod is read: the
+    input of a state's handler. ``new`` is the status the handler completes and writes."""
+
+    ctx: OperatorContext
+    app: dict[str, Any]
+    spec: SparkApplicationSpec
+    status: dict[str, Any]
+    pod: dict[str, Any] | None  # the driver Pod
+    new: dict[str, Any]
+    state: AppState  # as the status says, before this pass
+    same_spec: bool  # the status's run (specHash) is of the current spec
+    now: float
+    hash: str
+    uid: str
+    control_secret: dict[str, Any] | None
+    name: str
+    namespace: str
+
+    @property
+    def pod_name(self) -> str:
+        return names.driver_pod_name(self.name)
+
+
+async def _suspend(p: _Pass) -> None:
+    """``spec.suspend``: no driver. Once it is false again, the state (neither terminal nor
+    active) makes a pass submit a new one."""
+    if p.pod is not None and not p.pod["metadata"].get("deletionTimestamp"):
+        await p.ctx.cluster.delete(PODS, p.namespace, p.pod_name)
+    p.new.update(
+        applicationState={"state": AppState.SUSPENDED.value, "errorMessage": None},
+        driverInfo=_driver_info(p.name, None, ended=True),
+    )
+    await _write(p.ctx, p.app, p.new, AppState.SUSPENDED, "suspended by spec.suspend")
+
+
+async def _invalidate(p: _Pass) -> None:
+    """The spec changed under a running (or ended) driver: delete it (``INVALIDATING``);
+    a later pass submits the new spec's driver once it is gone."""
+    await p.ctx.cluster.delete(PODS, p.namespace, p.pod_name)
+    p.new.update(applicationState={"state": AppState.INVALIDATING.value}, restarts=0)
+    await _write(p.ctx, p.app, p.new, AppState.INVALIDATING, "spec changed; replacing the driver")
+
+
+async def _new_run(p: _Pass) -> None:
+    """No run of this spec under way (``NEW``, ``INVALIDATING``, ``SUSPENDED``, any state
+    without a handler of its own): submit the driver, or follow the one already there."""
+    if p.pod is None:
+        await _submit_driver(p, rerun=False)
+    else:
+        await _follow_driver(p, p.pod)
+
+
+async def _active(p: _Pass) -> None:
+    """``SUBMITTED``, ``RUNNING``, ``UNKNOWN``: follow the driver Pod. One that vanished
+    (deleted by hand, evicted) failed the run; none after a spec change: submit its driver."""
+    if p.pod is not None:
+        await _follow_driver(p, p.pod)
+    elif p.same_spec:
+        _ended(
+            p.name, p.new, p.spec, p.status, succeeded=False, message="the driver Pod disappeared"
         )
-        return
+        await _write(p.ctx, p.app, p.new, AppState(p.new["applicationState"]["state"]))
+    else:
+        await _submit_driver(p, rerun=False)
 
-    # A driver Pod runs this spec.
-    if state is AppState.PENDING_RERUN:
-        if now >= epoch_or_zero(status.get("nextRerunTime")):
-            await cluster.delete(PODS, namespace, pod_name)  # recreated once it is gone
-        await _write(ctx, app, new, state)
+
+async def _pending_rerun(p: _Pass) -> None:
+    """``PENDING_RERUN``: at ``nextRerunTime`` delete the ended driver Pod, then create the
+    next run's (a changed spec's at once, as a first run)."""
+    rerun_at = epoch_or_zero(p.status.get("nextRerunTime"))
+    if p.pod is not None:
+        if p.now >= rerun_at:
+            await p.ctx.cluster.delete(PODS, p.namespace, p.pod_name)  # recreated once it is gone
+        await _write(p.ctx, p.app, p.new, p.state)
+    elif p.same_spec and p.now < rerun_at:
+        await _write(p.ctx, p.app, p.new, p.state)
+    else:
+        await _submit_driver(p, rerun=p.same_spec)
+
+
+async def _terminal(p: _Pass) -> None:
+    """``COMPLETED``, ``FAILED``, ``SUBMISSION_FAILED``: over until the spec changes (then
+    the new spec's driver is submitted); deleted ``timeToLiveSeconds`` after its end."""
+    if p.pod is None and not p.same_spec:
+        await _submit_driver(p, rerun=False)
         return
-    if state in TERMINAL:
-        await _write(ctx, app, new, state)
-        await _expire(ctx, app, spec, status)
-        return
+    await _write(p.ctx, p.app, p.new, p.state)
+    await _expire(p.ctx, p.app, p.spec, p.status)
+
+
+#: The handler of each state that has one; any other state: :func:`_new_run`.
+_BY_STATE: dict[AppState, Callable[[_Pass], Awaitable[None]]] = {
+    **dict.fromkeys(ACTIVE, _active),
+    AppState.PENDING_RERUN: _pending_rerun,
+    **dict.fromkeys(TERMINAL, _terminal),
+}
+
+
+async def _submit_driver(p: _Pass, *, rerun: bool) -> None:
+    """Create this spec's driver Pod (:func:`_submit`)."""
+    await _submit(
+        p.ctx,
+        p.app,
+        p.spec,
+        p.new,
+        hash=p.hash,
+        uid=p.uid,
+        rerun=rerun,
+        secret=p.control_secret,
+    )
+
+
+async def _follow_driver(p: _Pass, pod: dict[str, Any]) -> None:
+    """A driver Pod runs this spec: its phase becomes the state. An ended one ends the run
+    (or re-runs it, under the restart policy); a Pending one that cannot start, or did not
+    within ``startTimeoutSeconds``, is deleted and the submission failed."""
+    ctx, app, spec, status, new, now = p.ctx, p.app, p.spec, p.status, p.new, p.now
     pod_state = state_of(pod)
     if pod_state in (AppState.SUCCEEDING, AppState.FAILING):
         succeeded = pod_state is AppState.SUCCEEDING
         _ended(
-            name,
+            p.name,
             new,
             spec,
             status,
@@ -890,12 +984,12 @@ async def _reconcile(ctx: OperatorContext, namespace: str, name: str, *, resync:
         if failure is not None:
             # A Pending Pod never starts by itself once this is known: free its node request
             # and let the restart policy decide, as for a Pod the API server refused.
-            await cluster.delete(PODS, namespace, pod_name)
-            new["driverInfo"] = _driver_info(name, None, ended=True)
+            await ctx.cluster.delete(PODS, p.namespace, p.pod_name)
+            new["driverInfo"] = _driver_info(p.name, None, ended=True)
             await _submission_failed(ctx, app, spec, new, failure)
             return
-    new.update(applicationState={"state": pod_state.value}, driverInfo=_driver_info(name, pod))
-    record = ctx.app_records.get((namespace, name))
+    new.update(applicationState={"state": pod_state.value}, driverInfo=_driver_info(p.name, pod))
+    record = ctx.app_records.get((p.namespace, p.name))
     read_at = record.progress_read_at if record is not None else 0.0
     if pod_state is AppState.RUNNING and progress_due(
         status, now, ctx.config.progress_seconds, read_at
@@ -910,8 +1004,8 @@ async def _reconcile(ctx: OperatorContext, namespace: str, name: str, *, resync:
         ctx, app, new, pod_state, f"waiting for the driver Pod: {waiting}" if waiting else None
     )
     first_run = int(status.get("executionAttempts") or 0) == 1
-    if pod_state is AppState.RUNNING and state is AppState.SUBMITTED and first_run:
-        created = epoch_or_zero(meta.get("creationTimestamp"))
+    if pod_state is AppState.RUNNING and p.state is AppState.SUBMITTED and first_run:
+        created = epoch_or_zero(app["metadata"].get("creationTimestamp"))
         if created:
             SUBMISSION_SECONDS.observe(max(0.0, now - created))
 
