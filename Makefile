@@ -257,3 +257,42 @@ test-matrix: java-check
 	  MATRIX_WORKERS='$(MATRIX_WORKERS)' MATRIX_PYTEST_ARGS='$(MATRIX_PYTEST_ARGS)' \
 	  MATRIX_NICE='$(MATRIX_NICE)' MATRIX_STRICT='$(MATRIX_STRICT)' \
 	  bash .ci/test-matrix
+
+# ---------------------------------------------------------------------------------------------
+# The sampling paths on every supported pyspark (pyproject.toml: pyspark>=4.0,<5), each in its
+# own venv, .venv-spark-X (gitignored), made with PYTHON (3.11): `.[test]` and
+# pyspark[connect]==X; docs/spark-versions.md has the last results and what 3.5 lacks.
+#   make spark-matrix                                 every 4.x minor, its first release
+#   make spark-matrix SPARK_MATRIX_VERSIONS=4.2.1     one version (any on the package index)
+#   make spark-matrix SPARK_MATRIX_VERSIONS='4.0.0 3.5.9'   a probe outside the range
+# Each version: `import sparkglass.runtime`; the sampling jar compiled with javac against its
+# jars; then SPARK_MATRIX_TESTS (a DSL pipeline's rounds in the shared session, a plain
+# streaming job under spark-submit sampled through its control endpoint) and, from
+# SPARK_MATRIX_SDP_FROM on, SPARK_MATRIX_SDP_TESTS (a `sparkglass pipelines run`, every
+# dataset sampled). The tests load the jar compiled against the first version of
+# SPARK_MATRIX_VERSIONS (SPARK_MATRIX_JAR=oldest: one jar, the oldest API, on every 4.x) or
+# each version's own (SPARK_MATRIX_JAR=own). A version outside pyproject.toml's range gets
+# pyspark==X installed over `.[test]` with --no-deps. Output: test-artifacts/spark-matrix-X.log.
+# Ends with what passed, failed and was skipped (not on the package index); exits non-zero
+# when any version failed.
+SPARK_MATRIX_VERSIONS ?= 4.0.0 4.1.0 4.2.0 4.3.0
+SPARK_MATRIX_TESTS ?= \
+  tests/sampling/test_spark_rounds.py::test_disabled_installs_nothing_enabled_installs_the_tap \
+  tests/sampling/test_spark_rounds.py::test_round_returns_real_rows_of_the_vertex \
+  tests/sampling/test_plain_streaming.py::test_a_query_is_sampled_by_query_name_with_configuration_and_attach \
+  tests/sampling/test_plain_streaming.py::test_an_exception_in_the_tap_path_is_swallowed_and_counted
+SPARK_MATRIX_SDP_FROM ?= 4.1
+SPARK_MATRIX_SDP_TESTS ?= tests/sampling/test_sdp_graph.py tests/sampling/test_sdp_flights.py
+SPARK_MATRIX_JAR ?= oldest
+SPARK_MATRIX_WORKERS ?= 1
+SPARK_MATRIX_PYTEST_ARGS ?=
+SPARK_MATRIX_NICE ?= nice -n 10
+
+.PHONY: spark-matrix
+spark-matrix: java-check
+	@SPARK_MATRIX_PYTHON='$(PYTHON)' SPARK_MATRIX_VERSIONS='$(SPARK_MATRIX_VERSIONS)' \
+	  SPARK_MATRIX_TESTS='$(SPARK_MATRIX_TESTS)' SPARK_MATRIX_SDP_FROM='$(SPARK_MATRIX_SDP_FROM)' \
+	  SPARK_MATRIX_SDP_TESTS='$(SPARK_MATRIX_SDP_TESTS)' SPARK_MATRIX_JAR='$(SPARK_MATRIX_JAR)' \
+	  SPARK_MATRIX_WORKERS='$(SPARK_MATRIX_WORKERS)' \
+	  SPARK_MATRIX_PYTEST_ARGS='$(SPARK_MATRIX_PYTEST_ARGS)' SPARK_MATRIX_NICE='$(SPARK_MATRIX_NICE)' \
+	  bash .ci/spark-matrix

@@ -5,8 +5,9 @@ from pyspark.sql import DataFrame, SparkSession
 
 from sparkglass.runtime import idempotent, no_output_until_end_of_input
 
-# SDP puts the session into this module's globals before it runs it.
-spark: SparkSession = globals()["spark"]
+# The session SDP runs this module in (pyspark 4.2+ also puts it in the module's globals as
+# ``spark``; 4.1 does not, so it is asked for).
+spark: SparkSession = SparkSession.active()
 
 SCHEMA = (
     "year INT, month INT, day INT, dep_delay DOUBLE, arr_delay DOUBLE, carrier STRING, "
