@@ -640,7 +640,10 @@ class _Step:
             token_missing=(
                 f"the Secret {foreign_apps.secret_name(app_name)!r} at the name of the control "
                 f"Secret of {apps.title} {app_name!r} was not created by the operator "
-                "for it (it is never read); delete it so that the operator creates its own"
+                "for it (it is never read); delete it so that the operator creates its own, "
+                "unless it is the control Secret of an application of the same name of the "
+                "other operator (Kubeflow's or Apache Spark's) in this namespace: then rename "
+                "one of the two"
             ),
         )
 

@@ -142,7 +142,7 @@ def _examples() -> list[tuple[str, dict[str, Any]]]:
         for doc in yaml_documents(path):
             # Kubeflow spark-operator and Apache Spark operator objects
             # (examples/kubeflow-*.yaml, examples/apache-spark-*.yaml) have no schema here;
-            # tests/operator/test_kubeflow_units.py and test_apache_spark.py check them.
+            # tests/operator/test_foreign_apps_units.py checks them.
             foreign = ("sparkoperator.k8s.io/", "spark.apache.org/")
             if doc and not str(doc.get("apiVersion", "")).startswith(foreign):
                 docs.append((f"{path.name}:{doc['kind']}/{doc['metadata']['name']}", doc))

@@ -18,7 +18,7 @@ none:
    operator's refusal of one that reaches it anyway is a unit test).
 
 Where the test API server lacks behaviour (RBAC) the logic is covered by
-``tests/operator/test_kubeflow_units.py``.
+``tests/operator/test_foreign_apps_units.py`` (``readable``, ``read_application``).
 """
 
 from __future__ import annotations
