@@ -46,6 +46,7 @@ from .context import OperatorContext, SampleRecord
 from .driver_access import UNREAD, DriverAccess, control_endpoint, driver_access
 from .driver_state import TERMINAL, run_end
 from .kube.cluster import APPS, PODS, SAMPLES, ApiError, Conflict, NotFound
+from .kube.indexes import indexed
 from .kube.work_queue import WorkQueue
 from .metrics import (
     PICKUP_SECONDS,
@@ -366,17 +367,6 @@ async def confirmed_run_end(
     return run_end(await read_live())
 
 
-def _indexed(index: Any, key: tuple[str, str]) -> dict[str, Any] | None:
-    """The one object a kopf index holds under ``key`` (None when absent or no index)."""
-    if index is None:
-        return None
-    store = index.get(key)
-    if not store:
-        return None
-    found = next(iter(store), None)
-    return copy.deepcopy(found) if found is not None else None
-
-
 def _unavailable(exc: ControlUnavailable) -> str:
     """The condition reason of a driver that did not answer: ``DriverUntrusted`` when its
     certificate failed verification (the token was not sent), else ``DriverUnavailable``."""
@@ -640,10 +630,10 @@ class _Step:
             token_missing=(
                 f"the Secret {foreign_apps.secret_name(app_name)!r} at the name of the control "
                 f"Secret of {apps.title} {app_name!r} was not created by the operator "
-                "for it (it is never read); delete it so that the operator creates its own, "
-                "unless it is the control Secret of an application of the same name of the "
-                "other operator (Kubeflow's or Apache Spark's) in this namespace: then rename "
-                "one of the two"
+                "for it (its token is never used): if the other operator (Kubeflow's or "
+                "Apache Spark's) has an application of the same name with sampling on in this "
+                "namespace, the Secret is that one's, so rename one of the two; otherwise "
+                "delete it so that the operator creates its own"
             ),
         )
 
@@ -723,7 +713,7 @@ class _Step:
     async def _application(self, app_name: str) -> dict[str, Any] | None:
         """The SparkApplication from kopf's index; from the API when the index does not
         have it (not seen yet: created a moment ago) or there is no index (unit tests)."""
-        found = _indexed(self.ctx.applications, (self.namespace, app_name))
+        found = indexed(self.ctx.applications, (self.namespace, app_name))
         if found is None:
             found = await self.ctx.cluster.find(APPS, self.namespace, app_name)
         return found
@@ -734,7 +724,7 @@ class _Step:
         pod_name = names.driver_pod_name(app_name)
         if self.ctx.driver_pods is None:
             return await self.ctx.cluster.find(PODS, self.namespace, pod_name)
-        return _indexed(self.ctx.driver_pods, (self.namespace, pod_name))
+        return indexed(self.ctx.driver_pods, (self.namespace, pod_name))
 
     async def _driver_access(self, app: dict[str, Any]) -> Any:
         """``driver_access`` for ``app``, read once per driver Pod version: while the indexed

@@ -103,6 +103,7 @@ from .kube.cluster import (
     Conflict,
     Kind,
 )
+from .kube.indexes import indexed
 from .kube.object_cache import newer
 from .metrics import (
     APPLICATION_TRANSITIONS,
@@ -273,7 +274,15 @@ async def on_resync(
         return
     _adopt_indexes(memo, kwargs)
     if namespace:
-        await reconcile(memo, namespace, name, resync=True, memory_first=True, known=dict(body))
+        await reconcile(
+            memo,
+            namespace,
+            name,
+            resync=True,
+            memory_first=True,
+            known=dict(body),
+            background=True,
+        )
 
 
 def _unsettled(body: kopf.Body, **_: Any) -> bool:
@@ -404,13 +413,16 @@ async def reconcile(
     resync: bool = False,
     memory_first: bool = False,
     known: dict[str, Any] | None = None,
+    background: bool = False,
 ) -> None:
     """One pass for ``namespace/name``; API failures raise ``kopf.TemporaryError``. After a
     forbidden pass, passes until its back-off ends return at once (no request). A
     ``resync`` pass stops after reading the application when it is :func:`settled`.
     ``memory_first``: a memory pass first (``known``: a version of the application the
     caller holds, e.g. the timer's), and a full pass only when it cannot settle the
-    application (module docstring, "Cost follows live work")."""
+    application (module docstring, "Cost follows live work"). ``background``: the full pass
+    is the timer's, so its requests take at most half the client's rate
+    (:meth:`~.kube.cluster.Cluster.background`), leaving the rest to work someone waits on."""
     key = (namespace, name)
     async with ctx.lock(names.APP_KIND, namespace, name):
         refused = _forbidden.get(key)
@@ -419,9 +431,13 @@ async def reconcile(
         try:
             if memory_first and refused is None and await _memory_pass(ctx, key, known):
                 return
+            full = ctx
+            if background:
+                full = copy.copy(ctx)  # shares every field but the API client
+                full.cluster = ctx.cluster.background()
             for attempt in range(CONFLICT_ATTEMPTS):
                 try:
-                    await _reconcile(ctx, namespace, name, resync=resync)
+                    await _reconcile(full, namespace, name, resync=resync)
                     break
                 except Conflict:
                     # The application changed since this pass read it (its status write is
@@ -494,7 +510,7 @@ class _MemoryView:
         if kind == PODS and name == names.driver_pod_name(app_name):
             if self._driver_pod is not None:
                 return copy.deepcopy(self._driver_pod)
-            return _indexed(self._ctx.driver_pods, (namespace, name))
+            return indexed(self._ctx.driver_pods, (namespace, name))
         if kind == SECRETS and name in self._record.secrets:
             kept = self._record.secrets[name]
             return copy.deepcopy(kept) if kept is not None else None
@@ -599,13 +615,6 @@ async def _read_progress(
         return await read_progress(ctx, app)
 
 
-def _indexed(index: Any, key: tuple[str, str]) -> dict[str, Any] | None:
-    """A copy of the one object a kopf index holds under ``key`` (None when absent)."""
-    store = index.get(key) if index is not None else None
-    found = next(iter(store), None) if store else None
-    return copy.deepcopy(found) if found is not None else None
-
-
 def _known_app(
     ctx: OperatorContext, namespace: str, name: str, *candidates: dict[str, Any] | None
 ) -> dict[str, Any] | None:
@@ -613,13 +622,18 @@ def _known_app(
     index, ``candidates``, what a full pass read or a status write answered. The latter is
     dropped once the index has caught up with it."""
     record = ctx.app_records.get((namespace, name))
-    indexed = _indexed(ctx.applications, (namespace, name))
+    in_index = indexed(ctx.applications, (namespace, name))
     best: dict[str, Any] | None = None
-    for candidate in (indexed, *candidates, record.app if record is not None else None):
+    for candidate in (in_index, *candidates, record.app if record is not None else None):
         if candidate is not None and (best is None or newer(candidate, best)):
             best = candidate
     kept = record.app if record is not None else None
-    if record is not None and kept is not None and indexed is not None and not newer(kept, indexed):
+    if (
+        record is not None
+        and kept is not None
+        and in_index is not None
+        and not newer(kept, in_index)
+    ):
         record.app = None
     return best
 

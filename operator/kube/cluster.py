@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import copy
 import functools
 import json
 import math
@@ -151,7 +152,10 @@ class Cluster:
     Requests start at most ``qps`` per second, in bursts of at most ``burst`` (client-go's
     token bucket: ``burst`` tokens, refilled at ``qps`` per second; a request takes one or
     waits). Every attempt is counted in ``sparkglass_operator_api_requests_total`` by verb,
-    resource and the status code answered (:mod:`.metrics`).
+    resource and the status code answered (:mod:`.metrics`). Background work (the periodic
+    full resync of an application nothing changed) goes through :meth:`background`, which
+    takes at most half of ``qps``: a DataSample's pickup or a change acted on never queues
+    behind every running application's resync coming due at once.
     """
 
     def __init__(
@@ -184,12 +188,27 @@ class Cluster:
         self._executor = executor
         self._throttled_attempts = max(1, throttled_attempts)
         self._limiter = None
+        self._background_limiter: AsyncLimiter | None = None
+        self._background = False
         if qps:
             bucket = max(1, burst if burst is not None else math.ceil(qps))
             # aiolimiter allows max_rate acquisitions per time_period, all at once if the
             # bucket is full, and drains it evenly: a bucket of ``bucket`` tokens drained
             # over bucket/qps seconds refills at qps per second.
             self._limiter = AsyncLimiter(bucket, bucket / qps)
+            half = max(1, bucket // 2)
+            self._background_limiter = AsyncLimiter(half, half / (qps / 2))
+
+    def background(self) -> Cluster:
+        """This client for background work: each request first waits for a token of a
+        bucket of half the size refilled at half ``qps``, then for one of the shared
+        bucket, so background requests never take more than half the rate. Without a
+        ``qps`` limit, the client itself."""
+        if self._background_limiter is None or self._background:
+            return self
+        view = copy.copy(self)  # the same API client, threads and buckets
+        view._background = True
+        return view
 
     def close(self) -> None:
         self._api.close()
@@ -320,6 +339,8 @@ class Cluster:
             with attempt:
                 if self._limiter is not None:
                     waiting = time.monotonic()
+                    if self._background and self._background_limiter is not None:
+                        await self._background_limiter.acquire()
                     await self._limiter.acquire()
                     API_RATE_LIMIT_WAIT_SECONDS.observe(time.monotonic() - waiting)
                 return await loop.run_in_executor(self._executor, call)

@@ -307,6 +307,30 @@ async def test_a_burst_goes_out_at_once_and_the_rest_at_qps(kube: StrictApiServe
     assert elapsed >= 1.8, elapsed
 
 
+async def test_background_requests_take_half_the_rate_and_never_hold_up_the_rest(
+    kube: StrictApiServer,
+) -> None:
+    """``--api-qps 10 --api-burst 10``: the timer's full resyncs (background) take at most
+    5 per second, in bursts of 5, so 30 of them take at least 5 s; requests someone waits on
+    (a DataSample's pickup) started meanwhile get the other half and all finish first."""
+    cluster = client(kube, qps=10, burst=10)
+    done: list[str] = []
+
+    async def one(c: Cluster, what: str) -> None:
+        assert await c.find(PODS, NAMESPACE, "none") is None
+        done.append(what)
+
+    started = time.monotonic()
+    behind = asyncio.gather(*(one(cluster.background(), "background") for _ in range(30)))
+    await asyncio.sleep(0.5)  # the background burst has taken its tokens
+    await asyncio.gather(*(one(cluster, "foreground") for _ in range(5)))
+    assert done.count("foreground") == 5 and done.count("background") < 30, done
+    await behind
+    elapsed = time.monotonic() - started
+    cluster.close()
+    assert elapsed >= 4.5, elapsed  # 5 at once, then 25 at 5 per second
+
+
 @pytest.fixture()
 def probe_queue() -> Iterator[tuple[WorkQueue, asyncio.Event]]:
     release = asyncio.Event()
