@@ -159,13 +159,14 @@ class Settings(BaseSettings):
     )
     round_workers: int = Field(default=8, ge=1, description="Threads running rounds.")
     narrowed_rounds_per_application: int = Field(
-        default=4,
+        default=2,
         ge=1,
         le=1000,
         description="Most rounds with a kind, filter, columns or expectation one application "
-        "may run at once on this replica (1-1000; default 4, half of round_workers): each "
-        "distinct request has its own rounds, so without a cap one client asking many filters "
-        "would take every round thread and delay every application's rounds. Past it, a poll "
+        "may run at once on this replica (1-1000, at most narrowed_rounds_per_replica; default "
+        "2, half of it): each distinct request has its own rounds, so without a cap one client "
+        "asking many filters would take every round thread and delay every application's "
+        "rounds, and one application alone cannot take every narrowed slot. Past it, a poll "
         "that would start one is answered 429 with Retry-After (or, when an older result "
         "exists, that result marked stale).",
     )
@@ -174,7 +175,8 @@ class Settings(BaseSettings):
         ge=1,
         le=1000,
         description="Most rounds with a kind, filter, columns or expectation all applications "
-        "together may run at once on this replica (1-1000; default 4, half of round_workers), "
+        "together may run at once on this replica (1-1000, below round_workers when that is "
+        "more than 1; default 4, half of round_workers), "
         "so that narrowed rounds of a few applications never take every round thread from "
         "the plain rounds of all the others. Past it, as past "
         "narrowed_rounds_per_application.",
@@ -348,6 +350,18 @@ class Settings(BaseSettings):
                 "auth_mode=local cannot be combined with execution_mode=kubernetes: local "
                 "tokens would act with the service's cluster-wide account in every namespace; "
                 "use auth_mode=kubernetes, or execution_mode=local"
+            )
+        if self.narrowed_rounds_per_application > self.narrowed_rounds_per_replica:
+            raise ValueError(
+                f"narrowed_rounds_per_application={self.narrowed_rounds_per_application} is out "
+                f"of range: allowed 1 to narrowed_rounds_per_replica "
+                f"({self.narrowed_rounds_per_replica})"
+            )
+        if self.narrowed_rounds_per_replica > max(1, self.round_workers - 1):
+            raise ValueError(
+                f"narrowed_rounds_per_replica={self.narrowed_rounds_per_replica} is out of "
+                f"range: allowed 1 to round_workers - 1 ({max(1, self.round_workers - 1)}), so "
+                "that plain rounds always have a thread"
             )
         return self
 

@@ -290,7 +290,7 @@ class SharedRounds:
         if running is None:
             # No slot free and an older result to show: the caller gets it stale, as a
             # viewer would, without the cost of asking whether it may trigger.
-            full = self._slot_problem(app.id, narrowing) is not None
+            full = self.slot_problem(app.id, narrowing) is not None
             # Asked with no transaction open: in Kubernetes mode it is a SubjectAccessReview
             # (an HTTP call of up to seconds), and an open transaction would hold a pooled
             # connection, and a snapshot or lock, for as long.
@@ -333,7 +333,7 @@ class SharedRounds:
                 raise
         return PollAnswer(answer, started.id if started else None)
 
-    def _slot_problem(self, application_id: int, narrowing: Narrowing) -> TooManyRoundsError | None:
+    def slot_problem(self, application_id: int, narrowing: Narrowing) -> TooManyRoundsError | None:
         """Why no narrowed-round slot is free for the application, or ``None`` when one is
         (plain rounds need none: one per vertex and interval at most)."""
         if narrowing.is_plain():

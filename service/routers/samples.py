@@ -169,6 +169,8 @@ async def data_sample(
         def may_trigger() -> bool:
             if not check(state, principal, namespace, Permission.TRIGGER):
                 return False
+            if state.coordinator.slot_problem(app.id, narrowing) is not None:
+                return True  # no round can start (429): the request is not worth checking
             try:
                 state.coordinator.check(app, vertex, principal.user, narrowing)
             except RoundRefused as exc:

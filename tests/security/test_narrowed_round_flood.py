@@ -108,6 +108,7 @@ def test_distinct_filters_past_the_cap_are_answered_429(
     assert refused.headers["Retry-After"] == "2"
     assert "narrowed_rounds_per_application" in refused.json()["detail"]
     assert len(driver.opened) == CAP  # the refused filter never reached the driver
+    assert len(driver.checked) == CAP  # nor was it checked there: it could not start
     # Plain rounds are not narrowed ones: one per vertex and interval, never capped.
     assert _poll(base, {}).status_code == 200
     # A poll of a request already running is an answer, not a new round.
@@ -201,3 +202,27 @@ def test_a_request_with_an_older_result_gets_it_stale_when_no_slot_is_free(
     assert direct.result.stale is True and direct.started_round is None
     assert asked == []
     assert coordinator.wait_idle(60)
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        (
+            {"narrowed_rounds_per_application": 5, "narrowed_rounds_per_replica": 4},
+            "narrowed_rounds_per_application=5 is out of range: allowed 1 to "
+            "narrowed_rounds_per_replica \\(4\\)",
+        ),
+        (
+            {"narrowed_rounds_per_replica": 8, "round_workers": 8},
+            "narrowed_rounds_per_replica=8 is out of range: allowed 1 to round_workers - 1 "
+            "\\(7\\)",
+        ),
+    ],
+)
+def test_caps_that_would_let_one_application_or_narrowed_rounds_take_everything_are_refused(
+    tmp_path: Path, settings: dict[str, Any], message: str
+) -> None:
+    """One application may not hold every narrowed slot, nor narrowed rounds every round
+    thread: such settings are refused at start, naming the field and its range."""
+    with pytest.raises(ValueError, match=message):
+        Settings(database_url=f"sqlite:///{tmp_path / 'store.db'}", **settings)
