@@ -194,6 +194,10 @@ class TapInfo:
 #: executors pick a round up within one poll (``spark.sparkglass.sampling.poll-interval-ms``,
 #: 100 ms by default), so all its tasks ran through an open tap.
 ACTIVATION_MS = 250
+#: Rows of a micro-batch still in flight keep a round open at most this many windows after
+#: they came (when the listener does not report its end sooner): a backlog's first
+#: micro-batch can take minutes, and the round's thread and slot are held meanwhile.
+MICRO_BATCH_WAIT_WINDOWS = 4
 #: Executors stop capturing this long before the round's timeout, so that their reports
 #: arrive before it (a round that waits for a micro-batch captures until then at most).
 REPORT_MARGIN_MS = 2_000
@@ -748,9 +752,10 @@ class RoundCoordinator:
             # one is in flight. Closing at the window would keep only its first moment (the
             # first rows of each partition; on a loaded machine a micro-batch outlasts the
             # window), so the round waits for it to end, as the listener reports; or, should
-            # the listener lag, for as long as the latest micro-batch took (a window at least)
-            # after the rows came.
-            span = max(rnd.window_ms, seen.last_duration_ms or 0)
+            # the listener lag, for as long as the latest micro-batch took (a window at least,
+            # MICRO_BATCH_WAIT_WINDOWS windows at most) after the rows came.
+            longest = MICRO_BATCH_WAIT_WINDOWS * rnd.window_ms
+            span = max(rnd.window_ms, min(seen.last_duration_ms or 0, longest))
             return elapsed_ms - rnd.rows_seen_ms >= span
         return False
 

@@ -160,6 +160,19 @@ def test_rows_in_the_window_close_the_round_once_their_micro_batch_ended(transpo
     wait_cancelled(transport, rid)
 
 
+def test_a_micro_batch_longer_than_four_windows_holds_the_round_four_windows(transport):
+    """A backlog's first micro-batch can take minutes: without the listener's word the round
+    waits at most four windows after the rows came, not the latest micro-batch's length."""
+    clock, batches = Clock(), Batches(last_duration_ms=60_000)
+    c, rid = streaming_round(transport, clock, batches)
+    transport.rounds[rid].progress["1"] = [0]
+    wait_rows_seen(c, rid)
+    clock.now += 3.5
+    assert stays_open(transport, rid)
+    clock.now += 0.5  # four windows after the rows came
+    wait_cancelled(transport, rid)
+
+
 # ----------------------------------------------------------- the flights demo, real Spark
 #: Flights scheduled from 10:00 to 21:59: past the first moment of a day file (its first
 #: lines also hold the flights of 22:00 and 23:00 that left after midnight).
