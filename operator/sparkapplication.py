@@ -420,14 +420,20 @@ async def reconcile(
     ``resync`` pass stops after reading the application when it is :func:`settled`.
     ``memory_first``: a memory pass first (``known``: a version of the application the
     caller holds, e.g. the timer's), and a full pass only when it cannot settle the
-    application (module docstring, "Cost follows live work"). ``background``: the full pass
-    is the timer's, so its requests take at most half the client's rate
-    (:meth:`~.kube.cluster.Cluster.background`), leaving the rest to work someone waits on."""
+    application (module docstring, "Cost follows live work"). ``background``: the caller is
+    the timer, so a full pass that runs only because the last one is ``full_resync_seconds``
+    old takes at most half the client's rate (:meth:`~.kube.cluster.Cluster.background`),
+    leaving the rest to work someone waits on (a submission, a change, a DataSample)."""
     key = (namespace, name)
     async with ctx.lock(names.APP_KIND, namespace, name):
         refused = _forbidden.get(key)
         if refused is not None and time.monotonic() < refused.retry_at:
             return
+        if background:  # a periodic resync, not a pass with a step to take (a submission)
+            checked_at = getattr(ctx.app_records.get(key), "checked_at", 0.0)
+            background = bool(checked_at) and (
+                time.monotonic() - checked_at >= ctx.config.full_resync_seconds
+            )
         try:
             if memory_first and refused is None and await _memory_pass(ctx, key, known):
                 return
