@@ -101,6 +101,8 @@ class OperatorContext:
     records: dict[str, SampleRecord] = field(default_factory=dict)
     kubeflow_secrets: dict[str, float] = field(default_factory=dict)
     app_records: dict[tuple[str, str], ApplicationRecord] = field(default_factory=dict)
+    #: The periodic full resyncs that may run at once (set on first use: ``sparkapplication``).
+    background_passes: asyncio.Semaphore | None = None
     _locks: dict[tuple[str, str, str], asyncio.Lock] = field(
         default_factory=lambda: defaultdict(asyncio.Lock)
     )

@@ -330,10 +330,7 @@ async def on_executor_pod(body: kopf.Body, memo: Any, **kwargs: Any) -> None:
     namespace, app = body.metadata.namespace, (body.metadata.labels or {}).get(names.LABEL_APP)
     if not namespace or not app:
         return
-    known = None
-    apps = kwargs.get("sg_applications")
-    if apps is not None and (found := apps.get((namespace, app))):
-        known = next(iter(found), None)
+    known = indexed(kwargs.get("sg_applications"), (namespace, app))
     status = (known or {}).get("status") or {}
     shown = (status.get("executorState") or {}).get(body.metadata.name)
     if (
@@ -422,25 +419,69 @@ async def reconcile(
     caller holds, e.g. the timer's), and a full pass only when it cannot settle the
     application (module docstring, "Cost follows live work"). ``background``: the caller is
     the timer, so a full pass that runs only because the last one is ``full_resync_seconds``
-    old takes at most half the client's rate (:meth:`~.kube.cluster.Cluster.background`),
-    leaving the rest to work someone waits on (a submission, a change, a DataSample)."""
+    old (the memory pass finds no step to take) takes at most half the client's rate
+    (:meth:`~.kube.cluster.Cluster.background`), leaving the rest to work someone waits on
+    (a submission, a change, a DataSample)."""
     key = (namespace, name)
+    if background and _full_resync_due(ctx, key):
+        # Its turn among a few other periodic resyncs first, then the lock: a pass of the
+        # same application someone waits on never queues behind its background tokens.
+        async with _background_passes(ctx):
+            await _locked_pass(ctx, key, resync, memory_first, known, background=True)
+    else:
+        await _locked_pass(ctx, key, resync, memory_first, known, background=False)
+
+
+def _full_resync_due(ctx: OperatorContext, key: tuple[str, str]) -> bool:
+    """Whether this process made a full pass of ``key`` and it is ``full_resync_seconds``
+    old (the first pass of an application, e.g. its submission, is never background)."""
+    record = ctx.app_records.get(key)
+    if record is None or not record.checked_at:
+        return False
+    return time.monotonic() - record.checked_at >= ctx.config.full_resync_seconds
+
+
+#: Requests a full pass makes (the application and four children): with half the client's
+#: rate for background passes, this many of them at once keep it busy.
+_REQUESTS_PER_FULL_PASS = 5
+
+
+def _background_passes(ctx: OperatorContext) -> asyncio.Semaphore:
+    """The periodic resyncs that may run at once: as many as half the client's rate keeps
+    busy (``api_qps / 2 / 5``, at least 1), so each holds its application's lock about a
+    second rather than as long as the whole backlog of due resyncs takes."""
+    if ctx.background_passes is None:
+        ctx.background_passes = asyncio.Semaphore(
+            max(1, int(ctx.config.api_qps / 2 / _REQUESTS_PER_FULL_PASS))
+        )
+    return ctx.background_passes
+
+
+async def _locked_pass(
+    ctx: OperatorContext,
+    key: tuple[str, str],
+    resync: bool,
+    memory_first: bool,
+    known: dict[str, Any] | None,
+    *,
+    background: bool,
+) -> None:
+    """:func:`reconcile`'s pass under the application's lock. ``background``: its full
+    resync is due; a memory pass still runs first, and the full pass is background work
+    only when that one would have settled the application (no step to take)."""
+    namespace, name = key
     async with ctx.lock(names.APP_KIND, namespace, name):
         refused = _forbidden.get(key)
         if refused is not None and time.monotonic() < refused.retry_at:
             return
-        if background:  # a periodic resync, not a pass with a step to take (a submission)
-            checked_at = getattr(ctx.app_records.get(key), "checked_at", 0.0)
-            background = bool(checked_at) and (
-                time.monotonic() - checked_at >= ctx.config.full_resync_seconds
-            )
         try:
-            if memory_first and refused is None and await _memory_pass(ctx, key, known):
-                return
             full = ctx
             if background:
-                full = copy.copy(ctx)  # shares every field but the API client
-                full.cluster = ctx.cluster.background()
+                if refused is None and await _memory_pass(ctx, key, known, any_age=True):
+                    full = copy.copy(ctx)  # shares every field but the API client
+                    full.cluster = ctx.cluster.background()
+            elif memory_first and refused is None and await _memory_pass(ctx, key, known):
+                return
             for attempt in range(CONFLICT_ATTEMPTS):
                 try:
                     await _reconcile(full, namespace, name, resync=resync)
@@ -572,12 +613,16 @@ def _act(ctx: OperatorContext, what: str) -> None:
 
 
 async def _memory_pass(
-    ctx: OperatorContext, key: tuple[str, str], known: dict[str, Any] | None
+    ctx: OperatorContext,
+    key: tuple[str, str],
+    known: dict[str, Any] | None,
+    *,
+    any_age: bool = False,
 ) -> bool:
     """A memory pass of application ``key``: True when it settled the application (nothing
     to do, or only what :data:`_MEMORY_WRITES` says), False when a full pass must run: the
-    last one is ``full_resync_seconds`` old (or there was none in this process), kopf's
-    indexes are not handed over yet, or the pass found a step to take."""
+    last one is ``full_resync_seconds`` old (unless ``any_age``) or there was none in this
+    process, kopf's indexes are not handed over yet, or the pass found a step to take."""
     if ctx.applications is None or ctx.driver_pods is None or ctx.executor_pods is None:
         return False
     app = _known_app(ctx, *key, known)
@@ -587,7 +632,7 @@ async def _memory_pass(
     if not settled(app, time.time()):
         if record is None or not record.checked_at:
             return False
-        if time.monotonic() - record.checked_at >= ctx.config.full_resync_seconds:
+        if not any_age and time.monotonic() - record.checked_at >= ctx.config.full_resync_seconds:
             return False
     elif record is None:
         # An ended application needs no full pass of this process first (a restarted one

@@ -338,9 +338,9 @@ class Cluster:
         ):
             with attempt:
                 if self._limiter is not None:
-                    waiting = time.monotonic()
                     if self._background and self._background_limiter is not None:
                         await self._background_limiter.acquire()
+                    waiting = time.monotonic()  # the shared bucket's wait: what all work sees
                     await self._limiter.acquire()
                     API_RATE_LIMIT_WAIT_SECONDS.observe(time.monotonic() - waiting)
                 return await loop.run_in_executor(self._executor, call)

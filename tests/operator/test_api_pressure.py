@@ -17,7 +17,7 @@ import socket
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import attrs
 import httpx
@@ -405,3 +405,26 @@ def test_the_burst_option_names_itself_and_its_range() -> None:
     assert result.exit_code == 2
     flat = " ".join(result.output.replace("│", " ").split())  # rich's box, unwrapped
     assert "'--api-burst'" in flat and "greater than or equal to 1" in flat, result.output
+
+
+def test_only_a_full_resync_that_is_due_is_background_work() -> None:
+    """A timer pass goes at half the rate only when this process made a full pass of the
+    application and that one is ``full_resync_seconds`` old: never the first pass (a
+    submission), never one the application's change brought. As many run at once as half
+    the rate keeps busy (20 QPS: 2), so each holds its application's lock briefly."""
+    from sparkglass.operator import sparkapplication
+    from sparkglass.operator.context import ApplicationRecord, OperatorContext
+
+    config = OperatorConfig(standalone=True, api_qps=20, full_resync_seconds=300)
+    ctx = OperatorContext(config=config, cluster=cast(Cluster, None))
+    key = ("spark-jobs", "flights")
+    assert not sparkapplication._full_resync_due(ctx, key)  # never seen: its first pass
+    ctx.app_records[key] = ApplicationRecord()
+    assert not sparkapplication._full_resync_due(ctx, key)  # no full pass yet
+    ctx.app_records[key].checked_at = time.monotonic() - 10
+    assert not sparkapplication._full_resync_due(ctx, key)
+    ctx.app_records[key].checked_at = time.monotonic() - 301
+    assert sparkapplication._full_resync_due(ctx, key)
+    gate = sparkapplication._background_passes(ctx)
+    assert gate is sparkapplication._background_passes(ctx)  # one per process
+    assert gate._value == 2

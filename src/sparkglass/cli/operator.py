@@ -150,7 +150,8 @@ def run(
             "How often a live SparkApplication's resync reads it and its children from the "
             "API again (0-86400). In between, resyncs decide from the operator's watches "
             "(driver and executor Pods, ConfigMaps and Services it created), at no API "
-            "request; 0: every resync reads everything."
+            "request; 0: every resync reads everything. These reads take at most half of "
+            "--api-qps, after any work someone waits on."
         ),
     ),
     api_qps: float = typer.Option(
