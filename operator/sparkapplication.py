@@ -432,6 +432,14 @@ async def reconcile(
         await _locked_pass(ctx, key, resync, memory_first, known, background=False)
 
 
+def _with_cluster(ctx: OperatorContext, cluster: Cluster) -> OperatorContext:
+    """``ctx`` with another API client (a memory view, the background client): every other
+    field is shared, so what a pass records is seen by the next."""
+    view = copy.copy(ctx)
+    view.cluster = cluster
+    return view
+
+
 def _full_resync_due(ctx: OperatorContext, key: tuple[str, str]) -> bool:
     """Whether this process made a full pass of ``key`` and it is ``full_resync_seconds``
     old (the first pass of an application, e.g. its submission, is never background)."""
@@ -478,8 +486,7 @@ async def _locked_pass(
             full = ctx
             if background:
                 if refused is None and await _memory_pass(ctx, key, known, any_age=True):
-                    full = copy.copy(ctx)  # shares every field but the API client
-                    full.cluster = ctx.cluster.background()
+                    full = _with_cluster(ctx, ctx.cluster.background())
             elif memory_first and refused is None and await _memory_pass(ctx, key, known):
                 return
             for attempt in range(CONFLICT_ATTEMPTS):
@@ -632,15 +639,14 @@ async def _memory_pass(
     if not settled(app, time.time()):
         if record is None or not record.checked_at:
             return False
-        if not any_age and time.monotonic() - record.checked_at >= ctx.config.full_resync_seconds:
+        if not any_age and _full_resync_due(ctx, key):
             return False
     elif record is None:
         # An ended application needs no full pass of this process first (a restarted one
         # resumes none): its Pods' events, e.g. the first listing's, are settled from the
         # watches, and a step to take (a referenced Secret to check, TTL) still hands over.
         record = ApplicationRecord()
-    view = copy.copy(ctx)  # shares every field but the API client
-    view.cluster = cast(Cluster, _MemoryView(ctx, app, record))
+    view = _with_cluster(ctx, cast(Cluster, _MemoryView(ctx, app, record)))
     try:
         await _reconcile(view, *key, resync=True)
     except _Stale as exc:
@@ -658,8 +664,7 @@ async def _read_progress(
     record = ctx.app_records.get((app["metadata"]["namespace"], app["metadata"]["name"]))
     if _in_memory(ctx) or record is None:
         return await read_progress(ctx, app)
-    view = copy.copy(ctx)
-    view.cluster = cast(Cluster, _MemoryView(ctx, app, record, driver_pod=pod))
+    view = _with_cluster(ctx, cast(Cluster, _MemoryView(ctx, app, record, driver_pod=pod)))
     try:
         return await read_progress(view, app)
     except _Stale:  # the Secret was not read by this pass (another made it): read it

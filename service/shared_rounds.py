@@ -302,15 +302,15 @@ class SharedRounds:
                 if latest_result is None:
                     raise
                 can_trigger = False  # taken meanwhile: the older result, stale
-        if running is None and can_trigger:
-            rid = secrets.token_hex(8)
-            try:
-                started, running = self._claim(
-                    app, vertex, rid, actor, t, policy, request_key, abandoned_before
-                )
-            finally:
-                if started is None:
-                    self._release(app.id, narrowing)
+            else:
+                rid = secrets.token_hex(8)
+                try:
+                    started, running = self._claim(
+                        app, vertex, rid, actor, t, policy, request_key, abandoned_before
+                    )
+                finally:
+                    if started is None:
+                        self._release(app.id, narrowing)
         if running is None and latest_result is None and not can_trigger:
             raise TriggerForbiddenError
         answer = (
