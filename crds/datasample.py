@@ -22,6 +22,7 @@ from sparkglass.runtime.contract.round_request import (
     RoundRequest,
     round_request,
 )
+from sparkglass.runtime.contract.sample_result import DataSampleResult
 
 from .fields import (
     DNS1123_LABEL_PATTERN,
@@ -34,6 +35,12 @@ from .fields import (
     Metadata,
 )
 from .schema import CustomResource, PrinterColumn, ResourceModel, Rule, Schema, rules
+
+
+def _result_doc(field: str) -> str:
+    """The REST body's description of ``field`` (:class:`DataSampleResult`)."""
+    return DataSampleResult.model_fields[field].description or ""
+
 
 GROUP = "sparkglass.io"
 VERSION = "v1alpha1"
@@ -322,12 +329,14 @@ class DataSampleStatus(ResourceModel):
     """When the round ended on the driver, milliseconds since the epoch."""
     total_record_count: Annotated[Int64, Field(ge=0)] | None = None
     """Records in the result (after maxRecords and the 5000 cap)."""
-    total_truncated: bool | None = None
-    """True when maxRecords or the 5000-record cap cut records."""
-    dropped_by_contention: Annotated[Int64, Field(ge=0)] | None = None
-    """Records the taps dropped because a subtask buffer was busy."""
-    dropped_by_rate_limit: Annotated[Int64, Field(ge=0)] | None = None
-    """Records the taps skipped to honour maxSampleRate."""
+    # The counters mean what they mean in the REST body: one description, the contract's.
+    total_truncated: bool | None = Field(default=None, description=_result_doc("total_truncated"))
+    dropped_by_contention: Annotated[Int64, Field(ge=0)] | None = Field(
+        default=None, description=_result_doc("dropped_by_contention")
+    )
+    dropped_by_rate_limit: Annotated[Int64, Field(ge=0)] | None = Field(
+        default=None, description=_result_doc("dropped_by_rate_limit")
+    )
     error_code: (
         Literal[
             "TIMEOUT",

@@ -12,12 +12,15 @@ endpoint").
 from __future__ import annotations
 
 import itertools
+import sys
 from enum import StrEnum
-from typing import Annotated
+from pathlib import Path
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+from sparkglass.runtime.contract.doc_sections import DocSection
 from sparkglass.runtime.contract.errors import InvalidParameterError
 
 #: Hard caps (docs/architecture.md): records per response, concurrent rounds per application,
@@ -114,37 +117,72 @@ class SubtaskSamples(_Model):
 
 
 class DataSampleResult(_Model):
-    """The body of ``GET .../data-sample`` and of a round's result."""
+    """The body of ``GET .../data-sample`` and of a round's result. The field descriptions are
+    the docs' table of it (:data:`SECTION`) and the DataSample status's counters."""
 
-    status: SampleStatus
-    end_timestamp: _Count | None = Field(default=None, description="Round end, ms since the epoch.")
-    round_id: str | None = None
-    stale: bool = False
-    total_record_count: _Count = 0
-    total_truncated: bool = Field(
-        default=False, description="True when the 5000-record cap or maxRecords cut records."
+    status: SampleStatus = Field(description="Where the round is, or how it ended.")
+    end_timestamp: _Count | None = Field(
+        default=None, description="When the round ended, ms since the epoch."
     )
-    dropped_by_contention: _Count = 0
-    dropped_by_rate_limit: _Count = 0
-    error_code: ErrorCode | None = None
-    failed_subtasks: list[_Subtask] = Field(default_factory=list, max_length=MAX_LISTED_SUBTASKS)
+    round_id: str | None = Field(
+        default=None,
+        description="The round this result (or the running round, with `PENDING`) belongs to.",
+    )
+    stale: bool = Field(
+        default=False,
+        description="True when this is the previous result, answered while a newer round runs "
+        "or is due.",
+    )
+    total_record_count: _Count = Field(default=0, description="Records in this answer.")
+    total_truncated: bool = Field(
+        default=False,
+        description="True when the 5000-record cap or `maxRecords` cut records, or, for a "
+        "round read from a materialized (end-of-input) output, the 1000-per-subtask cap left "
+        "written rows out.",
+    )
+    dropped_by_contention: _Count = Field(
+        default=0,
+        description="Rows the taps admitted by rate but refused: rendering budget used up, "
+        "subtask buffer full, or report size cap.",
+    )
+    dropped_by_rate_limit: _Count = Field(
+        default=0,
+        description="Rows the rate limit (`max-sample-rate`) left out: rows between two it "
+        "took, and records thinned out to keep a subtask within it.",
+    )
+    error_code: ErrorCode | None = Field(
+        default=None, description="Why the round is `FAILED` or `PARTIAL`."
+    )
+    failed_subtasks: list[_Subtask] = Field(
+        default_factory=list,
+        max_length=MAX_LISTED_SUBTASKS,
+        description="Partitions seen by executors that did not report.",
+    )
     filter_stopped_subtasks: list[_Subtask] = Field(
         default_factory=list,
         max_length=MAX_LISTED_SUBTASKS,
         exclude_if=lambda v: not v,
-        description="Subtasks where the round's filter used up its CPU budget (the tap's "
-        "tostring-budget-ms for each second of the round) and was stopped for the rest of "
-        "the round: fewer rows were looked at there than the window let through. Absent "
-        "when none.",
+        description="Partitions where the round's `filter` used up its CPU budget (the tap's "
+        "`tostring-budget-ms` for each second of the round) and was stopped for the rest of "
+        "the round, so that no filter can hold the job's tasks: fewer rows were looked at "
+        "there than the window let through. Absent when none.",
     )
-    samples: list[SubtaskSamples] = Field(default_factory=list)
+    samples: list[SubtaskSamples] = Field(
+        default_factory=list,
+        description="`[{subtaskIndex, records: [{sampleTimestamp, data, dataType, "
+        "truncated}]}]`, by subtask index, records by `sampleTimestamp`; a record of a "
+        "`violations` round adds `expectations` (the names it failed), of an `errors` round "
+        "`error`.",
+    )
     no_data_reason: NoDataReason | None = Field(
-        default=None, description="Why a NO_DATA round saw no row."
+        default=None,
+        description="With `NO_DATA`, why the round saw no row: `NO_MICRO_BATCH`, `NO_ROWS` or "
+        "`QUERY_NOT_ACTIVE`.",
     )
     last_micro_batch_timestamp: _Count | None = Field(
         default=None,
-        description="When the last micro-batch of the vertex's queries ended, ms since the "
-        "epoch (streaming vertices).",
+        description="Streaming vertices: when the last micro-batch of the vertex's queries "
+        "ended, ms since the epoch.",
     )
     materialized_at: _Count | None = Field(
         default=None,
@@ -236,3 +274,44 @@ def post_filter(
             "total_truncated": truncated,
         }
     )
+
+
+def _json_type(schema: dict[str, Any], defs: dict[str, Any]) -> str:
+    """A reader's name for a JSON schema type: ``integer or null``, ``integer list``."""
+    if "$ref" in schema:
+        schema = defs[schema["$ref"].rsplit("/", 1)[-1]]
+    if "anyOf" in schema:
+        kinds = [_json_type(s, defs) for s in schema["anyOf"]]
+        nullable = " or null" if "null" in kinds else ""
+        return " or ".join(k for k in kinds if k != "null") + nullable
+    if schema.get("type") == "array":
+        item = _json_type(schema.get("items", {}), defs)
+        return f"{item} list" if item in ("integer", "string") else "list"
+    if "enum" in schema:
+        return "string"
+    return str(schema.get("type", "object"))
+
+
+def result_fields_table() -> str:
+    """The fields of :class:`DataSampleResult` as a Markdown table (docs/architecture.md)."""
+    schema = DataSampleResult.model_json_schema(by_alias=True)
+    defs = schema.get("$defs", {})
+    lines = ["| field | type | meaning |", "|---|---|---|"]
+    for name, field in DataSampleResult.model_fields.items():
+        alias = field.alias or name
+        kind = _json_type(schema["properties"][alias], defs)
+        lines.append(f"| `{alias}` | {kind} | {field.description} |")
+    return "\n".join(lines) + "\n"
+
+
+#: The table in the docs, generated from the model's field descriptions.
+SECTION = DocSection(
+    "result fields",
+    "python -m sparkglass.runtime.contract.sample_result",
+    Path("docs/architecture.md"),
+    result_fields_table,
+)
+
+
+if __name__ == "__main__":
+    raise SystemExit(SECTION.main(sys.argv[1:]))

@@ -1,20 +1,12 @@
 """The driver's route table is written once (``runtime/control/routes.py``): the endpoint
-dispatches on it, the client builds its paths from it, the docs' table is generated from it."""
+dispatches on it, the client builds its paths from it, the docs' table is generated from it
+(tests/docs/test_generated_sections.py)."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import pytest
 
 from sparkglass.runtime.control import routes
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def test_the_docs_table_is_generated_from_the_routes() -> None:
-    text = (ROOT / routes.DOC).read_text()
-    assert routes.rendered(text) == text, "run: python -m sparkglass.runtime.control.routes"
 
 
 @pytest.mark.parametrize("route", routes.ROUTES, ids=lambda r: r.name)
