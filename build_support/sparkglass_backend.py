@@ -3,7 +3,8 @@
 A wheel carries ``sparkglass/runtime/jvm/sparkglass-sampling.jar`` so that a job image needs
 a JRE, not a JDK (runtime/sampling/jar.py uses it when it fits the running Spark). Building
 a wheel therefore needs ``javac`` (a JDK 17+) and pyspark's jars as the compile classpath:
-pyspark is added to the wheel's build requirements. ``SPARKGLASS_BUILD_JAR=0`` builds a
+the oldest supported pyspark minor is added to the wheel's build requirements, so that the
+jar uses only API every supported Spark has. ``SPARKGLASS_BUILD_JAR=0`` builds a
 wheel without the jar (it is then compiled on first use, as from a source checkout).
 Editable installs and sdists are setuptools' own: no jar, no pyspark in their build.
 """
@@ -11,6 +12,7 @@ Editable installs and sdists are setuptools' own: no jar, no pyspark in their bu
 from __future__ import annotations
 
 import os
+import re
 import sys
 import tomllib
 from pathlib import Path
@@ -38,12 +40,15 @@ def _wants_jar() -> bool:
 
 
 def _pyspark_requirement() -> str:
-    """The runtime's own pyspark requirement (pyproject.toml): the jar is compiled against
-    the pyspark a job would run."""
+    """The oldest minor of the runtime's own pyspark range (pyproject.toml's ``pyspark>=X.Y``):
+    a jar compiled against it loads on every later minor of that major, and
+    runtime/sampling/jar.py accepts it there."""
     for requirement in _project()["dependencies"]:
-        if requirement.replace(" ", "").lower().startswith("pyspark"):
-            return str(requirement)
-    raise RuntimeError("pyproject.toml's dependencies name no pyspark")
+        found = re.fullmatch(r"pyspark\s*>=\s*(\d+)\.(\d+)\b.*", requirement.strip().lower())
+        if found:
+            major, minor = int(found[1]), int(found[2])
+            return f"pyspark>={major}.{minor},<{major}.{minor + 1}"
+    raise RuntimeError("pyproject.toml's dependencies name no pyspark>=X.Y lower bound")
 
 
 def get_requires_for_build_wheel(config_settings: dict[str, Any] | None = None) -> list[str]:
@@ -71,3 +76,9 @@ def build_wheel(
     finally:
         if jar is not None:  # the source tree keeps no build output
             jar.unlink(missing_ok=True)
+
+
+if __name__ == "__main__":
+    # `make install-test` builds this pyspark's wheel once into pip's cache, so that a wheel
+    # build's isolated environment does not build it from its 430 MB sdist again.
+    print(_pyspark_requirement())

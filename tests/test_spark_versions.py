@@ -7,12 +7,16 @@ record what it found (test_python_versions.py does the same for the Pythons)."""
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
+
+from sparkglass.runtime.sampling.jar import jar_fits
 
 REPO = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
@@ -115,3 +119,21 @@ def test_the_readme_points_to_the_docs() -> None:
 
 def test_matrix_venvs_are_ignored() -> None:
     assert ".venv-*/" in (REPO / ".gitignore").read_text().splitlines()
+
+
+def test_the_wheel_s_jar_is_built_against_the_oldest_supported_minor() -> None:
+    built = subprocess.run(
+        [sys.executable, str(REPO / "build_support" / "sparkglass_backend.py")],
+        capture_output=True, text=True, check=True, timeout=60,
+    )  # fmt: skip
+    wanted = SpecifierSet(built.stdout.strip().removeprefix("pyspark"))
+    oldest = min(Version(v) for v in _make_variable("SPARK_MATRIX_VERSIONS"))
+    assert oldest in wanted and oldest in _supported()
+    assert Version(f"{oldest.major}.{oldest.minor + 1}.0") not in wanted
+
+
+def test_a_jar_fits_its_own_and_later_minors_of_its_major_only() -> None:
+    assert jar_fits("4.0.1", "4.0.0") and jar_fits("4.0.0", "4.3.0")
+    assert not jar_fits("4.3.0", "4.0.1")  # a newer minor's API may be missing
+    assert not jar_fits("4.0.0", "5.0.0") and not jar_fits("3.5.0", "4.0.0")
+    assert not jar_fits("", "4.0.0") and not jar_fits("4.x", "4.0.0")

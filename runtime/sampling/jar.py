@@ -2,10 +2,11 @@
 
 A wheel carries the jar prebuilt (``runtime/jvm/sparkglass-sampling.jar``, compiled by the
 build backend in ``build_support/``; a JDK is needed only to build): :func:`sampling_jar`
-uses it when it was built from this source for the running Spark's minor version, so a job
-needs only a JRE. Otherwise (a source checkout, another Spark) it compiles the source with
-``javac`` against the installed pyspark's jars, once, into a cache keyed by the sparkglass
-version, the Spark version and a hash of the source (``<user cache>/sparkglass/jars/``, or
+uses it when it was built from this source against a Spark the running one can load (the
+build compiles against the oldest supported minor), so a job needs only a JRE. Otherwise (a
+source checkout, an older Spark) it compiles the source with ``javac`` against the installed
+pyspark's jars, once, into a cache keyed by the sparkglass version, the Spark version and a
+hash of the source (``<user cache>/sparkglass/jars/``, or
 ``$SPARKGLASS_JAR_CACHE``). :func:`build_jar` writes one to a chosen path.
 """
 
@@ -170,19 +171,33 @@ def jar_manifest(path: Path) -> dict[str, str]:
     return {key: value for key, value in fields}
 
 
-def _minor(version: str) -> str:
-    return ".".join(version.split(".")[:2])
+def _major_minor(version: str) -> tuple[int, int] | None:
+    try:
+        major, minor = version.split(".")[:2]
+        return int(major), int(minor)
+    except ValueError:
+        return None
+
+
+def jar_fits(built_for: str, running: str) -> bool:
+    """Whether a jar compiled against Spark ``built_for`` runs on Spark ``running``: the same
+    major version, and a minor version at least the jar's. The Java source uses only API that
+    every 4.x minor keeps (``make spark-matrix`` runs the jar compiled against 4.0 on each:
+    docs/spark-versions.md); an older minor may lack what a newer one compiled against."""
+    jar, spark = _major_minor(built_for), _major_minor(running)
+    return jar is not None and spark is not None and jar[0] == spark[0] and spark[1] >= jar[1]
 
 
 def packaged_jar() -> Path | None:
     """The wheel's prebuilt jar when it fits: built from this source (its ``Source-Hash``)
-    for the running Spark's major.minor version (its ``Spark-Version``); else None."""
+    against a Spark the running one can load (:func:`jar_fits` on its ``Spark-Version``; the
+    build compiles against the oldest supported minor); else None."""
     if not PACKAGED_JAR.is_file():
         return None
     manifest = jar_manifest(PACKAGED_JAR)
     if manifest.get("Source-Hash") != source_hash():
         return None
-    if _minor(manifest.get("Spark-Version", "")) != _minor(spark_version()):
+    if not jar_fits(manifest.get("Spark-Version", ""), spark_version()):
         log.info(
             "the packaged sampling jar is for Spark %s; this is Spark %s: compiling one",
             manifest.get("Spark-Version"),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -20,13 +21,18 @@ import pytest
 
 from sparkglass.runtime.contract.sample_result import SampleStatus
 from sparkglass.runtime.control.client import ControlClient
-from sparkglass.runtime.sampling.jar import jar_manifest, source_hash, spark_version
+from sparkglass.runtime.sampling.jar import jar_fits, jar_manifest, source_hash, spark_version
 from tests.support.streaming_job import TOKEN, start_job
-from tests.support.wheel_build import build_wheel
+from tests.support.wheel_build import REPO, build_wheel
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
 
 JAR_IN_WHEEL = "sparkglass/runtime/jvm/sparkglass-sampling.jar"
+#: The lower bound of the runtime's pyspark range (pyproject.toml), which the build compiles
+#: against.
+_LOWER = re.search(r'"pyspark>=(\d+\.\d+)', (REPO / "pyproject.toml").read_text())
+assert _LOWER, "pyproject.toml names no pyspark>=X.Y"
+OLDEST_SPARK = _LOWER[1]
 
 
 def _real_java() -> Path:
@@ -45,7 +51,10 @@ def test_a_job_is_sampled_with_the_wheel_s_jar_and_no_javac(tmp_path: Path) -> N
     packaged = site / JAR_IN_WHEEL
     manifest = jar_manifest(packaged)
     assert manifest["Source-Hash"] == source_hash()
-    assert manifest["Spark-Version"] == spark_version()
+    # Compiled against the oldest supported minor (pyproject's pyspark>=X.Y), and loaded by
+    # the running Spark all the same (4.3 in this venv at the time of writing).
+    assert manifest["Spark-Version"].startswith(f"{OLDEST_SPARK}."), manifest
+    assert jar_fits(manifest["Spark-Version"], spark_version())
     assert manifest["Implementation-Version"] != "0.0.0"  # the project's, not a placeholder
 
     # A JRE: java, no javac. And a javac on PATH that leaves a mark if anything calls it.
@@ -55,7 +64,7 @@ def test_a_job_is_sampled_with_the_wheel_s_jar_and_no_javac(tmp_path: Path) -> N
     trap = tmp_path / "trap"
     trap.mkdir()
     called = tmp_path / "javac-called"
-    (trap / "javac").write_text(f"#!/bin/sh\necho \"$@\" >> {called}\nexit 1\n")
+    (trap / "javac").write_text(f'#!/bin/sh\necho "$@" >> {called}\nexit 1\n')
     (trap / "javac").chmod(0o755)
     env = {
         "JAVA_HOME": str(jre.parent),
