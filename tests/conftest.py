@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from sparkglass.runtime.contract.sampling_settings import SamplingSettings
+from tests.support.spark_conf import set_spark_conf as set_spark_conf  # the fixture, by name
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -25,7 +26,8 @@ def spark() -> Iterator[object]:
     """A real local Spark session (``local[2]``, UI off) shared by every test.
 
     Sampling is *off* by default (``spark.sparkglass.sampling.enabled=false``) but its jar
-    and plugin are loaded; tests that need it set it per pipeline with ``spark.conf.set``.
+    and plugin are loaded; tests that need it turn it on with ``tests.support.spark_conf``
+    (``spark_conf`` or the ``set_spark_conf`` fixture), which puts it back after them.
     """
     from sparkglass.runtime.session import spark_session
 

@@ -19,6 +19,7 @@ from sparkglass.runtime.sampling import registry
 from sparkglass.runtime.sampling.programs import CORRUPT_RECORD_ERROR
 from sparkglass.service.local import LocalService, start_local_service
 from tests.flights_stream import REDACT, FlightsStream, start_flights_stream, stop_flights_stream
+from tests.support.spark_conf import spark_conf
 
 pytestmark = pytest.mark.spark
 
@@ -39,27 +40,20 @@ _CONF = {
 
 @pytest.fixture(scope="module")
 def service(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalService]:
-    saved = {k: spark.conf.get(k, None) for k in _CONF}
-    for key, value in _CONF.items():
-        spark.conf.set(key, value)
-    tmp = tmp_path_factory.mktemp("cli-service")
-    stream: FlightsStream = start_flights_stream(spark, tmp, "cli-flights")
-    endpoint = registry.endpoint_for(spark)
-    assert endpoint is not None
-    svc = start_local_service(
-        {"cli-flights": (endpoint.url, endpoint.token)},
-        database_url=f"sqlite:///{tmp / 'service.db'}",
-        poll_interval_seconds=0.05,
-        round_timeout_seconds=90,
-    )
-    yield svc
-    svc.stop()
-    stop_flights_stream(stream)
-    for key, value in saved.items():
-        if value is None:
-            spark.conf.unset(key)
-        else:
-            spark.conf.set(key, value)
+    with spark_conf(spark, _CONF):
+        tmp = tmp_path_factory.mktemp("cli-service")
+        stream: FlightsStream = start_flights_stream(spark, tmp, "cli-flights")
+        endpoint = registry.endpoint_for(spark)
+        assert endpoint is not None
+        svc = start_local_service(
+            {"cli-flights": (endpoint.url, endpoint.token)},
+            database_url=f"sqlite:///{tmp / 'service.db'}",
+            poll_interval_seconds=0.05,
+            round_timeout_seconds=90,
+        )
+        yield svc
+        svc.stop()
+        stop_flights_stream(stream)
 
 
 def sample(svc: LocalService, *args: str) -> subprocess.CompletedProcess[str]:
@@ -108,8 +102,14 @@ def records(body: dict[str, Any]) -> list[dict[str, Any]]:
 
 def test_violations_of_one_expectation_with_a_column_subset(service: LocalService) -> None:
     body = with_records(
-        service, "parse", "--kind", "violations", "--expectation", "not-early",
-        "--columns", "carrier,dep_delay",
+        service,
+        "parse",
+        "--kind",
+        "violations",
+        "--expectation",
+        "not-early",
+        "--columns",
+        "carrier,dep_delay",
     )
     assert body["status"] in ("COMPLETE", "PARTIAL"), body
     got = records(body)
@@ -123,8 +123,12 @@ def test_violations_of_one_expectation_with_a_column_subset(service: LocalServic
 
 def test_filter_on_carrier(service: LocalService) -> None:
     body = with_records(
-        service, "parse", "--filter", "carrier = 'UA' AND dep_delay > 30",
-        "--columns", "carrier,flight,dep_delay",
+        service,
+        "parse",
+        "--filter",
+        "carrier = 'UA' AND dep_delay > 30",
+        "--columns",
+        "carrier,flight,dep_delay",
     )
     got = [json.loads(r["data"]) for r in records(body)]
     assert got, {k: v for k, v in body.items() if k != "samples"}
@@ -159,14 +163,23 @@ def test_a_filter_naming_an_unknown_column_is_refused_naming_it(service: LocalSe
 def test_bad_options_fail_before_any_request(tmp_path: Path) -> None:
     out = subprocess.run(
         [
-            sys.executable, "-m", "sparkglass", "sample", "parse", "--service",
-            "http://127.0.0.1:9", "--token", "t", "--kind", "everything",
+            sys.executable,
+            "-m",
+            "sparkglass",
+            "sample",
+            "parse",
+            "--service",
+            "http://127.0.0.1:9",
+            "--token",
+            "t",
+            "--kind",
+            "everything",
         ],
         capture_output=True,
         text=True,
         timeout=60,
     )
     assert out.returncode == 1
-    assert "--kind" in out.stderr and "violations" in out.stderr and "cannot reach" not in (
-        out.stderr
+    assert (
+        "--kind" in out.stderr and "violations" in out.stderr and "cannot reach" not in (out.stderr)
     )

@@ -26,6 +26,7 @@ from tests.support.admission_webhook import Webhook, allowed, denied
 from tests.support.admission_webhook import operator_args as operator_args  # the fixtures, by name
 from tests.support.admission_webhook import webhook as webhook
 from tests.support.admission_webhook import webhook_tls as webhook_tls
+from tests.support.spark_conf import spark_conf
 
 from .conftest import EXAMPLES_DIR, NAMESPACE, OperatorProcess, StrictApiServer, eventually
 
@@ -75,89 +76,83 @@ async def test_datasample_against_the_real_demo_driver_ends_complete_with_flight
 
     # The "driver": the demo pipeline with sampling on, its endpoint on the app's port/token.
     # (What the operator's spark-defaults.conf gives a real driver.)
-    window = "spark.sparkglass.sampling.sampling-window"
-    keys = (ENABLED, window, CONTROL + "port", CONTROL + "token")
-    keys += (CONTROL + "tls.cert-file", CONTROL + "tls.key-file")
-    saved = {k: spark.conf.get(k, None) for k in keys}
-    spark.conf.set(ENABLED, "true")
-    spark.conf.set(window, "8s")
-    spark.conf.set(CONTROL + "port", str(port))
-    spark.conf.set(CONTROL + "token", token)
-    spark.conf.set(CONTROL + "tls.cert-file", str(tls_dir / "tls.crt"))
-    spark.conf.set(CONTROL + "tls.key-file", str(tls_dir / "tls.key"))
-    workdir = tmp_path / "demo"
-    pipeline = build_pipeline(spark, workdir, max_files_per_trigger=1, trigger_seconds=0.5)
-    replay = FlightReplay(workdir / "stream", days=365, files_per_tick=1, interval=0.4)
-    try:
-        # Blocking Spark calls run off the event loop: the loop serves the API server.
-        await asyncio.to_thread(pipeline.start)
-        replay.start()
-        await eventually(
-            lambda: pipeline.progress().micro_batches >= 2, timeout=120, what="micro-batches"
-        )
-        resp = await kube.patch(
-            f"/api/v1/namespaces/{NAMESPACE}/pods/flights-driver/status",
-            json={"status": {"phase": "Running", "podIP": "127.0.0.1"}},
-            headers={"Content-Type": "application/merge-patch+json"},
-        )
-        assert resp.status == 200
-        await eventually(
-            lambda: (
-                ((kube.stored(APPS, NAMESPACE, "flights") or {}).get("status") or {})
-                .get("driverInfo", {})
-                .get("controlEndpoint")
-                == f"https://127.0.0.1:{port}"
-            ),
-            operator=operator,
-        )
-        sample = yaml.safe_load((EXAMPLES_DIR / "flights-datasample.yaml").read_text())
-        sample["spec"]["samplingWindow"] = "8s"
-        resp = await kube.post(
-            f"/apis/sparkglass.io/v1alpha1/namespaces/{NAMESPACE}/datasamples", json=sample
-        )
-        assert resp.status in (200, 201), await resp.text()
-        started = time.monotonic()
+    driver_conf = {
+        ENABLED: "true",
+        "spark.sparkglass.sampling.sampling-window": "8s",
+        CONTROL + "port": str(port),
+        CONTROL + "token": token,
+        CONTROL + "tls.cert-file": str(tls_dir / "tls.crt"),
+        CONTROL + "tls.key-file": str(tls_dir / "tls.key"),
+    }
+    with spark_conf(spark, driver_conf):
+        workdir = tmp_path / "demo"
+        pipeline = build_pipeline(spark, workdir, max_files_per_trigger=1, trigger_seconds=0.5)
+        replay = FlightReplay(workdir / "stream", days=365, files_per_tick=1, interval=0.4)
+        try:
+            # Blocking Spark calls run off the event loop: the loop serves the API server.
+            await asyncio.to_thread(pipeline.start)
+            replay.start()
+            await eventually(
+                lambda: pipeline.progress().micro_batches >= 2, timeout=120, what="micro-batches"
+            )
+            resp = await kube.patch(
+                f"/api/v1/namespaces/{NAMESPACE}/pods/flights-driver/status",
+                json={"status": {"phase": "Running", "podIP": "127.0.0.1"}},
+                headers={"Content-Type": "application/merge-patch+json"},
+            )
+            assert resp.status == 200
+            await eventually(
+                lambda: (
+                    ((kube.stored(APPS, NAMESPACE, "flights") or {}).get("status") or {})
+                    .get("driverInfo", {})
+                    .get("controlEndpoint")
+                    == f"https://127.0.0.1:{port}"
+                ),
+                operator=operator,
+            )
+            sample = yaml.safe_load((EXAMPLES_DIR / "flights-datasample.yaml").read_text())
+            sample["spec"]["samplingWindow"] = "8s"
+            resp = await kube.post(
+                f"/apis/sparkglass.io/v1alpha1/namespaces/{NAMESPACE}/datasamples", json=sample
+            )
+            assert resp.status in (200, 201), await resp.text()
+            started = time.monotonic()
 
-        def final() -> dict[str, Any] | None:
-            st = (kube.stored(SAMPLES, NAMESPACE, "flights-parse") or {}).get("status") or {}
-            return st if st.get("phase") not in (None, "Pending", "InProgress") else None
+            def final() -> dict[str, Any] | None:
+                st = (kube.stored(SAMPLES, NAMESPACE, "flights-parse") or {}).get("status") or {}
+                return st if st.get("phase") not in (None, "Pending", "InProgress") else None
 
-        status = await eventually(final, timeout=90, what="the round", operator=operator)
-        # The admission webhook asks this driver, whose Spark parses and resolves the filter
-        # against the parse vertex's real schema.
-        review = yaml.safe_load((EXAMPLES_DIR / "flights-datasample.yaml").read_text())
-        review["spec"]["filter"] = "carier = 'UA'"
-        message = denied(await webhook.review(review))
-        assert message.startswith("spec.filter:") and "carier" in message, message
-        assert "Did you mean" not in message and "carrier" not in message, message
-        review["spec"]["filter"] = "carrier = 'UA' AND dep_delay > 60"
-        review["spec"]["columns"] = ["carrier", "dep_delay", "tailnum"]
-        assert allowed(await webhook.review(review)) == []
-        review["spec"]["columns"] = ["carrier", "no_such_column"]
-        message = denied(await webhook.review(review))
-        assert message.startswith("spec.columns:") and "no_such_column" in message, message
-        review["spec"].pop("columns")
-        review["spec"]["filter"] = "carrier = 'UA' AND"
-        message = denied(await webhook.review(review))
-        assert message.startswith("spec.filter:") and "AS AND" in message, message
-        review["spec"]["filter"] = "carrier = = 'UA'"
-        message = denied(await webhook.review(review))
-        assert message.startswith("spec.filter:") and "PARSE_SYNTAX_ERROR" in message, message
-        review["spec"].pop("filter")
-        review["spec"].update(kind="violations", expectation="delay-known")
-        message = denied(await webhook.review(review))
-        # The session is shared: another test's pipeline may have put expectations on a
-        # vertex named parse (then the name is unknown) or none did (then the kind is wrong).
-        assert message.startswith(("spec.kind:", "spec.expectation:")), message
-        assert "no expectation" in message, message
-    finally:
-        replay.stop()
-        await asyncio.to_thread(pipeline.stop)
-        for k, v in saved.items():
-            if v is None:
-                spark.conf.unset(k)
-            else:
-                spark.conf.set(k, v)
+            status = await eventually(final, timeout=90, what="the round", operator=operator)
+            # The admission webhook asks this driver, whose Spark parses and resolves the filter
+            # against the parse vertex's real schema.
+            review = yaml.safe_load((EXAMPLES_DIR / "flights-datasample.yaml").read_text())
+            review["spec"]["filter"] = "carier = 'UA'"
+            message = denied(await webhook.review(review))
+            assert message.startswith("spec.filter:") and "carier" in message, message
+            assert "Did you mean" not in message and "carrier" not in message, message
+            review["spec"]["filter"] = "carrier = 'UA' AND dep_delay > 60"
+            review["spec"]["columns"] = ["carrier", "dep_delay", "tailnum"]
+            assert allowed(await webhook.review(review)) == []
+            review["spec"]["columns"] = ["carrier", "no_such_column"]
+            message = denied(await webhook.review(review))
+            assert message.startswith("spec.columns:") and "no_such_column" in message, message
+            review["spec"].pop("columns")
+            review["spec"]["filter"] = "carrier = 'UA' AND"
+            message = denied(await webhook.review(review))
+            assert message.startswith("spec.filter:") and "AS AND" in message, message
+            review["spec"]["filter"] = "carrier = = 'UA'"
+            message = denied(await webhook.review(review))
+            assert message.startswith("spec.filter:") and "PARSE_SYNTAX_ERROR" in message, message
+            review["spec"].pop("filter")
+            review["spec"].update(kind="violations", expectation="delay-known")
+            message = denied(await webhook.review(review))
+            # The session is shared: another test's pipeline may have put expectations on a
+            # vertex named parse (then the name is unknown) or none did (then the kind is wrong).
+            assert message.startswith(("spec.kind:", "spec.expectation:")), message
+            assert "no expectation" in message, message
+        finally:
+            replay.stop()
+            await asyncio.to_thread(pipeline.stop)
 
     assert status["phase"] == "Complete", status
     assert time.monotonic() - started < 90

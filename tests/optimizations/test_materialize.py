@@ -12,6 +12,7 @@ from sparkglass.runtime.contract.attributes import no_output_until_end_of_input
 from sparkglass.runtime.contract.errors import PlanError
 from sparkglass.runtime.contract.plan import Optimizations
 from sparkglass.runtime.pipeline import Pipeline
+from tests.support.spark_conf import spark_conf
 
 from .conftest import FLIGHT_SCHEMA
 
@@ -142,9 +143,9 @@ def test_overrides_from_spark_conf(spark, flight_days, reference, tmp_path):
     from sparkglass.runtime.contract.attributes import OVERRIDES_CONF
 
     p = build(spark, flight_days, reference, tmp_path, "conf_never")
-    spark.conf.set(OVERRIDES_CONF, "pipeline: {vertices: [{name: parse, attributes: {nope: 1}}]}")
-    try:
-        with pytest.raises(PlanError, match="unknown attribute 'nope'"):
-            p.start()
-    finally:
-        spark.conf.unset(OVERRIDES_CONF)
+    overrides = "pipeline: {vertices: [{name: parse, attributes: {nope: 1}}]}"
+    with (
+        spark_conf(spark, {OVERRIDES_CONF: overrides}),
+        pytest.raises(PlanError, match="unknown attribute 'nope'"),
+    ):
+        p.start()

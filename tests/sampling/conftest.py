@@ -6,17 +6,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
+from tests.support.spark_conf import SetSparkConf
+
 
 @pytest.fixture
-def sampling_conf(spark: Any) -> Iterator[Callable[..., None]]:
+def sampling_conf(set_spark_conf: SetSparkConf) -> Callable[..., None]:
     """Call with ``name=value`` (``max_sample_rate=5``) to set ``spark.sparkglass.sampling.*``
     (``control_enabled=True`` sets ``spark.sparkglass.control.enabled``); restored after."""
-    saved: dict[str, str | None] = {}
 
     def key_of(name: str) -> str:
         if name.startswith("control_"):
@@ -24,14 +25,11 @@ def sampling_conf(spark: Any) -> Iterator[Callable[..., None]]:
         return "spark.sparkglass.sampling." + name.replace("_", "-")
 
     def set_conf(**values: Any) -> None:
-        for name, value in values.items():
-            key = key_of(name)
-            saved.setdefault(key, spark.conf.get(key, None))
-            spark.conf.set(key, str(value).lower() if isinstance(value, bool) else str(value))
+        set_spark_conf(
+            {
+                key_of(name): str(value).lower() if isinstance(value, bool) else str(value)
+                for name, value in values.items()
+            }
+        )
 
-    yield set_conf
-    for key, value in saved.items():
-        if value is None:
-            spark.conf.unset(key)
-        else:
-            spark.conf.set(key, value)
+    return set_conf

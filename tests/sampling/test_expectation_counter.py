@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import shutil
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -19,6 +18,7 @@ from sparkglass.runtime.pipeline import Pipeline
 from sparkglass.runtime.quality import EXPECTATION_PREFIX, NATIVE_COUNT_CONF, jar_on_executors
 from tests.flights_stream import COLUMNS, SCHEMA, parse
 from tests.sampling.java_check import run_java_check
+from tests.support.spark_conf import SetSparkConf
 
 CHECK = Path(__file__).parent / "java" / "ExpectationTallyCheck.java"
 FILES = 3
@@ -42,15 +42,6 @@ def expected_counts() -> dict[str, tuple[int, int]]:
     early = int((~(frame["dep_delay"] >= -10)).sum())  # NaN fails, as NULL does in Spark
     n = len(frame)
     return {"has-tailnum": (n - no_tailnum, no_tailnum), "not-early": (n - early, early)}
-
-
-@pytest.fixture
-def conf(spark: Any) -> Iterator[dict[str, str]]:
-    """Session settings for one test, restored after it."""
-    settings: dict[str, str] = {}
-    yield settings
-    for key in settings:
-        spark.conf.unset(key)
 
 
 def memory_sink(name: str) -> Any:
@@ -125,13 +116,11 @@ def test_counts_are_exact_per_micro_batch(
     spark: Any,
     flights_folder: Path,
     tmp_path: Path,
-    conf: dict[str, str],
+    set_spark_conf: SetSparkConf,
     mode: dict[str, str],
 ) -> None:
-    for key, value in mode.items():
-        spark.conf.set(key, value)
-        conf[key] = value
-    name = f"counter-{len(conf)}-{int(time.time() * 1000)}"
+    set_spark_conf(mode)
+    name = f"counter-{len(mode)}-{int(time.time() * 1000)}"
     p = run_stream(spark, flights_folder, tmp_path, name)
     try:
         got = {c.name: (c.passed, c.failed) for c in p.progress().expectations}

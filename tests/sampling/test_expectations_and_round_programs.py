@@ -19,23 +19,17 @@ from sparkglass.runtime.pipeline import Pipeline
 from sparkglass.runtime.sampling import registry
 from sparkglass.runtime.sampling.programs import CORRUPT_RECORD_ERROR
 from tests.flights_stream import REDACT, FlightsStream, start_flights_stream, stop_flights_stream
+from tests.support.spark_conf import SetSparkConf, spark_conf
 
 pytestmark = pytest.mark.spark
 
 
 @pytest.fixture(scope="module")
 def flights(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[FlightsStream]:
-    saved = {k: spark.conf.get(k, None) for k in _CONF}
-    for key, value in _CONF.items():
-        spark.conf.set(key, value)
-    stream = start_flights_stream(spark, tmp_path_factory.mktemp("flights"), "quality")
-    yield stream
-    stop_flights_stream(stream)
-    for key, value in saved.items():
-        if value is None:
-            spark.conf.unset(key)
-        else:
-            spark.conf.set(key, value)
+    with spark_conf(spark, _CONF):
+        stream = start_flights_stream(spark, tmp_path_factory.mktemp("flights"), "quality")
+        yield stream
+        stop_flights_stream(stream)
 
 
 _CONF = {
@@ -334,7 +328,7 @@ def test_a_redacted_tailnum_is_nowhere_the_records_go(
 
 
 def test_expectations_of_the_spark_application_spec_replace_and_add_to_the_declared(
-    spark: Any,
+    spark: Any, set_spark_conf: SetSparkConf
 ) -> None:
     """``pipeline.vertices[].expectations`` reach the driver as
     ``spark.sparkglass.pipeline.expectations`` (the operator writes it): an entry replaces
@@ -353,43 +347,36 @@ def test_expectations_of_the_spark_application_spec_replace_and_add_to_the_decla
         return df
 
     drop = ExpectationAction.DROP
-    spark.conf.set(
-        EXPECTATIONS_CONF,
-        expectations_conf(
-            [
-                (
-                    "f",
-                    [
-                        Expectation(name="positive", condition="id > 5", action=drop),
-                        Expectation(name="even", condition="id % 2 = 0", action=drop),
-                    ],
-                )
-            ]
-        ),
+    replacing_and_adding = expectations_conf(
+        [
+            (
+                "f",
+                [
+                    Expectation(name="positive", condition="id > 5", action=drop),
+                    Expectation(name="even", condition="id % 2 = 0", action=drop),
+                ],
+            )
+        ]
     )
+    set_spark_conf({EXPECTATIONS_CONF: replacing_and_adding})
     got: list[int] = []
-    try:
-        p = Pipeline("spec-expectations", spark)
-        p.source("nums", spark.range(10))
-        p.vertex("f", "nums", f)
-        p.sink("out", "f", lambda df: got.extend(r.id for r in df.collect()))
-        p.start()
-        p.stop()
-        assert sorted(got) == [6, 8]
+    p = Pipeline("spec-expectations", spark)
+    p.source("nums", spark.range(10))
+    p.vertex("f", "nums", f)
+    p.sink("out", "f", lambda df: got.extend(r.id for r in df.collect()))
+    p.start()
+    p.stop()
+    assert sorted(got) == [6, 8]
 
-        spark.conf.set(
-            EXPECTATIONS_CONF,
-            expectations_conf([("nums", [Expectation(name="x", condition="true")])]),
-        )
-        q = Pipeline("spec-expectations-on-a-source", spark)
-        q.source("nums", spark.range(3))
-        q.vertex("f", "nums", f)
-        q.sink("out", "f", lambda df: df.count())
-        with pytest.raises(PlanError, match=r"expectations for 'nums', which is not a vertex"):
-            q.start()
-        q.stop()
-    finally:
-        spark.conf.unset(EXPECTATIONS_CONF)
+    on_a_source = expectations_conf([("nums", [Expectation(name="x", condition="true")])])
+    set_spark_conf({EXPECTATIONS_CONF: on_a_source})
+    q = Pipeline("spec-expectations-on-a-source", spark)
+    q.source("nums", spark.range(3))
+    q.vertex("f", "nums", f)
+    q.sink("out", "f", lambda df: df.count())
+    with pytest.raises(PlanError, match=r"expectations for 'nums', which is not a vertex"):
+        q.start()
+    q.stop()
 
 
 def test_a_filter_on_an_unknown_column_is_one_line_without_the_plan(

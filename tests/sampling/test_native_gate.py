@@ -28,6 +28,7 @@ from sparkglass.runtime.pipeline import Pipeline
 from sparkglass.runtime.sampling import registry, tap
 from sparkglass.runtime.sampling.jvm_transport import JvmTransport
 from sparkglass.runtime.sampling.rounds import TapInfo
+from tests.support.spark_conf import SetSparkConf, spark_conf
 
 pytestmark = pytest.mark.spark
 
@@ -95,21 +96,6 @@ def gate_classes(plan: Any) -> list[str]:
     return found
 
 
-@pytest.fixture
-def confs(spark) -> Iterator[Any]:
-    """``confs(key=value, ...)`` sets session confs (full keys), restored after the test."""
-    saved: dict[str, str | None] = {}
-
-    def set_confs(values: dict[str, str]) -> None:
-        for key, value in values.items():
-            saved.setdefault(key, spark.conf.get(key, None))
-            spark.conf.set(key, value)
-
-    yield set_confs
-    for key, value in saved.items():
-        spark.conf.unset(key) if value is None else spark.conf.set(key, value)
-
-
 def dsl_output(spark: Any, name: str) -> tuple[Pipeline, Any]:
     """A bounded DSL pipeline (range → double) and its tapped output."""
     p = Pipeline(name, spark)
@@ -119,11 +105,11 @@ def dsl_output(spark: Any, name: str) -> tuple[Pipeline, Any]:
 
 
 def test_dsl_taps_use_the_native_gate_by_default_and_the_udf_gate_when_turned_off(
-    spark, confs
+    spark: Any, set_spark_conf: SetSparkConf
 ) -> None:
     """The default plan of a DSL tap holds ``NativeTapGate`` (analyzed and executed plans,
     explain, generated code); ``nativeGate=false`` holds the ``GateUdf`` instead. Same rows."""
-    confs({ENABLED: "true"})
+    set_spark_conf({ENABLED: "true"})
     on, tapped = dsl_output(spark, "native-default")
     qe = tapped._jdf.queryExecution()
     assert "sg_tap_gate_native(native-default/double/" in str(qe.analyzed().toString())
@@ -134,7 +120,7 @@ def test_dsl_taps_use_the_native_gate_by_default_and_the_udf_gate_when_turned_of
     assert not re.search(r"sg_gate_\d+\(\)", explained)
     assert ".active &&" in codegen_text(spark, tapped)
 
-    confs({NATIVE_GATE: "false"})
+    set_spark_conf({NATIVE_GATE: "false"})
     off, udf_tapped = dsl_output(spark, "native-off")
     qe = udf_tapped._jdf.queryExecution()
     assert gate_classes(qe.executedPlan()) == [GATE_UDF_CLASS, GATE_UDF_CLASS]
@@ -148,7 +134,10 @@ def test_dsl_taps_use_the_native_gate_by_default_and_the_udf_gate_when_turned_of
 
 
 def test_a_native_gate_that_cannot_be_registered_falls_back_to_the_udf_gate(
-    spark, confs, monkeypatch, caplog
+    spark: Any,
+    set_spark_conf: SetSparkConf,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """Sampling never fails a query: the taps get the UDF gate, counted, logged at most once."""
 
@@ -156,7 +145,7 @@ def test_a_native_gate_that_cannot_be_registered_falls_back_to_the_udf_gate(
         raise RuntimeError("no native gate here")
 
     monkeypatch.setattr(JvmTransport, "register_native_gate", broken)
-    confs({ENABLED: "true"})
+    set_spark_conf({ENABLED: "true"})
     before = tap.native_gate_fallbacks()
     with caplog.at_level(logging.WARNING, logger=tap.__name__):
         p, tapped = dsl_output(spark, "native-fallback")
@@ -177,12 +166,12 @@ def stream_plan(p: Pipeline) -> str:
 
 @pytest.mark.parametrize("whole_stage", ["true", "false"])
 def test_a_dsl_round_captures_rows_behind_the_native_gate_with_codegen_on_and_off(
-    spark, confs, whole_stage: str
+    spark: Any, set_spark_conf: SetSparkConf, whole_stage: str
 ) -> None:
     """The default (native) gate of a DSL tap captures the vertex's rows in whole-stage
     generated code and, with ``spark.sql.codegen.wholeStage=false``, in interpreted ``eval``
     (the expression serialized with each task)."""
-    confs({ENABLED: "true", WHOLE_STAGE: whole_stage})
+    set_spark_conf({ENABLED: "true", WHOLE_STAGE: whole_stage})
     p = Pipeline(f"native-codegen-{whole_stage}", spark)
     p.source(
         "ticks",
@@ -275,16 +264,11 @@ def test_idle_plan_has_the_native_gate_in_generated_code_and_no_gate_udf(spark) 
     assert sorted(r.t for r in tapped.where("id < 5").collect()) == [0, 3, 6, 9, 12]
 
 
-def test_interpreted_mode_evaluates_the_gate(spark) -> None:
+def test_interpreted_mode_evaluates_the_gate(spark: Any) -> None:
     _, gate, capture = register_native_tap(spark)
-    saved = {k: spark.conf.get(k, None) for k in ("spark.sql.codegen.wholeStage",)}
-    spark.conf.set("spark.sql.codegen.wholeStage", "false")
-    try:
+    with spark_conf(spark, {WHOLE_STAGE: "false"}):
         df = spark.range(0, 1_000, numPartitions=2).filter(condition(gate, capture))
         assert df.count() == 1_000
-    finally:
-        for k, v in saved.items():
-            spark.conf.unset(k) if v is None else spark.conf.set(k, v)
 
 
 def test_a_round_through_the_coordinator_captures_rows_behind_the_native_gate(

@@ -29,6 +29,7 @@ from sparkglass.runtime.pipeline import Pipeline
 from sparkglass.runtime.sampling import registry
 from sparkglass.service.local import LocalService, start_local_service
 from tests.flights_stream import FlightsStream, start_flights_stream, stop_flights_stream
+from tests.support.spark_conf import spark_conf
 
 pytestmark = pytest.mark.spark
 
@@ -46,31 +47,24 @@ _CONF = {
 def masked(
     spark: Any, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[FlightsStream, LocalService, Path]]:
-    saved = {k: spark.conf.get(k, None) for k in _CONF}
-    for key, value in _CONF.items():
-        spark.conf.set(key, value)
-    tmp = tmp_path_factory.mktemp("masked")
-    stream = start_flights_stream(spark, tmp, "masked")
-    endpoint = registry.endpoint_for(spark)
-    assert endpoint is not None
-    db = tmp / "store" / "service.db"
-    db.parent.mkdir()
-    service = start_local_service(
-        {"masked": (endpoint.url, endpoint.token)},
-        database_url=f"sqlite:///{db}",
-        poll_interval_seconds=0.05,
-        round_timeout_seconds=90,
-        refresh_interval_seconds=1,
-    )
-    yield stream, service, db.parent
-    service.stop()
-    service.app.state.sparkglass.sessions.kw["bind"].dispose()
-    stop_flights_stream(stream)
-    for key, value in saved.items():
-        if value is None:
-            spark.conf.unset(key)
-        else:
-            spark.conf.set(key, value)
+    with spark_conf(spark, _CONF):
+        tmp = tmp_path_factory.mktemp("masked")
+        stream = start_flights_stream(spark, tmp, "masked")
+        endpoint = registry.endpoint_for(spark)
+        assert endpoint is not None
+        db = tmp / "store" / "service.db"
+        db.parent.mkdir()
+        service = start_local_service(
+            {"masked": (endpoint.url, endpoint.token)},
+            database_url=f"sqlite:///{db}",
+            poll_interval_seconds=0.05,
+            round_timeout_seconds=90,
+            refresh_interval_seconds=1,
+        )
+        yield stream, service, db.parent
+        service.stop()
+        service.app.state.sparkglass.sessions.kw["bind"].dispose()
+        stop_flights_stream(stream)
 
 
 def client(service: LocalService) -> httpx.Client:

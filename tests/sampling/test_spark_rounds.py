@@ -21,6 +21,7 @@ from sparkglass.runtime.contract.sample_result import (
 )
 from sparkglass.runtime.pipeline import Pipeline
 from sparkglass.runtime.sampling import registry
+from tests.support.spark_conf import spark_conf
 
 pytestmark = pytest.mark.spark
 T = TypeVar("T")
@@ -79,30 +80,25 @@ def wait_until_executors_took(c: Any, started_at: float, timeout: float = 60) ->
 @pytest.fixture(scope="module")
 def stream(spark) -> Iterator[Pipeline]:
     """A running stream: rate source (2 partitions, 400 rows/s) → parse → noop, tapped."""
-    before = spark.conf.get(ENABLED, None)
-    spark.conf.set(ENABLED, "true")
-    p = Pipeline("sampled", spark)
-    p.source(
-        "ticks",
-        spark.readStream.format("rate")
-        .option("rowsPerSecond", 400)
-        .option("numPartitions", 2)
-        .load(),
-    )
-    p.vertex("parse", "ticks", parse)
-    p.sink(
-        "out",
-        "parse",
-        lambda df: df.writeStream.format("noop").trigger(processingTime="200 milliseconds"),
-    )
-    p.start()
-    wait_for_batches(p)
-    yield p
-    p.stop()
-    if before is None:
-        spark.conf.unset(ENABLED)
-    else:
-        spark.conf.set(ENABLED, before)
+    with spark_conf(spark, {ENABLED: "true"}):
+        p = Pipeline("sampled", spark)
+        p.source(
+            "ticks",
+            spark.readStream.format("rate")
+            .option("rowsPerSecond", 400)
+            .option("numPartitions", 2)
+            .load(),
+        )
+        p.vertex("parse", "ticks", parse)
+        p.sink(
+            "out",
+            "parse",
+            lambda df: df.writeStream.format("noop").trigger(processingTime="200 milliseconds"),
+        )
+        p.start()
+        wait_for_batches(p)
+        yield p
+        p.stop()
 
 
 def round_on(spark, vertex: str, window_ms: int | None = None, timeout: float = 30) -> Any:

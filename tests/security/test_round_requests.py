@@ -21,6 +21,7 @@ from tests.flights_stream import (
     start_flights_stream,
     stop_flights_stream,
 )
+from tests.support.spark_conf import spark_conf
 
 pytestmark = pytest.mark.spark
 
@@ -32,24 +33,17 @@ _CONF = {
 
 @pytest.fixture(scope="module")
 def driver(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
-    saved = {k: spark.conf.get(k, None) for k in _CONF}
-    for key, value in _CONF.items():
-        spark.conf.set(key, value)
-    stream: FlightsStream = start_flights_stream(
-        spark, tmp_path_factory.mktemp("attack"), "attacked"
-    )
-    endpoint = registry.endpoint_for(spark)
-    assert endpoint is not None
-    with httpx.Client(
-        base_url=endpoint.url, headers={"Authorization": f"Bearer {endpoint.token}"}, timeout=60
-    ) as client:
-        yield client
-    stop_flights_stream(stream)
-    for key, value in saved.items():
-        if value is None:
-            spark.conf.unset(key)
-        else:
-            spark.conf.set(key, value)
+    with spark_conf(spark, _CONF):
+        stream: FlightsStream = start_flights_stream(
+            spark, tmp_path_factory.mktemp("attack"), "attacked"
+        )
+        endpoint = registry.endpoint_for(spark)
+        assert endpoint is not None
+        with httpx.Client(
+            base_url=endpoint.url, headers={"Authorization": f"Bearer {endpoint.token}"}, timeout=60
+        ) as client:
+            yield client
+        stop_flights_stream(stream)
 
 
 #: Every route that takes a round's parameters: the open, the lazy trigger, and the check the

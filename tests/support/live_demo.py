@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from sparkglass.service.local import LocalService
+from tests.support.spark_conf import spark_conf
 
 ENABLED = "spark.sparkglass.sampling.enabled"
 
@@ -34,35 +35,30 @@ def live_demo(spark: Any, workdir: Path, *, progress_timeout_s: float) -> Iterat
     from sparkglass.runtime.sampling import registry
     from sparkglass.service.local import start_local_service
 
-    before = spark.conf.get(ENABLED, None)
-    spark.conf.set(ENABLED, "true")
-    pipeline = build_pipeline(spark, workdir, max_files_per_trigger=1, trigger_seconds=0.5)
-    replay = FlightReplay(workdir / "stream", days=365, files_per_tick=1, interval=0.4)
-    pipeline.start()
-    replay.start()
-    service = None
-    try:
-        deadline = time.monotonic() + progress_timeout_s
-        while pipeline.progress().micro_batches < 1:
-            assert time.monotonic() < deadline, (
-                f"the demo stream made no progress in {progress_timeout_s:g} s"
+    with spark_conf(spark, {ENABLED: "true"}):
+        pipeline = build_pipeline(spark, workdir, max_files_per_trigger=1, trigger_seconds=0.5)
+        replay = FlightReplay(workdir / "stream", days=365, files_per_tick=1, interval=0.4)
+        pipeline.start()
+        replay.start()
+        service = None
+        try:
+            deadline = time.monotonic() + progress_timeout_s
+            while pipeline.progress().micro_batches < 1:
+                assert time.monotonic() < deadline, (
+                    f"the demo stream made no progress in {progress_timeout_s:g} s"
+                )
+                time.sleep(0.2)
+            endpoint = registry.endpoint_for(spark)
+            assert endpoint is not None, "sampling on but no control endpoint"
+            service = start_local_service(
+                {"flights": (endpoint.url, endpoint.token)},
+                database_url=f"sqlite:///{workdir / 'service.db'}",
+                refresh_interval_seconds=30,
+                poll_interval_seconds=0.2,
             )
-            time.sleep(0.2)
-        endpoint = registry.endpoint_for(spark)
-        assert endpoint is not None, "sampling on but no control endpoint"
-        service = start_local_service(
-            {"flights": (endpoint.url, endpoint.token)},
-            database_url=f"sqlite:///{workdir / 'service.db'}",
-            refresh_interval_seconds=30,
-            poll_interval_seconds=0.2,
-        )
-        yield LiveDemo(service, endpoint.url, endpoint.token)
-    finally:
-        if service is not None:
-            service.stop()
-        replay.stop()
-        pipeline.stop()
-        if before is None:
-            spark.conf.unset(ENABLED)
-        else:
-            spark.conf.set(ENABLED, before)
+            yield LiveDemo(service, endpoint.url, endpoint.token)
+        finally:
+            if service is not None:
+                service.stop()
+            replay.stop()
+            pipeline.stop()
