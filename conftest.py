@@ -11,8 +11,9 @@ from contextlib import AbstractContextManager
 
 import pytest
 
-#: The test Kubernetes API server and its fixtures, for every suite (tests/support).
-pytest_plugins = ["tests.support.kube_fixtures"]
+#: The test Kubernetes API server and the store, with their fixtures, for every suite
+#: (tests/support).
+pytest_plugins = ["tests.support.kube_fixtures", "tests.support.store_fixtures"]
 
 # The tests' JVMs live for seconds to minutes and run small data: C2 compilation and a parallel
 # GC cost more CPU than they save there. On 2 cores, C1 only and the serial collector cut a

@@ -1,9 +1,9 @@
 """The service curve of the scaling benchmark: one ``sparkglass serve`` against N registered
 applications, each polled by 2 open pages at 1 poll/s.
 
-The applications' drivers are fakes (``tests/service/fake_driver.py``), all in this process
-behind one loopback port: ``/d/<i>/api/v1/...`` reaches the ``i``-th fake, so each
-application has a driver of its own (its own rounds) without N servers. The service is a
+The applications' drivers are scripted (``tests/support/scripted_driver.py``: the real control
+endpoint over scripted executors), all in this process, each on its own loopback port with
+its own rounds. The service is a
 real ``sparkglass serve`` process (local mode, SQLite file, one worker), started fresh for
 each N; the load generator is a spawned process of its own. Polled vertex: ``parse`` (a
 COMPLETE round of 9 flight-like records after 0.3 s).
@@ -39,7 +39,7 @@ from scale_report import store_growth, summarise
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-from tests.service.fake_driver import TOKEN, FakeDriver, ServerThread  # noqa: E402
+from tests.support.scripted_driver import TOKEN, FakeDriver  # noqa: E402
 
 ADMIN_TOKEN = "bench-scale-admin-token-0123456789"
 VERTEX = "parse"
@@ -56,30 +56,20 @@ def sample_path(i: int) -> str:
 
 
 class DriverFarm:
-    """``n`` fake drivers behind one ASGI app: ``/d/<i>/<path>`` goes to driver ``i`` with
-    ``/<path>`` (each keeps its own rounds, as separate drivers would)."""
+    """``n`` scripted drivers (the real control endpoint over scripted executors), each on its
+    own loopback port, each keeping its own rounds as separate drivers would."""
 
     def __init__(self, n: int) -> None:
         self.drivers = [FakeDriver(pending_seconds=0.3) for _ in range(n)]
-        self._apps = [d.app() for d in self.drivers]
+        self.urls: list[str] = []
 
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] == "lifespan":  # nothing to start: answer uvicorn's handshake
-            while True:
-                message = await receive()
-                if message["type"] == "lifespan.startup":
-                    await send({"type": "lifespan.startup.complete"})
-                elif message["type"] == "lifespan.shutdown":
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
-        parts = scope["path"].split("/", 3)  # "", "d", "<i>", "api/v1/..."
-        if len(parts) < 4 or parts[1] != "d" or not parts[2].isdigit():
-            await send({"type": "http.response.start", "status": 404, "headers": []})
-            await send({"type": "http.response.body", "body": b""})
-            return
-        path = "/" + parts[3]
-        inner = {**scope, "path": path, "raw_path": path.encode()}
-        await self._apps[int(parts[2])](inner, receive, send)
+    def __enter__(self) -> DriverFarm:
+        self.urls = [d.start() for d in self.drivers]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for driver in self.drivers:
+            driver.stop()
 
 
 # ------------------------------------------------------------------------ service and store
@@ -98,7 +88,7 @@ def cpu_ms(pid: int) -> float:
 
 @contextmanager
 def serve(
-    farm_url: str, apps: int, db: Path, work: Path, refresh_s: float
+    farm: DriverFarm, apps: int, db: Path, work: Path, refresh_s: float
 ) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     """A real ``sparkglass serve`` (local mode, SQLite ``db``) with ``apps`` drivers."""
     port = _free_port()
@@ -113,12 +103,15 @@ def serve(
         "SPARKGLASS_CONTROL_TOKEN": TOKEN,
         "SPARKGLASS_REFRESH_INTERVAL_SECONDS": str(refresh_s),
     }
-    drivers = [a for i in range(apps) for a in ("--driver", f"{app_name(i)}={farm_url}/d/{i}")]
+    drivers = [a for i in range(apps) for a in ("--driver", f"{app_name(i)}={farm.urls[i]}")]
     log = work / f"serve-{apps}.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "sparkglass", "serve", "--tokens-file", str(tokens), *drivers],
-            env=env, stdout=out, stderr=subprocess.STDOUT, cwd=work,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=work,
         )
     url = f"http://127.0.0.1:{port}"
     try:
@@ -199,9 +192,9 @@ def apps_curve(args: argparse.Namespace) -> dict[str, Any]:
     points: list[dict[str, Any]] = []
     work = Path(tempfile.mkdtemp(prefix="sparkglass-scale-service-"))
     try:
-        with ServerThread(farm) as drivers:
+        with farm:
             for n in args.apps:
-                points.append(_apps_point(gen, drivers.url, n, work, args))
+                points.append(_apps_point(gen, farm, n, work, args))
     finally:
         gen.close()
     return {
@@ -214,8 +207,9 @@ def apps_curve(args: argparse.Namespace) -> dict[str, Any]:
         "store": "sqlite",
         "method": (
             "a fresh `sparkglass serve` (local mode, SQLite, 1 worker) per N with N fake "
-            "drivers registered (tests/service/fake_driver.py, all in the bench process behind "
-            "one loopback port); after each application's first COMPLETE result, `repeats` "
+            "drivers registered (tests/support/scripted_driver.py: the real control endpoint "
+            "over scripted executors, in the bench process, one loopback port each); after "
+            "each application's first COMPLETE result, `repeats` "
             "open-loop windows of 2 pages per application at 1 poll/s each (If-None-Match as "
             "the page sends it; latency from the scheduled send); CPU of the service process "
             "from /proc per poll; store bytes from SQLite dbstat (tables with their indexes)"
@@ -234,10 +228,10 @@ def apps_curve(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _apps_point(
-    gen: LoadGenerator, farm_url: str, n: int, work: Path, args: argparse.Namespace
+    gen: LoadGenerator, farm: DriverFarm, n: int, work: Path, args: argparse.Namespace
 ) -> dict[str, Any]:
     db = work / f"store-{n}.db"
-    with serve(farm_url, n, db, work, args.refresh_s) as (url, proc):
+    with serve(farm, n, db, work, args.refresh_s) as (url, proc):
         before = store_tables(db)
         file_before = _file_bytes(db)
         t0 = time.monotonic()

@@ -23,7 +23,6 @@ from tests.support.datasamples import ScriptedDriver, status, wait_final
 from tests.support.datasamples import driver as driver  # the fixtures, by name
 from tests.support.datasamples import operator_args as operator_args
 from tests.support.datasamples import result_service as result_service
-from tests.support.datasamples import store_url as store_url
 from tests.support.foreign_apps import (
     APACHE_SPARK,
     ForeignOperator,

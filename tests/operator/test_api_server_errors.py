@@ -28,7 +28,6 @@ pytestmark = pytest.mark.timeout(300)  # a backstop: waits have their own deadli
 
 operator = operator_tests.operator
 driver = datasamples.driver
-store_url = datasamples.store_url
 result_service = datasamples.result_service
 operator_args = datasamples.operator_args
 

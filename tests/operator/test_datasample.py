@@ -37,7 +37,6 @@ from tests.support.datasamples import (
 from tests.support.datasamples import driver as driver  # the fixtures, by name
 from tests.support.datasamples import operator_args as operator_args
 from tests.support.datasamples import result_service as result_service
-from tests.support.datasamples import store_url as store_url
 
 from .conftest import NAMESPACE, OperatorProcess, StrictApiServer, eventually
 
@@ -102,7 +101,7 @@ async def test_round_completes_with_bounded_status_labels_events_and_store(
     await assert_final(kube, "parse-1", operator, "Complete")
     st = status(kube, "parse-1")
     assert st["totalRecordCount"] == 80 and st["droppedByRateLimit"] == 7
-    assert st["roundId"] == "r1-parse"
+    assert st["roundId"] == "r-1"
     # Bounded: fewer records than the result, both subtasks represented (round-robin).
     in_status = sum(len(s["records"]) for s in st["samples"])
     assert 0 < in_status == st["recordsInStatus"] < 80 and st["samplesTruncated"] is True
@@ -325,8 +324,8 @@ async def test_operator_restart_mid_round_neither_loses_nor_duplicates(
     await assert_final(kube, "restart", operator, "Complete")
     # The new process asked the driver again with the DataSample's uid (status is not input)
     # and got the same round: asked twice, opened once, continued.
-    assert driver.calls["open:parse"] == 2 and list(driver.rounds) == ["r1-parse"]
-    assert status(kube, "restart")["roundId"] == "r1-parse"
+    assert driver.calls["open:parse"] == 2 and list(driver.rounds) == ["r-1"]
+    assert status(kube, "restart")["roundId"] == "r-1"
     assert status(kube, "restart")["totalRecordCount"] == 6
     await eventually(
         lambda: any(e["reason"] == "RoundComplete" for e in events_for(kube, "restart")),
@@ -445,9 +444,9 @@ async def test_operator_killed_between_opening_a_round_and_writing_its_id_opens_
     operator.start()
     await assert_final(kube, "crash", operator, "Complete"), status(kube, "crash")
     uid = kube.stored(SAMPLES, NAMESPACE, "crash")["metadata"]["uid"]
-    assert driver.keys == {uid: "r1-parse"} and list(driver.rounds) == ["r1-parse"]
+    assert driver.keys == {uid: "r-1"} and list(driver.rounds) == ["r-1"]
     assert driver.calls["open:parse"] == 2  # asked twice, opened once
-    assert status(kube, "crash")["roundId"] == "r1-parse"
+    assert status(kube, "crash")["roundId"] == "r-1"
     from sparkglass.service.store import count_rounds, open_store
 
     with open_store(store_url).begin() as session:
@@ -488,7 +487,7 @@ async def test_a_narrowed_round_is_opened_with_its_request_and_the_idempotency_k
     assert len(driver.opens) == 2, driver.opens
     for query in driver.opens:
         assert {k: query.get(k) for k in asked} == asked, query
-    assert list(driver.rounds) == ["r1-parse"]
+    assert list(driver.rounds) == ["r-1"]
 
 
 async def test_a_round_the_driver_refuses_ends_failed_naming_the_field(

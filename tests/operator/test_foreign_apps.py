@@ -50,7 +50,6 @@ from tests.support.datasamples import (
 from tests.support.datasamples import driver as driver  # the fixtures, by name
 from tests.support.datasamples import operator_args as operator_args
 from tests.support.datasamples import result_service as result_service
-from tests.support.datasamples import store_url as store_url
 from tests.support.foreign_apps import (
     OPERATORS,
     ForeignOperator,
@@ -132,7 +131,7 @@ async def test_a_datasample_against_the_application_completes(
     await foreign.set_state(kube, app_name, foreign.running_state)
     assert await wait_final(kube, "parse", operator) == "Complete"
     st = status(kube, "parse")
-    assert st["totalRecordCount"] == 6 and st["roundId"] == "r1-parse"
+    assert st["totalRecordCount"] == 6 and st["roundId"] == "r-1"
     assert (ready(kube, "parse")["status"], ready(kube, "parse")["reason"]) == (
         "True",
         "RoundComplete",

@@ -24,7 +24,6 @@ from tests.support.datasamples import (
 from tests.support.datasamples import driver as driver  # the fixtures, by name
 from tests.support.datasamples import operator_args as operator_args
 from tests.support.datasamples import result_service as result_service
-from tests.support.datasamples import store_url as store_url
 from tests.support.foreign_apps import KUBEFLOW, ForeignOperator, post_sample, ready, start_pod
 from tests.support.foreign_apps import crds_applied as crds_applied  # the fixture, by name
 
@@ -55,7 +54,7 @@ async def test_a_round_is_abandoned_when_the_kubeflow_driver_pod_fails(
     )
     assert await wait_final(kube, "held", operator) == "Abandoned"
     assert ready(kube, "held")["reason"] == "ApplicationNotRunning"
-    assert "r1-parse" in status(kube, "held")["message"]
+    assert "r-1" in status(kube, "held")["message"]
 
 
 async def test_a_driver_pod_without_the_control_port_fails_naming_the_field(

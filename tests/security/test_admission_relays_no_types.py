@@ -16,7 +16,6 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
-import aiohttp.web
 import pytest
 
 from tests.operator import conftest as operator_tests
@@ -24,6 +23,7 @@ from tests.operator.conftest import OperatorProcess, StrictApiServer
 from tests.support import admission_webhook
 from tests.support.admission_webhook import Webhook, denied
 from tests.support.datasamples import ScriptedDriver, running_app, sample_body, serve_driver
+from tests.support.scripted_driver import VertexScript
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -89,12 +89,10 @@ class SchemaAnsweringDriver(ScriptedDriver):
 
     refusals: dict[str, str] = field(default_factory=lambda: dict(REFUSALS))
 
-    async def check_round(self, request: aiohttp.web.Request) -> aiohttp.web.Response:
-        refusal = self.refusals.get(request.query.get("filter", ""))
-        if refusal is None or not self._authorized(request):
-            return await super().check_round(request)
-        self.calls[f"check:{request.match_info['vertex']}"] += 1
-        return aiohttp.web.json_response({"error": refusal, "field": "filter"}, status=400)
+    def script(self, vertex: str) -> VertexScript:
+        script = super().script(vertex)
+        script.refuse_filter = self.refusals.get
+        return script
 
 
 @pytest.fixture()

@@ -169,9 +169,11 @@ async def test_a_flood_of_reviews_does_not_become_a_flood_of_driver_calls(
     driver.check_gate.set()
     answers = await asyncio.gather(*reviews)
     assert driver.calls["check:parse"] == MAX_CONCURRENT_DRIVER_CHECKS
-    assert sum(1 for a in answers if a["allowed"] and not a.get("warnings")) == (
-        MAX_CONCURRENT_DRIVER_CHECKS
-    )
+    # The driver compiles one check at a time and answers the others at once with a 503
+    # (busy): those are admitted, checked when their round opens; every review is admitted.
+    assert all(a["allowed"] for a in answers), answers
+    checked = [a for a in answers if not a.get("warnings")]
+    assert 1 <= len(checked) <= MAX_CONCURRENT_DRIVER_CHECKS, answers
 
 
 async def test_a_malformed_review_is_refused_and_a_bad_spec_denied_naming_it(

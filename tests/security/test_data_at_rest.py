@@ -74,11 +74,6 @@ def operator_args_from_chart(values: dict[str, Any]) -> list[str]:
     return [a for a in container["args"] if a.split("=", 1)[0] in DATA_AT_REST_OPTIONS]
 
 
-@pytest.fixture()
-def store_url(tmp_path: Path) -> str:
-    return f"sqlite:///{tmp_path / 'store.db'}"
-
-
 result_service = datasamples.result_service
 
 

@@ -16,6 +16,7 @@ import pytest
 
 from tests.security.service_process import ServiceProcess, bearer
 from tests.service.fake_driver import FakeDriver, ServerThread
+from tests.support.scripted_driver import progress_as_given
 
 URL = "/api/v1/namespaces/local/applications/flights/progress"
 HUGE = 10**400
@@ -35,6 +36,7 @@ class HugeCountDriver(FakeDriver):
 @pytest.fixture
 def service(tmp_path: Path) -> Iterator[ServiceProcess]:
     driver = HugeCountDriver()
+    driver.override = progress_as_given(driver)
     with ServerThread(driver.app()) as server, ServiceProcess(tmp_path, server.url) as svc:
         yield svc
 

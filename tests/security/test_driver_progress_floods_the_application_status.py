@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import aiohttp.web
 import pytest
 
 from sparkglass.runtime.contract.pipeline_metrics import MAX_METRICS_VERTICES
@@ -32,7 +31,6 @@ pytestmark = pytest.mark.timeout(120)
 
 operator = operator_tests.operator
 operator_args = datasamples.operator_args  # --progress-seconds 1
-store_url = datasamples.store_url
 result_service = datasamples.result_service
 driver = datasamples.driver
 
@@ -46,15 +44,11 @@ MADE_UP = MAX_METRICS_VERTICES - 1
 def hostile_progress(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every ScriptedDriver made after this answers progress with MADE_UP extra vertices."""
 
-    async def progress(self: ScriptedDriver, request: aiohttp.web.Request) -> Any:
-        if not self._authorized(request):
-            return aiohttp.web.json_response({"error": "unauthorized"}, status=401)
+    def progress(self: ScriptedDriver) -> dict[str, Any]:
         junk = {"rowsLastMicroBatch": 1, "rowsPerSecond": 1.0, "rowsTotal": 1}
         vertices = {f"made-up-{i:05d}-{'v' * 49}": junk for i in range(MADE_UP)}
         vertices["parse"] = junk
-        return aiohttp.web.json_response(
-            {"state": "ACTIVE", "activeQueries": 1, "microBatches": 1, "vertices": vertices}
-        )
+        return {"state": "ACTIVE", "activeQueries": 1, "microBatches": 1, "vertices": vertices}
 
     monkeypatch.setattr(ScriptedDriver, "progress", progress)
 

@@ -13,36 +13,32 @@ The service's executor against the fake driver over real HTTP on 127.0.0.1.
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 from sparkglass.runtime.contract.result_caps import MAX_DATA_TYPE_LENGTH, ResultRejected
 from sparkglass.service.execution.base import RoundRequest
 from sparkglass.service.execution.local import LocalDriverExecutor
-from tests.service import fake_driver
-from tests.service.fake_driver import TOKEN, FakeDriver, ServerThread
+from tests.service.fake_driver import ServerThread
+from tests.support.scripted_driver import PIPELINE, TOKEN, FakeDriver, VertexScript
 
 pytestmark = pytest.mark.timeout(120)
 
 TYPE_CHARS = 200_000  # one record's dataType: ~3x the cap, 20 MB for 100 records
 
 
-def hostile_result(vertex: str, round_id: str) -> tuple[int, dict[str, Any]]:
-    records = [
-        {"sampleTimestamp": 1, "data": "x", "dataType": "s" * TYPE_CHARS} for _ in range(100)
-    ]
-    return 202, {
-        "roundId": round_id,
-        "status": "COMPLETE",
-        "samples": [{"subtaskIndex": 0, "records": records}],
-        "totalRecordCount": len(records),
-    }
+def hostile_script(vertex: str) -> VertexScript:
+    """Records of one character whose type (the vertex's) is hundreds of kilobytes."""
+    records = [{"sampleTimestamp": 1, "data": "x"} for _ in range(100)]
+    return VertexScript(
+        partitions=lambda: [{"subtaskIndex": 0, "records": records}],
+        data_type="s" * TYPE_CHARS,
+        delay_s=0.1,
+    )
 
 
 def test_records_with_huge_data_types_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(fake_driver, "final_result", hostile_result)
     driver = FakeDriver(pending_seconds=0.1)
+    monkeypatch.setattr(driver, "script", hostile_script)
     executor = LocalDriverExecutor()
     try:
         with ServerThread(driver.app()) as server:
@@ -50,7 +46,7 @@ def test_records_with_huge_data_types_are_refused(monkeypatch: pytest.MonkeyPatc
                 round_id="r1",
                 namespace="local",
                 application="flights",
-                vertex=fake_driver.PIPELINE.vertices[0].name,
+                vertex=PIPELINE.vertices[0].name,
                 sampling_window=None,
                 timeout_s=30,
                 poll_interval_s=0.05,

@@ -29,7 +29,6 @@ pytestmark = pytest.mark.timeout(300)
 
 operator = operator_tests.operator
 driver = datasamples.driver
-store_url = datasamples.store_url
 result_service = datasamples.result_service
 operator_args = datasamples.operator_args
 

@@ -55,7 +55,6 @@ pytestmark = pytest.mark.timeout(240)
 operator = operator_tests.operator
 crds_applied = kubeflow_apps.crds_applied
 driver = datasamples.driver
-store_url = datasamples.store_url
 result_service = datasamples.result_service
 
 

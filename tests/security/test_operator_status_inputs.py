@@ -21,7 +21,6 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -47,11 +46,6 @@ pytestmark = pytest.mark.timeout(300)
 
 operator = operator_tests.operator
 driver = datasamples.driver
-
-
-@pytest.fixture()
-def store_url(tmp_path: Path) -> str:
-    return f"sqlite:///{tmp_path / 'store.db'}"
 
 
 result_service = datasamples.result_service

@@ -17,6 +17,8 @@ scripted driver over HTTPS on 127.0.0.1, a SQLite store file.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 from sqlalchemy import text
 
@@ -34,13 +36,40 @@ from tests.support.datasamples import (
     wait_final,
 )
 from tests.support.result_service import ResultService
+from tests.support.scripted_driver import Call, Reply
 
 pytestmark = pytest.mark.timeout(180)
 
 operator = operator_tests.operator
 driver = datasamples.driver
-store_url = datasamples.store_url
 result_service = datasamples.result_service
+
+
+def past_the_caps(driver: ScriptedDriver) -> Callable[[Call], Reply | None]:
+    """A finished round answered whole, past the caps: every record captured (no 1000 per
+    subtask, as the driver plugin keeps), ``subtaskIndex`` and ``maxRecords`` ignored."""
+
+    def answer(call: Call) -> Reply | None:
+        if driver.round_vertex(call.path) is None or not driver.authorized(call):
+            return None
+        body = driver.real_answer(call.path.rsplit("/", 1)[1])
+        if body["status"] == "PENDING":
+            return None
+        samples = [
+            {
+                "subtaskIndex": part["subtaskIndex"],
+                "records": [{**r, "dataType": "string"} for r in part["records"]],
+            }
+            for part in driver.script("parse").partitions()
+        ]
+        total = sum(len(s["records"]) for s in samples)
+        limit = int(call.query.get("maxRecords", "5000"))
+        body.update(
+            samples=samples, totalRecordCount=min(total, limit), totalTruncated=total > limit
+        )
+        return Reply(200, body)
+
+    return answer
 
 
 @pytest.fixture()
@@ -55,6 +84,7 @@ async def test_the_operator_keeps_a_drivers_result_within_the_caps(
     store_url: str,
 ) -> None:
     driver.records = 3000  # per subtask, 2 subtasks
+    driver.override = past_the_caps(driver)
     await running_app(kube, operator, driver)
     await post(kube, "datasamples", sample_body("flood", "parse", backoffLimit=0))
     assert await wait_final(kube, "flood", operator) == "Failed"

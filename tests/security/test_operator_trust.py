@@ -19,8 +19,7 @@ import asyncio
 import base64
 import contextlib
 import json
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import AbstractContextManager
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +60,7 @@ from tests.support.datasamples import (
 from tests.support.http_listener import Listener
 from tests.support.http_listener import listener as listener  # the fixture, by name
 from tests.support.result_service import ResultService
+from tests.support.store_fixtures import BACKENDS
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -74,18 +74,10 @@ STOLEN = "db-password-not-for-the-driver"
 
 
 # --------------------------------------------------------------------------- fixtures
-@pytest.fixture(params=["sqlite", "postgresql"])
-def store_url(
-    request: pytest.FixtureRequest,
-    tmp_path: Path,
-    postgres_database: Callable[[str], AbstractContextManager[str]],
-) -> Iterator[str]:
+@pytest.fixture(params=BACKENDS)
+def store_backend(request: pytest.FixtureRequest) -> str:
     """The service's store the operator saves into: a SQLite file or a PostgreSQL database."""
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'store.db'}"
-        return
-    with postgres_database("sg_sec") as url:
-        yield url
+    return str(request.param)
 
 
 result_service = datasamples.result_service
@@ -145,7 +137,7 @@ async def spoofing_status(
 
 # --------------------------------------------------------------------------- item 1
 #: Item 1 does not depend on the store's backend: one is enough.
-one_store = pytest.mark.parametrize("store_url", ["sqlite"], indirect=True)
+one_store = pytest.mark.parametrize("store_backend", ["sqlite"])
 
 
 @one_store

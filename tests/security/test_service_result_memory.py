@@ -7,7 +7,8 @@ to over 1 GB. Now bodies are written from the store a page at a time, and finish
 are cached within ``result_cache_bytes`` (each at most a quarter of it).
 
 Against the real service over HTTP (uvicorn on 127.0.0.1, SQLite store) in front of a
-driver over HTTP whose rounds return large results on many vertices:
+driver (the real control endpoint over scripted executors) whose rounds return large
+results on many vertices:
 
 * the cache never holds more than its byte budget, however many large results are read,
   and it evicts rather than grows;
@@ -20,21 +21,22 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from fastapi import FastAPI, Header, HTTPException, Query
-from fastapi.responses import JSONResponse, Response
 
+from sparkglass.runtime.contract.description import PipelineDescription
 from sparkglass.runtime.contract.sample_result import DataSampleResult, post_filter
+from sparkglass.runtime.contract.sampling_settings import SamplingSettings
 from sparkglass.service.app import create_app
 from sparkglass.service.catalog import register_local_application
 from sparkglass.service.settings import Settings
 from tests.service.fake_driver import ServerThread
+from tests.support.scripted_driver import ScriptedControl, VertexScript
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -72,52 +74,43 @@ def result_body(vertex: str, round_id: str) -> dict[str, Any]:
     }
 
 
-def big_driver() -> FastAPI:
-    """A driver control endpoint (the contract's routes) with large results."""
-    api = FastAPI()
-    rounds: dict[str, dict[str, Any]] = {}
-    pipeline = {
-        "name": "big",
-        "vertices": [{"name": "source", "kind": "source", "bounded": False}]
-        + [{"name": v, "inputs": ["source"]} for v in [*VERTICES, HUGE]],
-    }
+def partitions(vertex: str) -> list[dict[str, Any]]:
+    """What the executors captured at ``vertex``: the samples of :func:`result_body`, the
+    rate-limit drops counted at the first subtask."""
+    samples = result_body(vertex, "")["samples"]
+    parts = [{"subtaskIndex": s["subtaskIndex"], "records": s["records"]} for s in samples]
+    parts[0]["droppedByRateLimit"] = 3
+    return parts
 
-    def auth(authorization: str | None) -> None:
-        if authorization != f"Bearer {TOKEN}":
-            raise HTTPException(401, "bad token")
 
-    @api.get("/api/v1/pipeline")
-    def get_pipeline(authorization: str | None = Header(None)) -> JSONResponse:
-        auth(authorization)
-        return JSONResponse(pipeline)
+@dataclass
+class BigDriver(ScriptedControl):
+    """The real control endpoint whose rounds return large results (:func:`result_body`)."""
 
-    @api.get("/api/v1/settings")
-    def get_settings(authorization: str | None = Header(None)) -> JSONResponse:
-        auth(authorization)
-        return JSONResponse({"enabled": True})
+    def vertex_names(self) -> list[str]:
+        return ["source", *VERTICES, HUGE]
 
-    @api.post("/api/v1/vertices/{vertex}/rounds")
-    def start(vertex: str, authorization: str | None = Header(None)) -> JSONResponse:
-        auth(authorization)
-        rid = uuid.uuid4().hex[:12]
-        rounds[rid] = result_body(vertex, rid)
-        return JSONResponse({"status": "PENDING", "roundId": rid}, status_code=202)
+    def description(self) -> PipelineDescription:
+        return PipelineDescription.model_validate(
+            {
+                "name": "big",
+                "vertices": [{"name": "source", "kind": "source", "bounded": False}]
+                + [{"name": v, "inputs": ["source"]} for v in [*VERTICES, HUGE]],
+            }
+        )
 
-    @api.get("/api/v1/rounds/{rid}")
-    def get_round(
-        rid: str,
-        authorization: str | None = Header(None),
-        subtask_index: int | None = Query(None, alias="subtaskIndex"),
-        max_records: int | None = Query(None, alias="maxRecords"),
-    ) -> Response:
-        auth(authorization)
-        if rid not in rounds:
-            raise HTTPException(404, "no round")
-        body = DataSampleResult.model_validate(rounds[rid])
-        cut = post_filter(body, subtask_index, max_records)
-        return Response(cut.model_dump_json(by_alias=True), media_type="application/json")
+    def advertised(self) -> SamplingSettings:
+        # As the service's own settings below: results stay fresh for the whole test.
+        return SamplingSettings(
+            enabled=True, refresh_interval_ms=600_000, timeout_ms=60_000, min_micro_batches=0
+        )
 
-    return api
+    def script(self, vertex: str) -> VertexScript:
+        return VertexScript(partitions=lambda: partitions(vertex), data_type="string", delay_s=0)
+
+
+def big_driver() -> BigDriver:
+    return BigDriver(tokens={TOKEN})
 
 
 def expected(vertex: str, **filters: int | None) -> dict[str, Any]:

@@ -19,8 +19,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -37,18 +36,17 @@ from tests.service.fake_driver import TOKEN, FakeDriver, ServerThread
 from tests.service.kube_fixtures import ReviewingEmulator, subject_access_review, token_review
 from tests.support.kube_fixtures import CRD_DIR
 
-pytestmark = [pytest.mark.kmock(cls=ReviewingEmulator), pytest.mark.timeout(180)]
+pytestmark = [
+    pytest.mark.kmock(cls=ReviewingEmulator),
+    pytest.mark.timeout(180),
+    # Open transactions are read from PostgreSQL's pg_stat_activity.
+    pytest.mark.parametrize("store_backend", ["postgresql"]),
+]
 
 SAMPLE = "/api/v1/namespaces/local/applications/flights/vertices/parse/data-sample"
 #: The poll's reads and claim name the rounds and vertex_leases tables; the audit writer's
 #: flushes, which may run meanwhile, do not.
 POLL_TABLES = re.compile(r"\b(rounds|vertex_leases)\b")
-
-
-@pytest.fixture
-def store_url(postgres_database: Callable[[str], AbstractContextManager[str]]) -> Iterator[str]:
-    with postgres_database("sg_trigger_check") as url:
-        yield url
 
 
 @pytest.fixture

@@ -1,10 +1,9 @@
 """Fixtures of the service tests: a store per backend (SQLite file, PostgreSQL database per
-test), a fake driver on loopback, and a service factory."""
+test), the scripted driver on loopback, and a service factory."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +14,7 @@ from fastapi.testclient import TestClient
 from sparkglass.service.app import create_app
 from sparkglass.service.catalog import register_local_application
 from sparkglass.service.settings import Settings
+from tests.support.store_fixtures import BACKENDS
 
 from .fake_driver import TOKEN, FakeDriver, ServerThread
 
@@ -27,18 +27,16 @@ TOKENS = {
 }
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def db_url(
-    request: pytest.FixtureRequest,
-    tmp_path: Path,
-    postgres_database: Callable[[str], AbstractContextManager[str]],
-) -> Iterator[str]:
+@pytest.fixture(params=BACKENDS)
+def store_backend(request: pytest.FixtureRequest) -> str:
+    """Every service test runs on each backend (``store_url``: tests.support.store_fixtures)."""
+    return str(request.param)
+
+
+@pytest.fixture
+def db_url(store_url: str) -> str:
     """A fresh empty store: a SQLite file, or a new PostgreSQL database dropped afterwards."""
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'store.db'}"
-        return
-    with postgres_database("sg_test") as url:
-        yield url
+    return store_url
 
 
 @pytest.fixture(scope="session")
@@ -48,6 +46,18 @@ def fake_driver() -> Iterator[FakeDriver]:
     with ServerThread(driver.app()) as server:
         driver.url = server.url
         yield driver
+
+
+@pytest.fixture
+def settings_left_to_the_service(
+    fake_driver: FakeDriver, monkeypatch: pytest.MonkeyPatch
+) -> FakeDriver:
+    """The driver answers ``GET /api/v1/settings`` with only ``enabled`` and
+    ``maxSampleRate``, so that the service's own refresh interval and round timeout apply.
+    No real driver does so (it states every setting, and those rule); the service falls back
+    to its own settings when a driver's cannot be read."""
+    monkeypatch.setattr(fake_driver, "states_every_setting", False)
+    return fake_driver
 
 
 @pytest.fixture

@@ -96,7 +96,7 @@ def test_sparkglass_serve_command(tmp_path: Path, fake_driver: FakeDriver) -> No
 
 
 def test_two_workers_share_one_round_per_refresh_interval(
-    tmp_path: Path, fake_driver: FakeDriver
+    tmp_path: Path, fake_driver: FakeDriver, settings_left_to_the_service: FakeDriver
 ) -> None:
     """``sparkglass serve --workers 2``: two processes answer, the page token works in
     both, and polls spread over both start one round per refresh interval, not one per
@@ -124,8 +124,16 @@ def test_two_workers_share_one_round_per_refresh_interval(
     log = tmp_path / "serve.log"
     with log.open("w") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "sparkglass", "serve", "--workers", "2",
-             "--driver", f"flights={fake_driver.url}"],
+            [
+                sys.executable,
+                "-m",
+                "sparkglass",
+                "serve",
+                "--workers",
+                "2",
+                "--driver",
+                f"flights={fake_driver.url}",
+            ],
             stdout=out,
             stderr=subprocess.STDOUT,
             env=env,

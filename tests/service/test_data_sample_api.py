@@ -90,7 +90,9 @@ def test_every_status_and_error_code(
     assert [h["status"] for h in history] == [status]
 
 
-def test_round_that_never_ends_times_out_in_the_service(make_service: ServiceFactory) -> None:
+def test_round_that_never_ends_times_out_in_the_service(
+    make_service: ServiceFactory, settings_left_to_the_service: FakeDriver
+) -> None:
     client = make_service(round_timeout_seconds=0.5)
     body = poll_until_done(client, "stuck")
     assert (body["status"], body["errorCode"]) == ("FAILED", "TIMEOUT")
@@ -136,7 +138,7 @@ def test_driver_gone_is_internal_error(
 
 
 def test_stale_result_while_next_round_runs(
-    make_service: ServiceFactory, fake_driver: FakeDriver
+    make_service: ServiceFactory, fake_driver: FakeDriver, settings_left_to_the_service: FakeDriver
 ) -> None:
     client = make_service(refresh_interval_seconds=0.5)
     first = poll_until_done(client, "slow")

@@ -89,7 +89,9 @@ def test_page_shows_graph_statuses_and_records(service: LocalService) -> None:
         assert "2023-11-14 22:13:20" in message  # lastMicroBatchTimestamp, shown in UTC
 
 
-def test_page_stale_badge_and_bad_token(tmp_path: Path, fake_driver: FakeDriver) -> None:
+def test_page_stale_badge_and_bad_token(
+    tmp_path: Path, fake_driver: FakeDriver, settings_left_to_the_service: FakeDriver
+) -> None:
     svc = start_local_service(
         {"flights": (fake_driver.url, TOKEN)},
         database_url=f"sqlite:///{tmp_path / 'stale.db'}",

@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 
 from sparkglass.service.local import LocalService
+from tests.support.scripted_driver import VertexScript
 
-from . import fake_driver as scripted
 from .browser import (
     artifacts_dir,
     chromium_page,
@@ -67,26 +67,22 @@ def exact(text: str) -> Any:
 def service(
     tmp_path: Path, fake_driver: FakeDriver, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[LocalService]:
-    scripted_result = scripted.final_result
+    scripted = fake_driver.script
 
-    def final_result(vertex: str, round_id: str) -> tuple[int, dict[str, Any]]:
+    def script(vertex: str) -> VertexScript:
         if vertex != VERTEX:
-            return scripted_result(vertex, round_id)
+            return scripted(vertex)
         now = int(time.time() * 1000)
         records = [
-            {"sampleTimestamp": now + i, "data": data, "dataType": DATA_TYPE, "truncated": False}
+            {"sampleTimestamp": now + i, "data": data, "truncated": False}
             for i, data in enumerate(DATA)
         ]
-        body = {
-            "roundId": round_id,
-            "status": "COMPLETE",
-            "samples": [{"subtaskIndex": 0, "records": records}],
-            "totalRecordCount": len(records),
-        }
-        return 202, body
+        return VertexScript(
+            partitions=lambda: [{"subtaskIndex": 0, "records": records}], data_type=DATA_TYPE
+        )
 
     # The fake driver (one per session) answers these records for VERTEX in this test only.
-    monkeypatch.setattr(scripted, "final_result", final_result)
+    monkeypatch.setattr(fake_driver, "script", script)
     with page_service(fake_driver.url, TOKEN, tmp_path) as svc:
         yield svc
 

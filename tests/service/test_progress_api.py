@@ -18,6 +18,7 @@ from sparkglass.service.app import create_app
 from sparkglass.service.catalog import register_local_application
 from sparkglass.service.pipeline_progress import CACHE_TTL_S
 from sparkglass.service.settings import Settings
+from tests.support.scripted_driver import progress_as_given
 
 from .conftest import ServiceFactory, auth
 from .fake_driver import PIPELINE, TOKEN, FakeDriver
@@ -127,9 +128,7 @@ def _with_expectations(fake_driver: FakeDriver) -> Any:
             },
             "not-early": {"action": "drop", "failedLastMicroBatch": 1, "failedTotal": n},
         }
-        body["vertices"]["intruder"] = {
-            "expectations": {"x": {"action": "warn", "failedTotal": 1}}
-        }
+        body["vertices"]["intruder"] = {"expectations": {"x": {"action": "warn", "failedTotal": 1}}}
         return body
 
     return progress
@@ -188,9 +187,12 @@ def test_expectation_counts_in_progress_and_metrics(
         body["observedAt"] / 1000
     )
     # Deleting the application removes its series.
-    assert client.delete(
-        "/api/v1/namespaces/local/applications/flights", headers=auth("admin")
-    ).status_code == 204
+    assert (
+        client.delete(
+            "/api/v1/namespaces/local/applications/flights", headers=auth("admin")
+        ).status_code
+        == 204
+    )
     assert "sparkglass_expectation_rows_total{" not in client.get("/metrics").text
 
 
@@ -201,12 +203,11 @@ def test_progress_rejects_an_expectation_name_that_is_no_label(
 
     def progress() -> dict[str, Any]:
         body = plain()
-        body["vertices"]["parse"]["expectations"] = {
-            'x"} 1\nfake_metric{a="': {"action": "warn"}
-        }
+        body["vertices"]["parse"]["expectations"] = {'x"} 1\nfake_metric{a="': {"action": "warn"}}
         return body
 
     monkeypatch.setattr(fake_driver, "progress", progress)
+    monkeypatch.setattr(fake_driver, "override", progress_as_given(fake_driver))
     client = make_service()
     bad = client.get(URL.format(app="flights"), headers=auth("viewer"))
     assert bad.status_code == 502, bad.text  # the contract refuses it; nothing is exported

@@ -61,9 +61,7 @@ def test_polls_during_a_round_are_answered_from_memory_and_its_end_is_seen_at_on
     engine = state.sessions.kw["bind"]
     with statements(engine, "FROM rounds") as reads:
         started = time.monotonic()
-        answers = [
-            client.get(sample_url("slow"), headers=auth("viewer")).json() for _ in range(30)
-        ]
+        answers = [client.get(sample_url("slow"), headers=auth("viewer")).json() for _ in range(30)]
         elapsed = time.monotonic() - started
     # Without the interim answer every one of the 30 polls reads two round queries.
     assert len(reads) <= 2 * (elapsed / INTERIM_ANSWER_S + 2), (len(reads), elapsed)
@@ -91,7 +89,9 @@ def test_polls_during_a_round_are_answered_from_memory_and_its_end_is_seen_at_on
 
 
 def test_a_stale_answer_read_before_the_round_ended_is_not_kept_after_it(
-    make_service: ServiceFactory, monkeypatch: pytest.MonkeyPatch
+    make_service: ServiceFactory,
+    monkeypatch: pytest.MonkeyPatch,
+    settings_left_to_the_service: FakeDriver,
 ) -> None:
     # The interleaving a loaded replica can produce: a poll reads "round running" from the
     # store, the round ends (and drops the interim answer), then the poll would cache what

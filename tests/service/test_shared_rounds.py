@@ -60,7 +60,10 @@ def test_concurrent_polls_share_one_round(
 
 
 def test_at_most_one_round_per_refresh_interval(
-    db_url: str, tokens_file: Path, fake_driver: FakeDriver
+    db_url: str,
+    tokens_file: Path,
+    fake_driver: FakeDriver,
+    settings_left_to_the_service: FakeDriver,
 ) -> None:
     refresh = 0.6
     vertex = "parse"
