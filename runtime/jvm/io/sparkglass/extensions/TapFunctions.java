@@ -48,23 +48,33 @@ public final class TapFunctions {
 
   /** {@code sg_tap_capture(key, row)}: the capture of tap {@code key}, fed {@code row}. */
   public static ScalaUDF capture(String tapKey, Expression row) {
+    return capture(tapKey, CAPTURE, row);
+  }
+
+  /** The capture of tap {@code key}, fed {@code row}, shown in plans as {@code name(row)}. */
+  static ScalaUDF capture(String tapKey, String name, Expression row) {
     SparkUserDefinedFunction udf = (SparkUserDefinedFunction) functions
         .udf(new CaptureUdf(tapKey), DataTypes.BooleanType).asNondeterministic()
-        .withName(CAPTURE);
+        .withName(name);
     return UserDefinedFunctionUtils.toScalaUDF(udf, seq(Collections.singletonList(row)));
   }
 
   /**
    * The tap condition over {@code columns} (always true): {@code IF(gate, capture(struct(
    * columns)), true)}. The struct is built only behind the gate, so an idle tap costs the
-   * gate's volatile read and nothing else.
+   * gate's volatile read and nothing else. With the native gate the capture is a
+   * {@link TapCapture}, whose code stays out of the stage's generated method (many taps in one
+   * stage would otherwise push it past the JIT's size limit); the UDF gate, the escape hatch,
+   * keeps the plain {@code ScalaUDF} capture.
    */
   public static Expression condition(String tapKey, List<? extends Expression> columns) {
     Expression row = CreateStruct$.MODULE$.apply(seq(new ArrayList<Expression>(columns)));
     Expression gate = null;
+    Expression capture = capture(tapKey, row);
     if (nativeGateEnabled()) {
       try {
         gate = new NativeTapGate(tapKey);
+        capture = new TapCapture(capture);
       } catch (Throwable e) { // never fail the query for sampling: the UDF gate instead
         NativeGateFallbacks.record(e);
       }
@@ -72,7 +82,7 @@ public final class TapFunctions {
     if (gate == null) {
       gate = gate(tapKey);
     }
-    return new If(gate, capture(tapKey, row), Literal$.MODULE$.TrueLiteral());
+    return new If(gate, capture, Literal$.MODULE$.TrueLiteral());
   }
 
   /**
