@@ -25,6 +25,10 @@ class SampleRecord:
       ``claimed_round_id``: the one a predecessor's status names, until the driver confirms it;
     * ``opened_at``: when that round was opened (or re-learned, after a restart);
     * ``retries`` / ``next_attempt_at``: transient failures counted here, and when to retry;
+    * ``ending``: the final phase this process decided on (its :meth:`_finish` arguments)
+      while its status write has not succeeded yet: the next step writes it again instead of
+      talking to the driver, so a write that lost a race (a 409, a 5xx) never buys another
+      attempt nor changes the outcome;
     * ``finished_at``: when this process wrote the final phase, or first saw it final.
     """
 
@@ -34,6 +38,7 @@ class SampleRecord:
     opened_at: float | None = None
     retries: int = 0
     next_attempt_at: float = 0.0
+    ending: tuple[str, str, str, dict[str, Any] | None] | None = None
     finished_at: float | None = None
 
 

@@ -515,6 +515,10 @@ class _Step:
         except InvalidParameterError as exc:
             await self._finish("Failed", "InvalidSpec", f"invalid spec.{exc.field}: {exc}")
             return
+        if (ending := self.record.ending) is not None:
+            phase, reason, message, extra = ending
+            await self._finish(phase, reason, message, extra=extra)
+            return
         if phase is None:
             await self._patch({"phase": PENDING, "message": "accepted", "retries": 0}, PENDING)
         if time.time() < self.record.next_attempt_at:
@@ -1016,9 +1020,11 @@ class _Step:
             "completionTime": now_rfc3339(),
             "nextAttemptTime": None,
         }
+        # Decided: a failed write is written again by the next step, never decided anew.
+        self.record.ending = (phase, reason, message, extra)
         await self._patch(fields, phase, condition=(phase in _SUCCESS, reason, message))
-        # Once written: a failed write leaves the DataSample unfinished, to be tried again.
         self.record.finished_at = epoch_of(fields["completionTime"]) or time.time()
+        self.record.ending = None
         self.ctx.driver_access.pop((self.namespace, self.name), None)
         SAMPLES_FINISHED.labels(phase).inc()
         normal = phase in ("Complete", "NoData", "Disabled")

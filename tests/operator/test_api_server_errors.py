@@ -125,3 +125,24 @@ async def test_an_application_status_write_held_up_past_another_writer_is_refuse
         operator=operator,
     )
     await eventually(lambda: state(kube, "fenced-app") == "RUNNING", timeout=60, operator=operator)
+
+
+async def test_a_failed_write_of_the_final_phase_costs_no_further_attempt(
+    kube: StrictApiServer, operator: OperatorProcess, driver: ScriptedDriver
+) -> None:
+    await running_app(kube, operator, driver)
+    driver.behaviour["parse"] = "busy"  # every open answers 429: a transient failure
+    await post(kube, "datasamples", sample_body("gave-up", "parse", backoffLimit=1))
+    await eventually(
+        lambda: (status(kube, "gave-up").get("retries") or 0) >= 1,
+        what="the first retry",
+        operator=operator,
+    )
+    # The next status write is the one that gives up (the retry is 1 s away): it fails once.
+    path = f"{SAMPLES_PATH}/gave-up/status"
+    kube.fail("PATCH", path, times=1, code=503)
+    assert await wait_final(kube, "gave-up", operator) == "Failed", status(kube, "gave-up")
+    assert kube.failing["PATCH", path][0] == 0
+    # The open and one retry: the failed write was written again, not decided again.
+    assert driver.calls["open:parse"] == 2, driver.calls
+    assert "gave up after 1 retries" in status(kube, "gave-up")["message"]
