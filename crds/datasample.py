@@ -56,6 +56,13 @@ KUBEFLOW_SECRET_SUFFIX = "-sparkglass-control"
 #: Longest name of another operator's application: ``<name>-sparkglass-control`` is a
 #: 63-character DNS-1123 label.
 KUBEFLOW_MAX_NAME_LENGTH = 63 - len(KUBEFLOW_SECRET_SUFFIX)
+#: Suffix of the ConfigMap in which the operator publishes the pipeline description of
+#: another operator's application, as its verified driver serves it (``GET /api/v1/pipeline``),
+#: for the service to list the application's vertices; the key holding it, as compact JSON;
+#: and the most bytes of that JSON either side writes or reads.
+FOREIGN_PIPELINE_SUFFIX = "-sparkglass-pipeline"
+FOREIGN_PIPELINE_KEY = "pipeline.json"
+MAX_FOREIGN_PIPELINE_BYTES = 256 * 1024
 #: Longest ``applicationStartTimeout``, seconds.
 MAX_START_TIMEOUT_SECONDS = 3600.0
 #: Hard cap of records in one response (and so in one DataSample).

@@ -89,6 +89,8 @@ class OperatorContext:
     * ``records``: the operator's own :class:`SampleRecord` of each DataSample, by uid;
     * ``kubeflow_secrets``: per Kubeflow SparkApplication uid, when (epoch seconds) to look
       at its control Secret again (:func:`datasample.on_kubeflow_application_event`);
+    * ``foreign_pipelines``: per other operator's application uid, the driver Pod whose
+      pipeline is published;
     * ``app_records``: per SparkApplication ``(namespace, name)``, its
       :class:`ApplicationRecord`.
     """
@@ -105,6 +107,9 @@ class OperatorContext:
     driver_access: dict[tuple[str, str], tuple[Any, Any]] = field(default_factory=dict)
     records: dict[str, SampleRecord] = field(default_factory=dict)
     kubeflow_secrets: dict[str, float] = field(default_factory=dict)
+    #: Per other operator's application uid, the uid of the driver Pod whose pipeline is
+    #: published (:mod:`.foreign_pipeline`): a new driver is asked again.
+    foreign_pipelines: dict[str, str] = field(default_factory=dict)
     app_records: dict[tuple[str, str], ApplicationRecord] = field(default_factory=dict)
     #: The periodic full resyncs that may run at once (set on first use: ``sparkapplication``).
     background_passes: asyncio.Semaphore | None = None

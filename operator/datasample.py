@@ -39,7 +39,7 @@ from sparkglass.runtime.control.client import (
     ControlUntrusted,
 )
 
-from . import apache_spark, children, foreign_apps, kubeflow, names, sample_fit
+from . import apache_spark, children, foreign_apps, foreign_pipeline, kubeflow, names, sample_fit
 from .certificates import RENEWAL_MARGIN, read_stored_certificate
 from .conditions import set_condition
 from .context import OperatorContext, SampleRecord
@@ -210,12 +210,45 @@ async def on_foreign_application_event(
     uid = str(body.metadata.uid or "")
     if event.get("type") == "DELETED":
         ctx.kubeflow_secrets.pop(uid, None)  # the Secret goes with it (owner reference)
+        ctx.foreign_pipelines.pop(uid, None)  # and the published pipeline
         return
     app = copy.deepcopy(dict(body))
     due = ctx.kubeflow_secrets.get(uid)
     if foreign_apps.sampling_requested(app) and (due is None or time.time() >= due):
         await _ensure_foreign_secret(ctx, apps, app)
+    publishing = ctx.config.publish_foreign_pipelines
+    if publishing and foreign_apps.sampling_requested(app) and apps.state(app) in apps.running:
+        await _publish_foreign_pipeline(ctx, apps, app)
     wake_application(ctx, namespace, name)
+
+
+async def _publish_foreign_pipeline(
+    ctx: OperatorContext, apps: foreign_apps.ForeignApps, app: dict[str, Any]
+) -> None:
+    """Publish the running driver's pipeline for the service (:mod:`.foreign_pipeline`),
+    unless that driver Pod's is published already. A failure is logged; the application's
+    next event tries again."""
+    meta = app["metadata"]
+    uid = str(meta.get("uid") or "")
+    if apps.app_name_problem(meta["name"]) is not None:
+        return
+    try:
+        if ctx.foreign_pipelines.get(uid):
+            pod = await apps.find_driver(ctx.cluster, app)
+            published = (pod.get("metadata") or {}).get("uid") if isinstance(pod, dict) else None
+            if published in (None, ctx.foreign_pipelines[uid]):
+                return  # published for this driver, or none runs now
+        pod_uid = await foreign_pipeline.publish_from_driver(ctx.cluster, apps, app)
+    except ApiError as exc:
+        log.warning(
+            f"{apps.log_name} pipeline not published",
+            namespace=meta["namespace"],
+            application=meta["name"],
+            error=str(exc),
+        )
+        return
+    if pod_uid:
+        ctx.foreign_pipelines[uid] = pod_uid
 
 
 async def _ensure_foreign_secret(

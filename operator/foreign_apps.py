@@ -261,6 +261,12 @@ class ForeignApps:
             "blockOwnerDeletion": False,
         }
 
+    def controls(self, obj: dict[str, Any], app: dict[str, Any]) -> bool:
+        """Whether ``obj`` carries the controller owner reference to ``app``'s uid that the
+        operator writes on what it creates for the application (its control Secret, its
+        published pipeline)."""
+        return self._owned_by(obj, app, controller=True)
+
     def owns_secret(self, secret: dict[str, Any], app: dict[str, Any]) -> bool:
         """Whether ``secret`` is the control Secret the operator created for ``app``: its
         labels and a controller owner reference to the application's uid (a Secret someone

@@ -86,6 +86,10 @@ class OperatorConfig:
     #: How often a running driver's metrics are read and, when they changed, written into
     #: ``status.progress`` (0: never); the status is that much (plus a resync) behind.
     progress_seconds: float = DEFAULT_PROGRESS_SECONDS
+    #: Publish the pipeline of the Kubeflow / Apache Spark operators' running applications
+    #: for the service (:mod:`.foreign_pipeline`): each asks their driver once per driver Pod.
+    #: Off unless the service lists them (the chart turns it on with them).
+    publish_foreign_pipelines: bool = False
     poll_seconds: float = 1.0
     max_status_bytes: int = DEFAULT_STATUS_BYTES
     control_timeout_seconds: float = 10.0

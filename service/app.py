@@ -7,6 +7,7 @@ Background threads (audit flusher, retention sweep) run inside the app's lifespa
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 from collections.abc import AsyncIterator
@@ -25,17 +26,19 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from sparkglass import __version__
 
+from . import foreign_apps
 from .audit import AuditWriter, audit_denials
 from .auth import Authenticator
 from .auth.kubernetes import KubernetesAuthenticator
 from .auth.local import LocalAuthenticator
-from .catalog import KubernetesCatalog
+from .catalog import Forgotten, KubernetesCatalog
 from .content_coding import NegotiatedGZipMiddleware
 from .driver_trust import DriverTrust
 from .execution import RoundExecutor
 from .execution.kubernetes import DataSampleExecutor, store_lookup
 from .execution.local import LocalDriverExecutor
 from .kube import make_api_client
+from .lookups import forget_application
 from .metrics import ServiceMetrics
 from .pipeline_progress import PipelineProgressReader
 from .result_body import GZIP_LEVEL
@@ -188,9 +191,19 @@ def build_state(
         else:
             executor = LocalDriverExecutor(trust=trust)
     if settings.execution_mode is ExecutionMode.KUBERNETES and api_client is not None:
-        catalog = KubernetesCatalog(api_client, sessions, max_names=settings.catalog_max_names)
+        foreign = tuple(
+            kind
+            for on, kind in (
+                (settings.kubeflow_applications, foreign_apps.KUBEFLOW),
+                (settings.apache_spark_applications, foreign_apps.APACHE_SPARK),
+            )
+            if on
+        )
+        catalog = KubernetesCatalog(
+            api_client, sessions, max_names=settings.catalog_max_names, foreign=foreign
+        )
     coordinator = SharedRounds(sessions, executor, settings, metrics)
-    return ServiceState(
+    state = ServiceState(
         settings=settings,
         sessions=sessions,
         authenticator=authenticator,
@@ -209,6 +222,13 @@ def build_state(
         driver_trust=trust,
         progress=PipelineProgressReader(published=catalog.progress if catalog else None),
     )
+    if catalog is not None:
+        catalog.forgotten = functools.partial(_forget_row, state)
+    return state
+
+
+def _forget_row(state: ServiceState, row: Forgotten) -> None:
+    forget_application(state, row.application_id, row.namespace, row.name)
 
 
 def _encrypt_driver_tokens(sessions: sessionmaker[Session], settings: Settings) -> None:

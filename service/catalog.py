@@ -4,10 +4,14 @@
   ``PUT /api/v1/namespaces/local/applications/{app}``) with their driver control URL and
   token; the pipeline and sampling settings are read from the driver.
 - Kubernetes mode: applications are ``SparkApplication`` resources; the vertices come from
-  their ``spec.pipeline`` and are mirrored into the store. The ``status`` is never a source
-  of what exists or where anything is: anyone granted ``patch sparkapplications/status``
-  can write it (review item A9). Only ``status.progress`` is read, as display data (numbers
-  and the vertices of the spec's pipeline; see :func:`published_progress`).
+  their ``spec.pipeline`` and are mirrored into the store. With the settings
+  ``kubeflow_applications`` / ``apache_spark_applications``, also the sampling-enabled
+  SparkApplications of the Kubeflow and Apache Spark operators, their vertices from what the
+  operator published (:mod:`.foreign_apps`); sparkglass's own wins a name both hold. The
+  ``status`` is never a source of what exists or where anything is: anyone granted
+  ``patch sparkapplications/status`` can write it (review item A9). Only ``status.progress``
+  is read, as display data (numbers and the vertices of the spec's pipeline; see
+  :func:`published_progress`).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import re
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +35,7 @@ from urllib3.exceptions import HTTPError
 
 from sparkglass.crds.sparkapplication import PipelineSpec
 from sparkglass.runtime.contract.description import PipelineDescription
+from sparkglass.runtime.contract.sampling_settings import SamplingSettings, SamplingSettingsError
 from sparkglass.runtime.control.client import (
     ControlClient,
     ControlError,
@@ -38,7 +44,14 @@ from sparkglass.runtime.control.client import (
 )
 
 from .driver_trust import driver_location
-from .graph import graph_of
+from .foreign_apps import (
+    ForeignKind,
+    PublishedPipeline,
+    pipeline_configmap_name,
+    published_description,
+    sampling_requested,
+)
+from .graph import Graph, graph_of
 from .store import repository
 from .store.orm import Application
 
@@ -114,6 +127,16 @@ def _failure(driver_url: str, exc: ControlError, tls: ControlTLS | None) -> str:
     if 200 <= exc.status < 300:
         return f"{where} answered GET /api/v1/pipeline with something else than a pipeline"
     return f"{where} answered GET /api/v1/pipeline with HTTP {exc.status}"
+
+
+@dataclass(frozen=True)
+class Forgotten:
+    """A row the catalog deleted, or replaced by another kind's application of its name."""
+
+    application_id: int
+    namespace: str
+    name: str
+    api_version: str | None
 
 
 @dataclass(frozen=True)
@@ -226,6 +249,23 @@ def description_from_sparkapplication(obj: dict[str, Any]) -> PipelineDescriptio
     return PipelineSpec.model_validate(spec.get("pipeline") or {}).description(name)
 
 
+def _conf_sampling(obj: dict[str, Any]) -> dict[str, Any]:
+    """The sampling settings another operator's application states in ``spec.sparkConf``
+    (``spark.sparkglass.sampling.*``), in :class:`SamplingSettings`' own JSON (what
+    :func:`~sparkglass.runtime.contract.sampling_settings.settings_from_spec` reads), only
+    those stated; ``{}`` when one is invalid (its DataSamples then fail naming it)."""
+    conf = (obj.get("spec") or {}).get("sparkConf")
+    if not isinstance(conf, dict):
+        return {}
+    try:
+        settings = SamplingSettings.from_conf(
+            {k: str(v) for k, v in conf.items() if isinstance(k, str) and v is not None}
+        )
+    except SamplingSettingsError:
+        return {}
+    return settings.model_dump(mode="json", by_alias=True, exclude_unset=True)
+
+
 #: Reads of names a namespace does not have, within the catalog's TTL, before an unknown name
 #: there is answered by one list of the namespace instead (see :class:`KubernetesCatalog`).
 UNKNOWN_GETS_BEFORE_LIST = 8
@@ -291,10 +331,14 @@ class KubernetesCatalog:
         ttl_s: float = 15.0,
         *,
         max_names: int = 10_000,
+        foreign: tuple[ForeignKind, ...] = (),
     ) -> None:
         if max_names < 1:
             raise ValueError(f"max_names must be at least 1, got {max_names}")
         self._api = client.CustomObjectsApi(api_client)
+        self._core = client.CoreV1Api(api_client)
+        #: Other operators' kinds listed too, in order of precedence after sparkglass's own.
+        self._foreign = foreign
         self._sessions = sessions
         self._ttl = ttl_s
         self._max_names = max_names
@@ -307,6 +351,10 @@ class KubernetesCatalog:
         self._seen_lock = threading.Lock()
         #: namespace -> set when the read of it in flight ends.
         self._reading: dict[str, threading.Event] = {}
+        #: Called (after the commit) with each row a read deleted or replaced by an
+        #: application of another kind: the service forgets what it caches of that row
+        #: (answers, bodies, progress), which another application must never be served.
+        self.forgotten: Callable[[Forgotten], None] | None = None
 
     def progress(self, namespace: str, name: str) -> dict[str, Any] | None:
         """``status.progress`` of SparkApplication ``namespace/name`` (the operator copies the
@@ -405,9 +453,88 @@ class KubernetesCatalog:
         while len(self._misses) > self._max_names:
             self._misses.popitem(last=False)
 
+    def _read_foreign(
+        self, kind: ForeignKind, namespace: str, name: str | None
+    ) -> list[dict[str, Any]]:
+        """The sampling-enabled applications of ``kind`` in ``namespace`` (``name`` only, when
+        given). A 404 (the kind's CRD is not installed) or 403 (the chart does not let the
+        service read it) is none; other failures raise ``ApiException``."""
+        try:
+            if name is None:
+                listing: dict[str, Any] = self._api.list_namespaced_custom_object(  # type: ignore[assignment]
+                    kind.group, kind.version, namespace, kind.plural, _request_timeout=10
+                )
+                found = listing.get("items", [])
+            else:
+                found = [
+                    self._api.get_namespaced_custom_object(  # type: ignore[list-item]
+                        kind.group, kind.version, namespace, kind.plural, name, _request_timeout=10
+                    )
+                ]
+        except ApiException as exc:
+            if exc.status in (403, 404):
+                log.debug("%s in %s not readable: HTTP %s", kind.api_version, namespace, exc.status)
+                return []
+            raise
+        return [o for o in found if isinstance(o, dict) and sampling_requested(o)]
+
+    def _published(self, namespace: str, app: str) -> tuple[dict[str, Any] | None, str | None]:
+        """The ConfigMap ``app``'s pipeline is published in (:mod:`.foreign_apps`), read by
+        its name: ``(configmap, None)``, ``(None, None)`` when there is none yet, or
+        ``(None, why)`` when it cannot be read. Never a list of the namespace's ConfigMaps:
+        whoever may create ConfigMaps there could make that list as large as they like, and
+        the service may only ``get`` them (the chart's RBAC). A failure concerns this
+        application only."""
+        configmap = pipeline_configmap_name(app)
+        try:
+            found = self._core.read_namespaced_config_map(configmap, namespace, _request_timeout=10)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None, None
+            log.info("ConfigMap %s/%s not readable: HTTP %s", namespace, configmap, exc.status)
+            return None, (
+                f"pipeline not resolvable: ConfigMap {configmap} cannot be read (HTTP {exc.status})"
+            )
+        except (HTTPError, OSError, ValueError) as exc:
+            log.info("ConfigMap %s/%s not readable: %s", namespace, configmap, type(exc).__name__)
+            return None, f"pipeline not resolvable: ConfigMap {configmap} cannot be read"
+        read: dict[str, Any] = self._core.api_client.sanitize_for_serialization(found)
+        return read, None
+
+    def _foreign_description(
+        self, obj: dict[str, Any], kind: ForeignKind, namespace: str
+    ) -> tuple[PublishedPipeline, Graph]:
+        """The pipeline of another operator's application ``obj`` (none, with the reason,
+        when it cannot be used) and its graph. Whatever goes wrong with one application's
+        published pipeline leaves the other applications of the namespace listed: an
+        exception here would fail the whole listing."""
+        name = str((obj.get("metadata") or {}).get("name") or "")
+        empty = PipelineDescription(name=name, vertices=[])
+        configmap, problem = self._published(namespace, name)
+        if problem is not None:
+            return PublishedPipeline(empty, problem), graph_of(empty)
+        try:
+            published = published_description(obj, configmap, kind)
+            return published, graph_of(published.description)
+        except Exception:
+            log.exception("the published pipeline of %s/%s", namespace, name)
+            problem = "pipeline not resolvable: its published pipeline could not be read"
+            return PublishedPipeline(empty, problem), graph_of(empty)
+
+    @staticmethod
+    def _rows(session: Session, namespace: str, name: str | None) -> list[Application]:
+        """The store's rows of ``namespace`` (of ``name`` only, when given)."""
+        if name is None:
+            return list(repository.list_applications(session, namespace))
+        return [a for a in [repository.get_application(session, namespace, name)] if a]
+
     def _read(self, namespace: str, name: str | None) -> None:
-        """Read one application (or all of ``namespace``) and mirror it into the store."""
+        """Read one application (or all of ``namespace``) and mirror it into the store; the
+        rows it replaced (another kind under the same name) or deleted are handed to
+        :attr:`forgotten`."""
         items: list[dict[str, Any]]
+        foreign: list[tuple[dict[str, Any], ForeignKind]] = []
+        described: dict[str, tuple[PublishedPipeline, Graph]] = {}
         try:
             if name is None:
                 listing: dict[str, Any] = self._api.list_namespaced_custom_object(  # type: ignore[assignment]
@@ -434,12 +561,33 @@ class KubernetesCatalog:
                     if exc.status != 404:
                         raise
                     items = []
+            # sparkglass's own application wins a name another operator's also holds; of the
+            # others, the first kind listed in ``foreign``.
+            taken = {str((o.get("metadata") or {}).get("name")) for o in items}
+            for kind in self._foreign:
+                if name is not None and name in taken:
+                    break
+                for obj in self._read_foreign(kind, namespace, name):
+                    other = str((obj.get("metadata") or {}).get("name"))
+                    if other not in taken:
+                        taken.add(other)
+                        foreign.append((obj, kind))
+            for obj, kind in foreign:
+                other = str((obj.get("metadata") or {}).get("name"))
+                described[other] = self._foreign_description(obj, kind, namespace)
         except (ApiException, HTTPError, OSError) as exc:
             raise CatalogError(
                 f"cannot read SparkApplications (HTTP {getattr(exc, 'status', None) or 'error'})"
             ) from None
+        gone: list[Forgotten] = []
         with self._sessions.begin() as session:
             present: set[str] = set()
+            # The rows this read may replace or delete, by id: what is cached of one of them
+            # must go with it (:attr:`forgotten`).
+            before = [
+                Forgotten(a.id, a.namespace, a.name, a.api_version)
+                for a in self._rows(session, namespace, name)
+            ]
             for obj in items:
                 meta = obj.get("metadata") or {}
                 # kmock (and some proxies) ignore field selectors: filter here.
@@ -469,14 +617,37 @@ class KubernetesCatalog:
                     plan_error=graph.error,
                     sampling=(obj.get("spec") or {}).get("sampling") or {},
                 )
-            known: list[Application] = (
-                list(repository.list_applications(session, namespace))
-                if name is None
-                else [a for a in [repository.get_application(session, namespace, name)] if a]
-            )
-            for app in known:
+            for obj, kind in foreign:
+                meta = obj.get("metadata") or {}
+                if meta.get("namespace", namespace) != namespace or not meta.get("name"):
+                    continue
+                if name is not None and meta.get("name") != name:
+                    continue
+                present.add(meta["name"])
+                published, graph = described[meta["name"]]
+                repository.upsert_application(
+                    session,
+                    namespace,
+                    meta["name"],
+                    description=published.description,
+                    edges=graph.edges,
+                    vertex_plan=graph.vertex_plan,
+                    plan_error=published.problem or graph.error,
+                    sampling=_conf_sampling(obj),
+                    api_version=kind.api_version,
+                )
+            for app in self._rows(session, namespace, name):
                 if app.name not in present:
                     repository.delete_application(session, namespace, app.name)
+            kept = {
+                Forgotten(a.id, a.namespace, a.name, a.api_version)
+                for a in self._rows(session, namespace, name)
+            }
+            gone = [row for row in before if row not in kept]
+        if gone and self.forgotten is not None:
+            # After the commit: a poll that reads the store from now on finds the new row.
+            for row in gone:
+                self.forgotten(row)
         at = time.monotonic()
         with self._seen_lock:
             if name is not None and not present:

@@ -75,7 +75,8 @@ class PipelineProgressReader:
         :class:`ProgressUnavailable` when ``app`` has no driver endpoint and no published
         metrics, or its driver cannot be read.
         """
-        key = (app.namespace, app.name, history)
+        # The kind too: another operator's application under the same name is another one.
+        key = (app.namespace, app.name, app.api_version, history)
         hit, cached = self._cache.get(key)
         if hit and cached is not None:
             return cached
@@ -108,9 +109,23 @@ class PipelineProgressReader:
         self._cache.set(key, metrics, CACHE_TTL_S)
         return metrics
 
+    def forget(self, namespace: str, name: str) -> None:
+        """Drop the cached metrics of ``namespace/name``, of every kind (it was deleted or
+        replaced)."""
+        self._cache.discard_where(
+            lambda key: isinstance(key, tuple) and key[:2] == (namespace, name)
+        )
+
     def _read_published(self, app: Application) -> PipelineMetrics:
         assert self.published is not None
         where = f"{app.namespace}/{app.name}"
+        if app.api_version is not None:
+            # ``published`` reads sparkglass's own SparkApplication of that name: never the
+            # metrics of another operator's application, for which none are published.
+            raise ProgressUnavailable(
+                f"no live metrics for {where}: the operator publishes them for sparkglass's "
+                "own SparkApplications only"
+            )
         try:
             raw = self.published(app.namespace, app.name)
         except Exception as exc:  # CatalogError and the client's own; the message is ours

@@ -441,6 +441,15 @@ def _skip(chunks: Iterator[bytes], offset: int) -> Iterator[bytes]:
 #: status, counts and both filters, so a round saved again gets a body of its own.
 _BodyKey = tuple[str, str, int | None, int | None]
 
+
+def body_scope(namespace: str, name: str, api_version: str | None) -> str:
+    """The scope an application's bodies are cached under: ``namespace/name``, and for
+    another operator's application ``@`` its ``apiVersion`` (namespaces and names hold no
+    ``@``), so that an application of another kind under the same name never gets its
+    bodies."""
+    return f"{namespace}/{name}" if api_version is None else f"{namespace}/{name}@{api_version}"
+
+
 #: gzip level of the service's responses (its GZipMiddleware uses the same).
 GZIP_LEVEL = 5
 
@@ -620,10 +629,14 @@ class ResultBodies:
                 building.set_result(size)
 
     def forget(self, scope: str) -> None:
-        """Drop the cached bodies of an application (``namespace/name``): it was deleted or
-        registered again."""
-        self._cache.discard_where(lambda key: key[0] == scope)
-        self._too_large.discard_where(lambda key: key[0] == scope)
+        """Drop the cached bodies of an application (``namespace/name``), of every kind
+        (:func:`body_scope`): it was deleted, replaced or registered again."""
+
+        def of_it(key: _BodyKey) -> bool:
+            return key[0] == scope or key[0].startswith(scope + "@")
+
+        self._cache.discard_where(of_it)
+        self._too_large.discard_where(of_it)
 
     def _fill(self, key: _BodyKey, plan: BodyPlan) -> int | None:
         """Render ``plan`` into the cache if a memory pass is free and the body fits an

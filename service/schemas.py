@@ -13,6 +13,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 from pydantic.alias_generators import to_camel
 from sqlalchemy.orm import object_session
 
+from sparkglass.crds.datasample import (
+    APACHE_SPARK_API_VERSION,
+    KUBEFLOW_API_VERSION,
+    SPARKGLASS_API_VERSION,
+)
 from sparkglass.runtime.contract.sample_result import DataSampleResult
 
 from .driver_liveness import DriverState, DriverStatus
@@ -87,6 +92,13 @@ class ApplicationSummary(_Model):
 
     namespace: str
     name: str
+    api_version: str = Field(
+        default=SPARKGLASS_API_VERSION,
+        description="The application's kind, as a DataSample's applicationRef names it: "
+        f"{SPARKGLASS_API_VERSION} (sparkglass's own SparkApplication, and every local "
+        f"application), {KUBEFLOW_API_VERSION} (a Kubeflow spark-operator SparkApplication) "
+        f"or {APACHE_SPARK_API_VERSION} (an Apache Spark operator SparkApplication)",
+    )
     pipeline_name: str | None
     vertex_count: int
     registered_at: int = Field(description="ms since the epoch")
@@ -122,7 +134,10 @@ class ApplicationDetail(ApplicationSummary):
     vertices: list[VertexInfo]
     edges: list[EdgeInfo]
     sampling: dict[str, Any] = Field(description="The driver's sampling settings.")
-    plan_error: str | None = Field(description="Why the planner rejected the pipeline, if so.")
+    plan_error: str | None = Field(
+        description="Why the planner rejected the pipeline, or why another operator's "
+        "application's published pipeline cannot be used (then it has no vertices), if so."
+    )
 
 
 #: Most characters of ``driverCaPem`` (a certificate, or a short chain of them).
@@ -249,6 +264,7 @@ def application_summary(app: Application, driver: DriverStatus | None = None) ->
     return ApplicationSummary(
         namespace=app.namespace,
         name=app.name,
+        api_version=app.api_version or SPARKGLASS_API_VERSION,
         pipeline_name=app.pipeline_name,
         vertex_count=len(app.vertices),
         registered_at=app.registered_at,

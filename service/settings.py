@@ -283,6 +283,18 @@ class Settings(BaseSettings):
         "not have (1-1000000; default 10000); the least recently asked ones are forgotten "
         "first.",
     )
+    kubeflow_applications: bool = Field(
+        default=False,
+        description="Kubernetes execution mode: also list the Kubeflow spark-operator's "
+        "SparkApplications (sparkoperator.k8s.io/v1beta2) that enable sampling, shown to "
+        "callers who may get them (chart value kubeflow.enabled).",
+    )
+    apache_spark_applications: bool = Field(
+        default=False,
+        description="Kubernetes execution mode: also list the Apache Spark operator's "
+        "SparkApplications (spark.apache.org/v1) that enable sampling, shown to callers who "
+        "may get them (chart value apacheSparkOperator.enabled).",
+    )
     auth_failure_limit: int = Field(
         default=60,
         ge=1,

@@ -118,8 +118,17 @@ class PollAnswer:
     started_round: str | None
 
 
-#: The key of one request's answers in memory: (application id, vertex, request key).
-AnswerKey = tuple[int, str, str]
+#: The key of one request's answers in memory: (application id, the application's kind,
+#: vertex, request key).
+AnswerKey = tuple[int, str, str, str]
+
+
+def answer_key(app: Application, vertex: str, request_key: str) -> AnswerKey:
+    """Where the answers to ``request_key`` of ``app``'s ``vertex`` are kept. The kind is part
+    of it: an id names a row, and a row of another kind under the same name (the catalog
+    replaced the application) must never be served this one's answers, even where the
+    store gives a new row a deleted one's id."""
+    return (app.id, app.api_version or "", vertex, request_key)
 
 
 class SharedRounds:
@@ -222,7 +231,7 @@ class SharedRounds:
         runs, the answer given then (stale or ``PENDING``) is reused for
         ``INTERIM_ANSWER_S``. Never blocks, so the route calls it on the event loop.
         """
-        key = (app.id, vertex, narrowing.key())
+        key = answer_key(app, vertex, narrowing.key())
         with self._cache_lock:
             fresh = self._fresh.get(key)
             interim = self._interim.get(key)
@@ -251,7 +260,7 @@ class SharedRounds:
         t = repository.now_ms()
         policy = self.policy(app)
         request_key = narrowing.key()
-        fresh_key = (app.id, vertex, request_key)
+        fresh_key = answer_key(app, vertex, request_key)
         cached = self.fresh_answer(app, vertex, narrowing)
         if cached is not None:
             return cached
@@ -457,7 +466,7 @@ class SharedRounds:
         future = self._pool.submit(self._run, request)
         self._futures.add(future)
         # Before the discard: once wait_idle() sees no round, their interim answers are gone.
-        key = (app.id, vertex, narrowing.key())
+        key = answer_key(app, vertex, narrowing.key())
         future.add_done_callback(lambda _: self._drop_interim(key))
         future.add_done_callback(lambda _: self._release(app.id, narrowing))
         future.add_done_callback(self._futures.discard)
@@ -486,6 +495,7 @@ class SharedRounds:
             memory_gate=self._memory_gate,
             max_record_length=policy.max_record_length,
             narrowing=None if narrowing.is_plain() else narrowing,
+            application_api_version=app.api_version,
             results_url=(
                 f"{self._settings.public_url.rstrip('/')}/api/v1/namespaces/{app.namespace}"
                 f"/applications/{app.name}/rounds/{round_id}"
@@ -555,7 +565,9 @@ class SharedRounds:
                     app = repository.get_application(
                         session, request.namespace, request.application
                     )
-                    if app is not None:
+                    # Only the lease of the application the round ran for: another kind's
+                    # under the same name replaced it meanwhile.
+                    if app is not None and app.api_version == request.application_api_version:
                         repository.release_claim(
                             session,
                             app.id,
@@ -613,10 +625,12 @@ class SharedRounds:
                 round_id=request.round_id,
                 external_ref=ref,
                 samples=pieces,
+                api_version=request.application_api_version,
             )
 
     def forget(self, application_id: int) -> None:
-        """Drop cached answers of an application (it was deleted or re-registered)."""
+        """Drop cached answers of an application row (it was deleted, replaced by another
+        kind's application of its name, or re-registered)."""
         with self._cache_lock:
             self._forgotten += 1
             for cache in (self._fresh, self._interim, self._rounds_ended):

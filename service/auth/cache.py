@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
 
 V = TypeVar("V")
@@ -54,6 +54,12 @@ class TTLCache(Generic[V]):
                 # Dropping everything is crude but bounded and rare; entries live seconds.
                 self._data.clear()
             self._data[key] = (now + ttl, value)
+
+    def discard_where(self, doomed: Callable[[Hashable], bool]) -> None:
+        """Forget the entries whose key ``doomed`` says."""
+        with self._lock:
+            for key in [k for k in self._data if doomed(k)]:
+                del self._data[key]
 
     def clear(self) -> None:
         """Forget everything."""

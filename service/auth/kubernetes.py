@@ -3,7 +3,8 @@
 A request's bearer token is sent in a ``TokenReview`` (``authentication.k8s.io/v1``); the
 user and groups it returns are checked with a ``SubjectAccessReview``
 (``authorization.k8s.io/v1``) for the verb the request needs on ``datasamples.sparkglass.io``
-in the application's namespace. Decisions are cached briefly (settings ``authn_cache_seconds``,
+in the application's namespace (and, for another operator's application, ``get`` on its
+kind). Decisions are cached briefly (settings ``authn_cache_seconds``,
 ``authz_allow_cache_seconds``, ``authz_deny_cache_seconds``), like kube-rbac-proxy. The
 service account needs the ``system:auth-delegator`` ClusterRole.
 """
@@ -22,11 +23,15 @@ from .principal import AuthBackendError, Permission, Principal
 
 GROUP = "sparkglass.io"
 
-#: (verb, resource) of the SubjectAccessReview for each permission.
-RBAC_RULES: dict[Permission, tuple[str, str]] = {
-    Permission.READ: ("get", "datasamples"),
-    Permission.TRIGGER: ("create", "datasamples"),
-    Permission.ADMIN: ("update", "sparkapplications"),
+#: (verb, API group, resource) of the SubjectAccessReview for each permission.
+RBAC_RULES: dict[Permission, tuple[str, str, str]] = {
+    Permission.READ: ("get", GROUP, "datasamples"),
+    Permission.TRIGGER: ("create", GROUP, "datasamples"),
+    Permission.ADMIN: ("update", GROUP, "sparkapplications"),
+    # Another operator's application is shown only to whoever may read it in Kubernetes:
+    # the service must not widen who sees its spec or samples its driver.
+    Permission.READ_KUBEFLOW_APPLICATIONS: ("get", "sparkoperator.k8s.io", "sparkapplications"),
+    Permission.READ_APACHE_SPARK_APPLICATIONS: ("get", "spark.apache.org", "sparkapplications"),
 }
 
 _REVIEW_TIMEOUT_S = 5.0
@@ -80,9 +85,9 @@ class KubernetesAuthenticator:
         return principal
 
     def authorize(self, principal: Principal, namespace: str, permission: Permission) -> bool:
-        """SubjectAccessReview for ``permission`` on ``sparkglass.io`` in ``namespace``."""
-        verb, resource = RBAC_RULES[permission]
-        key = (principal.user, principal.groups, principal.uid, namespace, verb, resource)
+        """SubjectAccessReview for ``permission`` (:data:`RBAC_RULES`) in ``namespace``."""
+        verb, group, resource = RBAC_RULES[permission]
+        key = (principal.user, principal.groups, principal.uid, namespace, verb, group, resource)
         hit, cached = self._authz_cache.get(key)
         if hit:
             return bool(cached)
@@ -93,7 +98,7 @@ class KubernetesAuthenticator:
                 uid=principal.uid or None,
                 extra=principal.extra or None,
                 resource_attributes=client.V1ResourceAttributes(
-                    namespace=namespace, verb=verb, group=GROUP, resource=resource
+                    namespace=namespace, verb=verb, group=group, resource=resource
                 ),
             )
         )

@@ -18,10 +18,19 @@ from sqlalchemy.orm import Session, sessionmaker
 from ..store import repository
 from .principal import Permission, Principal
 
+#: Local mode has no other operator's applications; their permissions go with ``read`` so
+#: that one rule holds in both modes.
+_SEE = frozenset(
+    {
+        Permission.READ,
+        Permission.READ_KUBEFLOW_APPLICATIONS,
+        Permission.READ_APACHE_SPARK_APPLICATIONS,
+    }
+)
 ROLE_PERMISSIONS: dict[str, frozenset[Permission]] = {
-    "viewer": frozenset({Permission.READ}),
-    "sampler": frozenset({Permission.READ, Permission.TRIGGER}),
-    "admin": frozenset({Permission.READ, Permission.TRIGGER, Permission.ADMIN}),
+    "viewer": _SEE,
+    "sampler": _SEE | {Permission.TRIGGER},
+    "admin": _SEE | {Permission.TRIGGER, Permission.ADMIN},
 }
 
 

@@ -17,6 +17,12 @@ class Permission(StrEnum):
     ADMIN = "admin"
     """Register applications, read the audit trail: ``update`` on
     ``sparkapplications.sparkglass.io``."""
+    READ_KUBEFLOW_APPLICATIONS = "read-kubeflow-applications"
+    """See a Kubeflow spark-operator application (Kubernetes mode), on top of ``read``:
+    ``get`` on ``sparkapplications.sparkoperator.k8s.io``."""
+    READ_APACHE_SPARK_APPLICATIONS = "read-apache-spark-applications"
+    """See an Apache Spark operator application (Kubernetes mode), on top of ``read``:
+    ``get`` on ``sparkapplications.spark.apache.org``."""
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ class RoundRequest:
     once: an executor that brings a full result into memory acquires it first and returns
     with ``RoundOutcome.holds_gate`` set; the caller releases it once the result is saved.
     ``narrowing``: the round's kind, filter, columns and expectation; None for a plain round.
+    ``application_api_version``: another operator's application's (Kubernetes mode).
     """
 
     round_id: str
@@ -45,6 +46,9 @@ class RoundRequest:
     max_record_length: int = 10_000
     memory_gate: threading.Semaphore | None = None
     narrowing: Narrowing | None = None
+    #: Kubernetes mode: the ``apiVersion`` of another operator's SparkApplication (Kubeflow's,
+    #: Apache Spark's) for the DataSample's ``applicationRef``; None for sparkglass's own.
+    application_api_version: str | None = None
 
 
 @dataclass(frozen=True)

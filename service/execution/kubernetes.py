@@ -157,13 +157,25 @@ def datasample_body(request: RoundRequest, ttl_seconds: int) -> dict[str, Any]:
             "annotations": annotations,
         },
         "spec": {
-            "applicationRef": {"name": request.application},
+            "applicationRef": _application_ref(request),
             "vertex": request.vertex,
             "maxRecords": MAX_RECORDS_PER_RESPONSE,
             **({"samplingWindow": request.sampling_window} if request.sampling_window else {}),
             "ttlSecondsAfterFinished": ttl_seconds,
             **_narrowing_spec(request),
         },
+    }
+
+
+def _application_ref(request: RoundRequest) -> dict[str, Any]:
+    """``spec.applicationRef``: the name, and for another operator's application its
+    ``apiVersion`` and kind (sparkglass's own is the CRD's default)."""
+    if request.application_api_version is None:
+        return {"name": request.application}
+    return {
+        "apiVersion": request.application_api_version,
+        "kind": "SparkApplication",
+        "name": request.application,
     }
 
 

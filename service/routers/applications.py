@@ -17,7 +17,7 @@ from ..auth import Permission, Principal
 from ..catalog import CatalogError, register_local_application
 from ..dependencies import AdminDep, PrincipalDep, ReaderDep, SessionDep, StateDep, check
 from ..driver_trust import driver_location, driver_tls
-from ..lookups import application_or_404, refresh_catalog
+from ..lookups import application_or_404, forget_application, refresh_catalog, visible
 from ..pipeline_progress import ProgressUnavailable
 from ..schemas import (
     ApplicationDetail,
@@ -52,7 +52,11 @@ def list_all_applications(
     else:
         known = {LOCAL_NAMESPACE}
     allowed = {ns for ns in known if check(state, principal, ns, Permission.READ)}
-    apps = [a for a in repository.list_applications(session) if a.namespace in allowed]
+    apps = [
+        a
+        for a in repository.list_applications(session)
+        if a.namespace in allowed and visible(state, principal, a)
+    ]
     listed = _summaries(state, apps)
     state.audit.note(
         principal.user,
@@ -75,7 +79,10 @@ def list_applications(
 ) -> list[ApplicationSummary]:
     """Applications of one namespace (``local`` in local mode)."""
     refresh_catalog(state, namespace)
-    listed = _summaries(state, repository.list_applications(session, namespace))
+    apps = [
+        a for a in repository.list_applications(session, namespace) if visible(state, principal, a)
+    ]
+    listed = _summaries(state, apps)
     state.audit.note(
         principal.user,
         "list",
@@ -101,11 +108,11 @@ def _summaries(state: ServiceState, apps: Sequence[Application]) -> list[Applica
     responses=_ERRORS,
 )
 def get_application(
-    namespace: str, application: str, state: StateDep, session: SessionDep, _: ReaderDep
+    namespace: str, application: str, state: StateDep, session: SessionDep, principal: ReaderDep
 ) -> ApplicationDetail:
     """One application with its vertices (attributes) and edges (``pipelined``/``blocking``);
     its driver's state as last probed (a detail never probes)."""
-    app = application_or_404(state, namespace, application, session)
+    app = application_or_404(state, namespace, application, session, principal=principal)
     return application_detail(app, state.coordinator.drivers.known(app))
 
 
@@ -115,7 +122,7 @@ def get_application(
     responses={**_ERRORS, 502: {"model": ErrorBody}},
 )
 def get_expectations(
-    namespace: str, application: str, state: StateDep, session: SessionDep, _: ReaderDep
+    namespace: str, application: str, state: StateDep, session: SessionDep, principal: ReaderDep
 ) -> list[ExpectationCounts]:
     """Pass and fail counts of each expectation of the application's streaming vertices
     (totals and last micro-batch), as its driver counts them. Local mode: asked of the
@@ -124,7 +131,7 @@ def get_expectations(
     from the driver every ``--progress-seconds`` (60 s by default, when they changed). 502 when
     the driver cannot be asked, or the operator has published no metrics (yet), the reason in
     ``detail``."""
-    app = application_or_404(state, namespace, application, session)
+    app = application_or_404(state, namespace, application, session, principal=principal)
     if not app.driver_url:
         try:
             return state.progress.read(app).expectation_counts()
@@ -234,7 +241,7 @@ def _register(
         detail=f"driver {where}",
     )
     state.applications.invalidate(namespace, application)
-    app = application_or_404(state, namespace, application)
+    app = application_or_404(state, namespace, application, principal=principal)
     return application_detail(app, state.coordinator.drivers.known(app))
 
 
@@ -247,7 +254,7 @@ def delete_application(
     namespace: str, application: str, state: StateDep, session: SessionDep, principal: AdminDep
 ) -> Response:
     """Forget an application with its rounds and records (admin)."""
-    app = application_or_404(state, namespace, application, session)
+    app = application_or_404(state, namespace, application, session, principal=principal)
     with state.sessions.begin() as writer:
         rounds = repository.count_rounds(writer, app.id)
         repository.delete_application(writer, namespace, application)
@@ -259,11 +266,5 @@ def delete_application(
         status="204",
         detail=f"deleted with {rounds} rounds",
     )
-    state.coordinator.forget(app.id)
-    state.coordinator.drivers.forget(app.id)
-    state.coordinator.bodies.forget(f"{namespace}/{application}")
-    state.metrics.expectations.forget(namespace, application)
-    state.metrics.progress.forget(namespace, application)
-    state.driver_trust.forget(namespace, application)
-    state.applications.invalidate(namespace, application)
+    forget_application(state, app.id, namespace, application)
     return Response(status_code=status.HTTP_204_NO_CONTENT)

@@ -29,7 +29,7 @@ def get_progress(
     namespace: str,
     application: str,
     state: StateDep,
-    _: ReaderDep,
+    principal: ReaderDep,
     history: bool = Query(
         False,
         description="also the last minutes of the metrics (`history`), as the driver keeps "
@@ -48,7 +48,7 @@ def get_progress(
 
     404 for an unknown application; 502 when the driver cannot be read, or the operator has
     published no metrics (yet), with the reason in ``detail``."""
-    app = application_or_404(state, namespace, application)
+    app = application_or_404(state, namespace, application, principal=principal)
 
     def token() -> str | None:
         # Stored encrypted (store key): opened only when the driver is actually asked.

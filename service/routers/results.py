@@ -8,7 +8,8 @@ before any byte of the body is read (the body is not a route parameter, so FastA
 only when the handler does), and in Kubernetes mode with a token bound to
 ``result_audience``: what crosses the cluster network is no API server credential. Where the
 service reads the API server, a result is saved only for the DataSample the API server holds
-under that name and uid, and only at its own application, vertex and request.
+under that name and uid, and only at its own application (of the kind its ``applicationRef``
+names), vertex and request.
 """
 
 from __future__ import annotations
@@ -65,7 +66,11 @@ WriterDep = Annotated[str, Depends(result_writer)]
     responses={
         401: {"model": ErrorBody},
         403: {"model": ErrorBody},
-        409: {"model": ErrorBody, "description": "The round belongs to another application."},
+        409: {
+            "model": ErrorBody,
+            "description": "The round belongs to another application, or the application of "
+            "that name is of another kind than the DataSample's applicationRef.",
+        },
         413: {"model": ErrorBody},
         422: {"model": ErrorBody},
     },
@@ -94,9 +99,11 @@ async def save_result(
             f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()[:5]
         )
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, detail=where) from None
+    # Without the API server (local mode) every application is of sparkglass's kind.
+    api_version: str | None = None
     if state.datasamples is not None:
         obj = await run_in_threadpool(read_datasample, state.datasamples, namespace, name)
-        upload = _as_the_datasample_says(upload, obj, f"{namespace}/{name}")
+        upload, api_version = _as_the_datasample_says(upload, obj, f"{namespace}/{name}")
     caps = ResultCaps(upload.max_record_length)
     try:
         for sub in upload.result.samples:
@@ -104,7 +111,7 @@ async def save_result(
     except ResultRejected as exc:
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, detail=str(exc)) from None
     try:
-        round_id = await run_in_threadpool(_save, state, namespace, name, upload)
+        round_id = await run_in_threadpool(_save, state, namespace, name, upload, api_version)
     except repository.RoundOwnershipError as exc:
         raise HTTPException(status.HTTP_409_CONFLICT, detail=str(exc)) from None
     state.audit.note(
@@ -123,10 +130,12 @@ async def save_result(
 
 def _as_the_datasample_says(
     upload: ResultUpload, obj: dict[str, Any] | None, where: str
-) -> ResultUpload:
+) -> tuple[ResultUpload, str | None]:
     """``upload`` if it is the result of the DataSample the API server holds as ``where``
     (its uid, application, vertex and request), else 409: even the operator's token only
-    ever saves a DataSample's result at that DataSample's own target."""
+    ever saves a DataSample's result at that DataSample's own target. With the kind of
+    application its ``applicationRef`` names (its ``apiVersion``; ``None``: sparkglass's
+    own): the name alone is not the application, another operator's may share it."""
     if obj is None:
         raise HTTPException(status.HTTP_409_CONFLICT, detail=f"no DataSample {where}")
     if str((obj.get("metadata") or {}).get("uid") or "") != upload.uid:
@@ -145,10 +154,16 @@ def _as_the_datasample_says(
             detail=f"the result is not for what DataSample {where} asks (application, "
             "vertex or request differ)",
         )
-    return upload
+    return upload, repository.stored_api_version(spec.application_ref.api_version.value)
 
 
-def _save(state: ServiceState, namespace: str, name: str, upload: ResultUpload) -> str:
+def _save(
+    state: ServiceState,
+    namespace: str,
+    name: str,
+    upload: ResultUpload,
+    api_version: str | None,
+) -> str:
     return repository.save_datasample_result_retrying(
         state.sessions,
         namespace=namespace,
@@ -159,4 +174,5 @@ def _save(state: ServiceState, namespace: str, name: str, upload: ResultUpload) 
         name=name,
         started_at_ms=upload.started_at_ms,
         request_key=upload.request_key,
+        api_version=api_version,
     )

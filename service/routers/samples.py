@@ -32,6 +32,7 @@ from ..execution import RoundRefused
 from ..lookups import application_or_404, vertex_or_404
 from ..result_body import (
     BodyPlan,
+    body_scope,
     entity_tag,
     not_modified,
     not_modified_response,
@@ -151,8 +152,14 @@ async def data_sample(
     # anything that may block (store, Kubernetes reviews, filters) goes to the thread pool.
     principal = await authorized_principal(state, credentials, namespace, Permission.READ)
     app = state.applications.get(namespace, application)
-    if app is None:
-        app = await run_in_threadpool(application_or_404, state, namespace, application)
+    if app is None or app.api_version:
+        # Another operator's application needs a second check (:func:`visible`), which may
+        # ask the API server: off the event loop.
+        app = await run_in_threadpool(
+            functools.partial(
+                application_or_404, state, namespace, application, principal=principal
+            )
+        )
     vertex_or_404(app, vertex)
     narrowing = PLAIN
     if any(v is not None for v in (kind, filter, columns, expectation)):
@@ -204,7 +211,7 @@ async def data_sample(
         max_records,
         if_none_match,
         accept_gzip=accepts_gzip(accept_encoding(http_request.headers)),
-        scope=f"{namespace}/{application}",
+        scope=body_scope(app.namespace, app.name, app.api_version),
     )
     state.audit.record(
         AuditRecord(
@@ -243,7 +250,7 @@ def round_history(
     limit: Annotated[int, Query(ge=1, le=500, description="Most rounds to list (1-500).")] = 50,
 ) -> list[RoundSummary]:
     """The vertex's rounds, newest first (no records)."""
-    app = application_or_404(state, namespace, application, session)
+    app = application_or_404(state, namespace, application, session, principal=principal)
     vertex_or_404(app, vertex)
     rounds = [
         round_summary(r) for r in repository.list_rounds(session, app.id, vertex, limit=limit)
@@ -281,7 +288,7 @@ async def round_result(
 
     def load() -> tuple[str, BodyPlan | None, str, str]:
         with state.sessions() as session:
-            app = application_or_404(state, namespace, application, session)
+            app = application_or_404(state, namespace, application, session, principal=principal)
             row = repository.get_round(session, round_id)
             if row is None or row.application_id != app.id:
                 raise HTTPException(

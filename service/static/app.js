@@ -119,6 +119,7 @@ async function loadApplications() {
       const opt = document.createElement("option");
       opt.value = `${a.namespace}/${a.name}`;
       opt.textContent = `${a.namespace} / ${a.name}` +
+        (kindLabel(a) ? ` [${kindLabel(a)}]` : "") +
         (a.pipelineName && a.pipelineName !== a.name ? ` (${a.pipelineName})` : "") +
         (driverEnded(a) ? " (ended)" : "");
       opt.dataset.driverState = a.driverState || "unknown";
@@ -147,6 +148,14 @@ async function loadApplications() {
   }
 }
 
+// Another operator's SparkApplication is marked with that operator's name (sparkglass's
+// own, and every local application, are not marked).
+const KIND_LABELS = {
+  "sparkoperator.k8s.io/v1beta2": "Kubeflow",
+  "spark.apache.org/v1": "Apache",
+};
+function kindLabel(a) { return (a && KIND_LABELS[a.apiVersion]) || ""; }
+
 // Whether the service found the application's driver gone (it did not answer its probe).
 function driverEnded(a) { return a.driverState === "ended"; }
 
@@ -163,6 +172,10 @@ async function selectApplication(key) {
   setMessage($("app-message"), listed && driverEnded(listed) ? endedText(listed) : "",
     listed && driverEnded(listed) ? "warn" : "info");
   state.app = key;
+  const kind = $("app-kind");
+  kind.textContent = kindLabel(listed);
+  kind.title = listed && kindLabel(listed) ? `${listed.apiVersion} SparkApplication` : "";
+  kind.hidden = !kindLabel(listed);
   state.vertex = null;
   state.result = null;
   state.metrics = null;

@@ -30,7 +30,13 @@ class Application(Base):
     """A Spark application the service knows (namespace ``local`` in local mode)."""
 
     __tablename__ = "applications"
-    __table_args__ = (UniqueConstraint("namespace", "name", name="uq_applications_ns_name"),)
+    __table_args__ = (
+        UniqueConstraint("namespace", "name", name="uq_applications_ns_name"),
+        # SQLite otherwise gives a new row the id of the highest deleted one, and what a
+        # service replica still holds of the deleted application (keyed by its id) would be
+        # the new one's. PostgreSQL's sequences never hand an id out twice.
+        {"sqlite_autoincrement": True},
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     namespace: Mapped[str] = mapped_column(String(253))
@@ -38,6 +44,11 @@ class Application(Base):
     #: Local mode: the driver control endpoint's base URL and bearer token (a secret: never
     #: logged, never returned by the API).
     driver_url: Mapped[str | None] = mapped_column(String(2048), nullable=True)
+    #: Kubernetes mode: the ``apiVersion`` of another operator's SparkApplication (Kubeflow's
+    #: ``sparkoperator.k8s.io/v1beta2``, Apache Spark's ``spark.apache.org/v1``); ``None`` for
+    #: sparkglass's own (and every local application). A DataSample's ``applicationRef``
+    #: carries it.
+    api_version: Mapped[str | None] = mapped_column(String(64), nullable=True)
     driver_token: Mapped[str | None] = mapped_column(String(512), nullable=True)
     pipeline_name: Mapped[str | None] = mapped_column(String(253), nullable=True)
     #: Edges as [{from, to, kind}] (kind "pipelined" or "blocking").

@@ -23,6 +23,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt
 
+from sparkglass.crds.datasample import SPARKGLASS_API_VERSION
 from sparkglass.runtime.contract.description import PipelineDescription
 from sparkglass.runtime.contract.sample_result import (
     DataSampleResult,
@@ -58,19 +59,30 @@ def upsert_application(
     sampling: dict[str, Any] | None = None,
     vertex_plan: dict[str, dict[str, Any]] | None = None,
     plan_error: str | None = None,
+    api_version: str | None = None,
 ) -> Application:
     """Create or update the application ``namespace/name``; replaces its vertices when
     ``description`` is given (with ``edges``, ``vertex_plan`` and ``plan_error`` from
     :func:`sparkglass.service.graph.graph_of`). Returns the (flushed) row.
 
+    ``api_version``: another operator's SparkApplication's (None: sparkglass's own, or a
+    local application). A row of another ``api_version`` under the same name is another
+    application: it is deleted with its rounds first, so that its history never shows as
+    this one's.
+
     ``driver_token`` is stored encrypted with the session's cipher (:mod:`.cipher`); without
     one, :class:`~.cipher.StoreKeyMissing` (naming ``SPARKGLASS_STORE_KEY``) is raised."""
     app = get_application(session, namespace, name)
+    if app is not None and app.api_version != api_version:
+        delete_application(session, namespace, name)
+        session.flush()
+        app = None
     t = now_ms()
     if app is None:
         app = Application(
             namespace=namespace,
             name=name,
+            api_version=api_version,
             edges=[],
             sampling={},
             registered_at=t,
@@ -443,6 +455,34 @@ class RoundOwnershipError(ValueError):
         self.round_id, self.owner, self.requested = round_id, owner, requested
 
 
+def _kind_name(api_version: str | None) -> str:
+    return f"SparkApplication {api_version or SPARKGLASS_API_VERSION}"
+
+
+class ApplicationKindError(RoundOwnershipError):
+    """A save named an application whose row in the store is another kind's (sparkglass's
+    own SparkApplication, or another operator's) under the same name."""
+
+    def __init__(
+        self, namespace: str, application: str, stored: str | None, requested: str | None
+    ) -> None:
+        where = f"{namespace}/{application}"
+        ValueError.__init__(
+            self,
+            f"application {where} is a {_kind_name(stored)}, not a {_kind_name(requested)}: "
+            "nothing saved",
+        )
+        self.round_id = ""
+        self.owner = f"{where} ({_kind_name(stored)})"
+        self.requested = f"{where} ({_kind_name(requested)})"
+
+
+def stored_api_version(api_version: str | None) -> str | None:
+    """``applications.api_version`` of an application of ``api_version`` (a DataSample's
+    ``applicationRef.apiVersion``): ``None`` for sparkglass's own."""
+    return None if api_version in (None, "", SPARKGLASS_API_VERSION) else api_version
+
+
 def save_round(
     session: Session,
     *,
@@ -456,6 +496,7 @@ def save_round(
     started_at: int | None = None,
     samples: Iterable[SubtaskSamples] | None = None,
     request_key: str | None = None,
+    api_version: str | None = None,
 ) -> str:
     """Save a round's full result (all records) and return the store's round id.
 
@@ -471,13 +512,23 @@ def save_round(
     ``request_key``: whose answer the round is (``Round.request_key``); ``None`` keeps the
     row's (a round the service started stays plain).
 
+    ``api_version``: the application's kind (a DataSample's ``applicationRef.apiVersion``;
+    ``None`` or sparkglass's own ``apiVersion``: a sparkglass SparkApplication, or a local
+    application). The round is saved only in, or with, the row of that kind.
+
     Raises :class:`RoundOwnershipError` (nothing written) when the row ``round_id`` belongs to
     another application or vertex: round ids are not secret (REST bodies, ``resultsURL``), so
-    whoever may save a round of one application must never overwrite another's.
+    whoever may save a round of one application must never overwrite another's; and
+    :class:`ApplicationKindError` when the store's application of that name is of another
+    kind: its records would be served as that application's, to whoever may read it (who
+    need not be allowed to read the kind they came from).
     """
+    kind = stored_api_version(api_version)
     app = get_application(session, namespace, application)
     if app is None:
-        app = upsert_application(session, namespace, application)
+        app = upsert_application(session, namespace, application, api_version=kind)
+    elif app.api_version != kind:
+        raise ApplicationKindError(namespace, application, app.api_version, kind)
     rid = round_id or result.round_id or secrets.token_hex(8)
     row = session.get(Round, rid)
     if row is not None and (row.application_id != app.id or row.vertex != vertex):
@@ -546,6 +597,7 @@ def save_datasample_result(
     name: str,
     started_at_ms: int | None,
     request_key: str,
+    api_version: str | None = None,
 ) -> str:
     """Save (or replace) the full result of the DataSample ``name`` of ``metadata.uid``
     ``uid`` and return the store's round id: **the one way a DataSample's result enters the
@@ -556,8 +608,11 @@ def save_datasample_result(
     gives every object its uid and a DataSample's spec cannot change, so a result lands only
     in its own DataSample's round, and saving twice replaces it.
 
+    ``api_version``: the kind its ``applicationRef`` names (:func:`save_round`).
+
     Raises :class:`RoundOwnershipError` (nothing written) when that round belongs to another
-    application or vertex, ``ValueError`` for an empty or over-long uid, and
+    application or vertex, or the application of that name is of another kind
+    (:class:`ApplicationKindError`), ``ValueError`` for an empty or over-long uid, and
     ``IntegrityError`` when a concurrent save created the application's row first (retry in
     a fresh transaction)."""
     if not uid or len(uid) > MAX_DATASAMPLE_UID_LENGTH:
@@ -581,6 +636,7 @@ def save_datasample_result(
         started_at=started_at_ms,
         # The service's round stays the plain round it started.
         request_key=None if bound is not None else datasample_round_key(request_key),
+        api_version=api_version,
     )
     if bound is None:
         bind_datasample(session, saved, uid)

@@ -69,13 +69,15 @@ def test_enabled_grants_read_only_where_the_operator_works(
         if any(GROUP in r.get("apiGroups", []) for r in role["rules"])
     }
     assert holders == {kind}
-    for rule in apache_rules(docs):
-        assert rule["resources"] == [PLURAL] and rule["verbs"] == ["get", "list", "watch"]
-    assert all(
-        role["metadata"]["name"] == "sparkglass-operator"
-        for role in find(docs, "Role") + find(docs, "ClusterRole")
-        if any(GROUP in r.get("apiGroups", []) for r in role["rules"])
-    )
+    # The operator reads and watches them; the service (Kubernetes execution mode) only gets
+    # and lists them, to show them to callers who may get them; the drivers get nothing.
+    verbs = {"sparkglass-operator": ["get", "list", "watch"], "sparkglass-service": ["get", "list"]}
+    for role in find(docs, "Role") + find(docs, "ClusterRole"):
+        for rule in role["rules"]:
+            if GROUP in rule.get("apiGroups", []):
+                assert role["metadata"]["name"] in verbs, role["metadata"]["name"]
+                assert rule["resources"] == [PLURAL]
+                assert rule["verbs"] == verbs[role["metadata"]["name"]]
 
 
 @pytest.mark.parametrize("bad", [{"enabled": "yes"}, {"enabled": True, "crd": True}])

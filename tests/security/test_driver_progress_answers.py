@@ -126,6 +126,7 @@ def test_a_history_sent_unasked_is_not_kept(driver: Driver) -> None:
 
     class App:
         namespace, name, driver_url = "local", "flights", driver.url
+        api_version = None
 
     reader = PipelineProgressReader()
     plain = reader.read(App(), None, lambda: "t")  # type: ignore[arg-type]

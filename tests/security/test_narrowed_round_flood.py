@@ -26,6 +26,7 @@ import pytest
 from sparkglass.runtime.contract.round_request import round_request
 from sparkglass.service import shared_rounds
 from sparkglass.service.app import create_app
+from sparkglass.service.auth import Principal
 from sparkglass.service.catalog import register_local_application
 from sparkglass.service.lookups import application_or_404
 from sparkglass.service.settings import Settings
@@ -38,6 +39,9 @@ SAMPLER = "sampler-token-0123456789"
 CAP = 2
 #: How long the driver keeps each round pending, s: long enough for the cap to be reached.
 PENDING_S = 4.0
+
+#: Who reads the application in the white-box calls below (a local one: any reader).
+ADMIN = Principal(user="admin", role="admin")
 
 
 @pytest.fixture
@@ -194,7 +198,7 @@ def test_a_request_with_an_older_result_gets_it_stale_when_no_slot_is_free(
         asked.append("asked")
         return True
 
-    app = application_or_404(state, "local", "flights")
+    app = application_or_404(state, "local", "flights", principal=ADMIN)
     direct = coordinator.poll(
         app,
         "parse",

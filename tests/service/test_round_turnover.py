@@ -18,14 +18,18 @@ from sqlalchemy import event
 from sqlalchemy.engine import Engine
 
 from sparkglass.service import shared_rounds
+from sparkglass.service.auth import Principal
 from sparkglass.service.lookups import application_or_404
-from sparkglass.service.shared_rounds import INTERIM_ANSWER_S
+from sparkglass.service.shared_rounds import INTERIM_ANSWER_S, answer_key
 from sparkglass.service.store import repository
 from tests.support.data_sample_api import poll_until_done, sample_url
 from tests.support.service_replicas import replicas
 
 from .conftest import ServiceFactory, auth
 from .fake_driver import FakeDriver, ServerThread
+
+#: Who reads the application in the white-box calls below (a local one: any reader).
+ADMIN = Principal(user="admin", role="admin")
 
 
 @contextmanager
@@ -101,8 +105,8 @@ def test_a_stale_answer_read_before_the_round_ended_is_not_kept_after_it(
     client = make_service(round_timeout_seconds=5.0)
     state = client.app.state.sparkglass  # type: ignore[attr-defined]
     coordinator = state.coordinator
-    app = application_or_404(state, "local", "flights")
-    key = (app.id, "stuck", "")  # a plain round of "stuck": it runs until it times out
+    app = application_or_404(state, "local", "flights", principal=ADMIN)
+    key = answer_key(app, "stuck", "")  # a plain round of "stuck": it runs until it times out
     real_running_round = repository.running_round
 
     def running_then_ended(*args: Any, **kwargs: Any) -> Any:
@@ -126,7 +130,7 @@ def test_forgetting_an_application_drops_its_answers(make_service: ServiceFactor
     client = make_service()
     state = client.app.state.sparkglass  # type: ignore[attr-defined]
     poll_until_done(client, "parse")
-    app = application_or_404(state, "local", "flights")
+    app = application_or_404(state, "local", "flights", principal=ADMIN)
     assert state.coordinator.fresh_answer(app, "parse") is not None
     state.coordinator.forget(app.id)
     assert state.coordinator.fresh_answer(app, "parse") is None

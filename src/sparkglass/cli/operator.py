@@ -187,6 +187,15 @@ def run(
             "one status write. 0: never."
         ),
     ),
+    publish_foreign_pipelines: bool = typer.Option(
+        False,
+        "--publish-foreign-pipelines",
+        help=(
+            "Ask the verified driver of each running Kubeflow / Apache Spark operator "
+            "application for its pipeline (once per driver Pod) and publish it in the "
+            "ConfigMap <app>-sparkglass-pipeline, for the service to list its vertices."
+        ),
+    ),
     poll: float = typer.Option(
         1.0, "--poll-seconds", min=0.1, max=60, help="DataSample step interval."
     ),
@@ -356,6 +365,7 @@ def run(
         api_qps=api_qps,
         api_burst=api_burst,
         progress_seconds=progress,
+        publish_foreign_pipelines=publish_foreign_pipelines,
         poll_seconds=poll,
         max_status_bytes=max_status_bytes,
         records_in_status=records_in_status,
