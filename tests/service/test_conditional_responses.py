@@ -17,6 +17,7 @@ from sparkglass.service import result_body
 from sparkglass.service.content_coding import accept_encoding, accepts_gzip
 from sparkglass.service.result_body import entity_tag, not_modified
 from tests.support.data_sample_api import BASE, poll_until_done, sample_url
+from tests.support.scripted_driver import FakeDriver
 
 from .conftest import ServiceFactory, auth
 
@@ -46,7 +47,9 @@ def test_unchanged_result_answers_304_and_reads_no_store(
         assert r.status_code == 304, header
 
 
-def test_the_tag_changes_with_filters_and_with_the_round(make_service: ServiceFactory) -> None:
+def test_the_tag_changes_with_filters_and_with_the_round(
+    make_service: ServiceFactory, settings_left_to_the_service: FakeDriver
+) -> None:
     client = make_service(refresh_interval_seconds=0.5)
     done = poll_until_done(client, "parse")
     plain = client.get(sample_url("parse"), headers=auth("viewer")).headers["etag"]

@@ -49,7 +49,7 @@ def statements(engine: Engine, *needles: str) -> Iterator[list[str]]:
 
 
 def test_polls_during_a_round_are_answered_from_memory_and_its_end_is_seen_at_once(
-    make_service: ServiceFactory,
+    make_service: ServiceFactory, settings_left_to_the_service: FakeDriver
 ) -> None:
     client = make_service(refresh_interval_seconds=1.0)
     state = client.app.state.sparkglass  # type: ignore[attr-defined]
