@@ -227,6 +227,9 @@ STOP_TIMEOUT_S = 30.0
 #: How long ``Pipeline.stop()`` then waits for killed tasks to end (they log their abort as
 #: they end, while its loggers are quiet), seconds; each ends at once on an idle driver.
 ABORT_WAIT_S = 30.0
+#: How long ``Pipeline.stop()`` waits at most, after the status store shows the queries'
+#: jobs ended, for the scheduler to count no running task, seconds.
+TASK_SETTLE_S = 10.0
 #: Spark loggers that report a micro-batch write cut short by ``StreamingQuery.stop()`` as an
 #: ERROR, although an intentional stop makes it expected (the batch is not committed and runs
 #: again from the checkpoint on restart). The driver's, and the tasks' in local mode; on a
@@ -280,6 +283,16 @@ def _wait_for_job_groups(spark: SparkSession | None, groups: list[str], deadline
             return False
 
         while time.monotonic() < deadline and busy():
+            time.sleep(0.05)
+        # The status store learns of a killed task from the listener bus, which a loaded
+        # driver delivers late; the scheduler itself counts the task running until the
+        # task's own report comes, after it logged its abort. Bounded: other work of the
+        # session may keep tasks running.
+        jtracker = spark.sparkContext._jsc.sc().statusTracker()
+        settle = min(deadline, time.monotonic() + TASK_SETTLE_S)
+        while time.monotonic() < settle and any(
+            e.numRunningTasks() > 0 for e in jtracker.getExecutorInfos()
+        ):
             time.sleep(0.05)
 
 

@@ -103,6 +103,8 @@ async def test_a_driver_over_the_quota_on_its_own_fails_the_submission(
     kube.pod_quota[NAMESPACE] = 0
     body = example_app()
     body["metadata"]["name"] = "toobig"
+    # No re-submission (the example's two, 20 s apart, only repeat the same refusal).
+    body["spec"]["restartPolicy"]["onSubmissionFailureRetries"] = 0
     await create_app(kube, body)
     await eventually(lambda: state(kube, "toobig") == "SUBMISSION_FAILED", operator=operator)
     message = app_status(kube, "toobig")["applicationState"]["errorMessage"]
