@@ -4,7 +4,7 @@ for sparkglass's own and every local application (all rows before this revision)
 
 Revision ID: 0013
 Revises: 0012
-Create Date: 2026-12-01
+Create Date: 2026-11-29
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ The table is rebuilt (SQLite cannot add ``AUTOINCREMENT`` in place) with every r
 
 Revision ID: 0014
 Revises: 0013
-Create Date: 2026-12-02
+Create Date: 2026-11-29
 """
 
 from __future__ import annotations
