@@ -24,23 +24,17 @@ from fastapi.testclient import TestClient
 from sparkglass.service.app import create_app
 from sparkglass.service.settings import Settings
 from tests.support import foreign_listing as fl
-from tests.support.foreign_apps import OPERATORS, ForeignOperator
+from tests.support.foreign_apps import ForeignOperator
+from tests.support.foreign_apps import foreign as foreign  # the fixture, by name
+from tests.support.foreign_listing import APPS
 from tests.support.kube_apiserver import StrictApiServer
 
 pytestmark = pytest.mark.kmock(cls=StrictApiServer)
 
-APPS = f"/api/v1/namespaces/{fl.NAMESPACE}/applications"
 CONFIGMAPS = f"/api/v1/namespaces/{fl.NAMESPACE}/configmaps"
 DECOYS = 12
 #: A decoy's pipeline text: large, but each ConfigMap stays within what etcd stores.
 DECOY_BYTES = 200 * 1024
-
-
-@pytest.fixture(params=OPERATORS, ids=[op.id for op in OPERATORS])
-def foreign(request: pytest.FixtureRequest) -> ForeignOperator:
-    """Each other operator in turn."""
-    op: ForeignOperator = request.param
-    return op
 
 
 async def test_the_service_gets_each_listed_application_s_configmap_and_lists_none(

@@ -9,11 +9,8 @@ asks the API server about exactly that kind."""
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
-from typing import Any
 
-import httpx
 import kmock
 import pytest
 from fastapi.testclient import TestClient
@@ -21,28 +18,12 @@ from fastapi.testclient import TestClient
 from sparkglass.service.app import create_app
 from sparkglass.service.settings import Settings
 from tests.support import foreign_listing as fl
-from tests.support.foreign_apps import OPERATORS, ForeignOperator
+from tests.support.foreign_apps import ForeignOperator
+from tests.support.foreign_apps import foreign as foreign  # the fixture, by name
+from tests.support.foreign_listing import APPS, bearer, call
 from tests.support.kube_apiserver import StrictApiServer
 
 pytestmark = pytest.mark.kmock(cls=StrictApiServer)
-
-
-@pytest.fixture(params=OPERATORS, ids=[op.id for op in OPERATORS])
-def foreign(request: pytest.FixtureRequest) -> ForeignOperator:
-    """Each other operator in turn."""
-    op: ForeignOperator = request.param
-    return op
-
-
-APPS = f"/api/v1/namespaces/{fl.NAMESPACE}/applications"
-
-
-def bearer(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
-
-
-async def call(client: TestClient, method: str, url: str, **kw: Any) -> httpx.Response:
-    return await asyncio.to_thread(client.request, method, url, **kw)
 
 
 async def test_a_user_who_may_not_get_the_kind_does_not_see_the_application(

@@ -29,22 +29,16 @@ from sparkglass.service.app import create_app
 from sparkglass.service.settings import Settings
 from tests.support import foreign_listing as fl
 from tests.support.foreign_apps import OPERATORS, ForeignOperator
+from tests.support.foreign_apps import foreign as foreign  # the fixture, by name
+from tests.support.foreign_listing import APPS
 from tests.support.kube_apiserver import StrictApiServer
 from tests.support.store_fixtures import BACKENDS
 
 pytestmark = pytest.mark.kmock(cls=StrictApiServer)
 
-APPS = f"/api/v1/namespaces/{fl.NAMESPACE}/applications"
 DEPTH = 50_000
 #: Valid JSON, a pipeline description but for one attribute nested DEPTH arrays deep.
 NESTED = '{"name":"p","vertices":[{"name":"parse","attributes":' + "[" * DEPTH + "]" * DEPTH + "}]}"
-
-
-@pytest.fixture(params=OPERATORS, ids=[op.id for op in OPERATORS])
-def foreign(request: pytest.FixtureRequest) -> ForeignOperator:
-    """Each other operator in turn."""
-    op: ForeignOperator = request.param
-    return op
 
 
 async def get(client: TestClient, url: str) -> Any:

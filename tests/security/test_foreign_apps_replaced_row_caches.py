@@ -30,7 +30,8 @@ from sparkglass.service.settings import Settings
 from sparkglass.service.store import open_store, repository
 from sparkglass.service.store.db import make_engine, migrate
 from tests.support import foreign_listing as fl
-from tests.support.foreign_apps import OPERATORS, ForeignOperator
+from tests.support.foreign_apps import ForeignOperator
+from tests.support.foreign_apps import foreign as foreign  # the fixture, by name
 from tests.support.kube_apiserver import StrictApiServer
 from tests.support.store_fixtures import BACKENDS
 
@@ -48,13 +49,6 @@ URL = f"/api/v1/namespaces/{fl.NAMESPACE}/applications/flights/vertices/parse/da
 def store_backend(request: pytest.FixtureRequest) -> str:
     """On each store backend: SQLite hands out deleted ids again unless told not to."""
     return str(request.param)
-
-
-@pytest.fixture(params=OPERATORS, ids=[op.id for op in OPERATORS])
-def foreign(request: pytest.FixtureRequest) -> ForeignOperator:
-    """Each other operator in turn."""
-    op: ForeignOperator = request.param
-    return op
 
 
 def sampled(raw: dict[str, Any]) -> str:

@@ -33,6 +33,8 @@ from tests.support.kube_apiserver import StrictApiServer
 from tests.support.kube_fixtures import CRD_DIR
 
 NAMESPACE = "team-a"
+#: The service's listing of :data:`NAMESPACE`.
+APPS = f"/api/v1/namespaces/{NAMESPACE}/applications"
 SPARKGLASS = "sparkglass.io"
 
 #: The driver's pipeline as the operator publishes it.
@@ -284,3 +286,13 @@ async def poll_until_done(
             return body
         assert time.monotonic() < deadline, "the round did not end"
         await asyncio.sleep(0.05)
+
+
+def bearer(token: str) -> dict[str, str]:
+    """The Authorization header of ``token``."""
+    return {"Authorization": f"Bearer {token}"}
+
+
+async def call(client: TestClient, method: str, url: str, **kw: Any) -> httpx.Response:
+    """``client.request`` from a thread: the stand-in API server runs on the test's loop."""
+    return await asyncio.to_thread(client.request, method, url, **kw)
