@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 from fastapi import HTTPException, status
 from sqlalchemy.orm import Session
 
@@ -52,18 +54,14 @@ def application_or_404(
     hop for a dependency).
     """
     app = state.applications.get(namespace, name)
-    if app is None:
-        if session is None:
-            with state.sessions() as own:
-                app = _load_application(state, own, namespace, name, principal)
-        else:
-            app = _load_application(state, session, namespace, name, principal)
-    if not visible(state, principal, app):
-        if session is None:
-            with state.sessions() as own:
-                raise _not_found(state, own, namespace, name, principal)
-        raise _not_found(state, session, namespace, name, principal)
-    return app
+    if app is not None and visible(state, principal, app):
+        return app
+    with contextlib.nullcontext(session) if session is not None else state.sessions() as s:
+        if app is None:
+            app = _load_application(state, s, namespace, name, principal)
+            if visible(state, principal, app):
+                return app
+        raise _not_found(state, s, namespace, name, principal)
 
 
 def _not_found(
