@@ -258,7 +258,8 @@ def _finish_running_micro_batch(query: StreamingQuery, deadline: float) -> None:
 
 def _wait_for_job_groups(spark: SparkSession | None, groups: list[str], deadline: float) -> None:
     """Wait until no job of ``groups`` (a query's micro-batch jobs run in the job group named
-    by its ``runId``) is running and none of their stages has a task left, or ``deadline``
+    by its ``runId``) is running and none of their stages has a task left, then until the
+    scheduler counts no running task (at most :data:`TASK_SETTLE_S`), or ``deadline``
     (monotonic seconds)."""
     if spark is None or not groups:
         return
