@@ -273,6 +273,18 @@ class SharedRounds:
         started: Round | None = None
         abandoned_before = t - int(policy.deadline_s * 1000) - 5000
         with self._sessions.begin() as session:
+            # Each read sees its own snapshot (SQLite's driver opens no transaction for a
+            # read, PostgreSQL reads committed), so a round may end between them. The
+            # running round first: one that ends meanwhile is then found finished, never
+            # missed by both reads (which would refuse a viewer as if none had run).
+            running = repository.running_round(
+                session,
+                app.id,
+                vertex,
+                started_after=abandoned_before,
+                run=app.run,
+                request_key=request_key,
+            )
             latest = repository.latest_finished_round(
                 session, app.id, vertex, run=app.run, request_key=request_key
             )
@@ -287,14 +299,6 @@ class SharedRounds:
                         expires = (latest.end_timestamp or 0) + policy.refresh_ms
                         self._fresh[fresh_key] = (expires, result, app.run)
                 return PollAnswer(result, None)
-            running = repository.running_round(
-                session,
-                app.id,
-                vertex,
-                started_after=abandoned_before,
-                run=app.run,
-                request_key=request_key,
-            )
             latest_result = repository.round_head(latest) if latest is not None else None
         if running is None:
             # No slot free and an older result to show: the caller gets it stale, as a

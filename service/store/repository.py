@@ -681,7 +681,10 @@ def latest_finished_round(
     )
     if run is not None:
         q = q.where(Round.run == run)
-    return session.scalar(q.order_by(Round.end_timestamp.desc(), Round.started_at.desc()).limit(1))
+    q = q.order_by(Round.end_timestamp.desc(), Round.started_at.desc()).limit(1)
+    # The session may hold this row from an earlier read, still PENDING: the ended row as
+    # read now, not the one in the session's identity map.
+    return session.scalar(q.execution_options(populate_existing=True))
 
 
 def running_round(

@@ -126,6 +126,51 @@ def test_a_stale_answer_read_before_the_round_ended_is_not_kept_after_it(
     assert kept is not None and kept.result.round_id == answer.started_round
 
 
+def test_a_round_that_ends_between_a_poll_s_reads_answers_a_viewer(
+    make_service: ServiceFactory, settings_left_to_the_service: FakeDriver
+) -> None:
+    # A poll reads the store twice: is a round running, and what did the last one find.
+    # Each read has its own snapshot (SQLite's driver begins no transaction for a read,
+    # PostgreSQL reads committed), so the round may end in between; a viewer, who may not
+    # start one, must then get its result, not 403 as if no round had ever run. The round's
+    # end is put between the two reads by holding the poll after its first one.
+    client = make_service()
+    state = client.app.state.sparkglass  # type: ignore[attr-defined]
+    coordinator = state.coordinator
+    app = application_or_404(state, "local", "flights", principal=ADMIN)
+    started = coordinator.poll(app, "slow", actor="sampler-user", may_trigger=lambda: True)
+    assert started.started_round  # rounds of "slow" stay PENDING for 2 s
+    coordinator._drop_interim(answer_key(app, "slow", ""))
+    engine = state.sessions.kw["bind"]
+    poller = threading.get_ident()
+    held: list[str] = []
+
+    def round_ends_after_the_first_read(conn: Any, cursor: Any, statement: str, *a: Any) -> None:
+        if threading.get_ident() != poller or "FROM rounds" not in statement or held:
+            return
+        held.append(statement)
+        deadline = time.monotonic() + 60
+        while True:
+            with state.sessions() as session:
+                row = repository.get_round(session, started.started_round)
+                if row is not None and row.status != "PENDING":
+                    return
+            assert time.monotonic() < deadline, "the round did not end"
+            time.sleep(0.05)
+
+    event.listen(engine, "after_cursor_execute", round_ends_after_the_first_read)
+    try:
+        answer = coordinator.poll(app, "slow", actor="viewer-user", may_trigger=lambda: False)
+    finally:
+        event.remove(engine, "after_cursor_execute", round_ends_after_the_first_read)
+    assert held, "the poll read no round"
+    assert answer.started_round is None
+    assert (answer.result.round_id, answer.result.status.value) == (
+        started.started_round,
+        "COMPLETE",
+    )
+
+
 def test_forgetting_an_application_drops_its_answers(make_service: ServiceFactory) -> None:
     client = make_service()
     state = client.app.state.sparkglass  # type: ignore[attr-defined]
