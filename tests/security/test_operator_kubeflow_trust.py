@@ -31,31 +31,36 @@ from typing import Any
 import pytest
 
 from tests.operator import conftest as operator_tests
-from tests.operator.conftest import NAMESPACE, OperatorProcess, StrictApiServer, eventually
-from tests.support import datasamples, kubeflow_apps
+from tests.operator.conftest import OperatorProcess
 from tests.support.datasamples import FINAL, SAMPLES, ScriptedDriver, status, wait_final
-from tests.support.kubeflow_apps import (
-    APP,
-    create_kubeflow_app,
-    driver_pod,
-    kubeflow_app,
-    kubeflow_sample,
+from tests.support.datasamples import driver as driver  # the fixtures, by name
+from tests.support.datasamples import result_service as result_service
+from tests.support.foreign_apps import (
+    KUBEFLOW,
+    ForeignOperator,
     post_sample,
     ready,
-    running_kubeflow_app,
     serve_as_driver,
-    set_state,
     start_pod,
 )
+from tests.support.foreign_apps import crds_applied as crds_applied  # the fixture, by name
+from tests.support.kube_apiserver import StrictApiServer
+from tests.support.kube_fixtures import NAMESPACE, eventually
 from tests.support.result_service import ResultService
 
 pytestmark = pytest.mark.timeout(240)
 
-# The operator tests' fixtures, bound here by name so that pytest finds them in this module.
+# The operator tests' fixture, bound here by name so that pytest finds it in this module.
 operator = operator_tests.operator
-crds_applied = kubeflow_apps.crds_applied
-driver = datasamples.driver
-result_service = datasamples.result_service
+
+APP = KUBEFLOW.app
+
+
+@pytest.fixture()
+def foreign() -> ForeignOperator:
+    """Kubeflow's applications only (``crds_applied`` applies their CRD before the operator
+    starts: it checks once, at start, whether it may list them)."""
+    return KUBEFLOW
 
 
 @pytest.fixture()
@@ -95,13 +100,13 @@ async def test_pods_with_the_driver_labels_but_not_owned_by_the_application_get_
     driver: ScriptedDriver,
     listener: Listener,
 ) -> None:
-    app = await create_kubeflow_app(kube, kubeflow_app())
+    app = await KUBEFLOW.create_app(kube, KUBEFLOW.example_app())
     # A live object of another uid for the reference (as an application of the same name,
     # deleted and made again, leaves behind; a dead uid's Pod the garbage collector takes).
-    decoy = await create_kubeflow_app(kube, kubeflow_app("decoy", sampling=False))
+    decoy = await KUBEFLOW.create_app(kube, KUBEFLOW.example_app("decoy", sampling=False))
     await serve_as_driver(kube, driver, APP, operator)
     for owner in ("none", "other-uid", "not-controller"):
-        pod = driver_pod(
+        pod = KUBEFLOW.driver_pod(
             app,
             listener.port,
             name=f"fake-{owner}",
@@ -109,15 +114,15 @@ async def test_pods_with_the_driver_labels_but_not_owned_by_the_application_get_
             other_uid=decoy["metadata"]["uid"],
         )
         await start_pod(kube, pod)
-    await set_state(kube, APP, "RUNNING")
-    await post_sample(kube, kubeflow_sample("lured", applicationStartTimeout="4s"))
+    await KUBEFLOW.set_state(kube, APP, "RUNNING")
+    await post_sample(kube, KUBEFLOW.sample("lured", applicationStartTimeout="4s"))
     assert await wait_final(kube, "lured", operator) == "Abandoned"
     assert ready(kube, "lured")["reason"] == "ApplicationNotRunning"
     assert "no Running driver Pod" in status(kube, "lured")["message"]
     assert listener.connections == 0 and driver.calls == {}
     # The application's own driver Pod, once it runs, is found among the impostors.
-    await start_pod(kube, driver_pod(app, driver.port))
-    await post_sample(kube, kubeflow_sample("owned"))
+    await start_pod(kube, KUBEFLOW.driver_pod(app, driver.port))
+    await post_sample(kube, KUBEFLOW.sample("owned"))
     assert await wait_final(kube, "owned", operator) == "Complete"
     assert listener.connections == 0
     assert driver.calls["open:parse"] == 1 and driver.auth_failures == 0
@@ -129,9 +134,9 @@ async def test_an_address_in_the_application_status_is_ignored(
     driver: ScriptedDriver,
     listener: Listener,
 ) -> None:
-    app = await running_kubeflow_app(kube, operator, driver)
-    await start_pod(kube, driver_pod(app, listener.port, name="impostor", owner="none"))
-    await set_state(
+    app = await KUBEFLOW.running_app(kube, operator, driver)
+    await start_pod(kube, KUBEFLOW.driver_pod(app, listener.port, name="impostor", owner="none"))
+    await KUBEFLOW.set_state(
         kube,
         APP,
         "RUNNING",
@@ -142,7 +147,7 @@ async def test_an_address_in_the_application_status_is_ignored(
             "webUIServiceName": "impostor",
         },
     )
-    await post_sample(kube, kubeflow_sample("by-status"))
+    await post_sample(kube, KUBEFLOW.sample("by-status"))
     assert await wait_final(kube, "by-status", operator) == "Complete"
     assert listener.connections == 0
     assert set(driver.handshakes) == {f"{APP}-sparkglass-control.{NAMESPACE}.svc"}
@@ -152,9 +157,9 @@ async def test_a_kubeflow_application_in_another_namespace_cannot_be_referenced(
     kube: StrictApiServer, operator: OperatorProcess, driver: ScriptedDriver
 ) -> None:
     # A complete, running application in "default": its own Secret, its owned driver Pod.
-    await running_kubeflow_app(kube, operator, driver, name="elsewhere", namespace="default")
-    await post_sample(kube, kubeflow_sample("by-name", app="elsewhere", backoffLimit=0))
-    cross = kubeflow_sample("by-namespace", app="elsewhere")
+    await KUBEFLOW.running_app(kube, operator, driver, name="elsewhere", namespace="default")
+    await post_sample(kube, KUBEFLOW.sample("by-name", app="elsewhere", backoffLimit=0))
+    cross = KUBEFLOW.sample("by-namespace", app="elsewhere")
     cross["spec"]["applicationRef"]["namespace"] = "default"
     await post_sample(kube, cross)
     assert await wait_final(kube, "by-name", operator) == "Failed"
@@ -170,7 +175,7 @@ async def test_a_kubeflow_application_in_another_namespace_cannot_be_referenced(
     # object: tests/operator/test_kubeflow_units.py.)
     assert driver.calls == {} and not driver.handshakes
     # The same DataSample in the application's namespace does reach it (the setup is sound).
-    await post_sample(kube, kubeflow_sample("same-ns", app="elsewhere"), namespace="default")
+    await post_sample(kube, KUBEFLOW.sample("same-ns", app="elsewhere"), namespace="default")
 
     def same_ns() -> dict[str, Any]:
         found = kube.stored("sparkglass.io/v1alpha1/datasamples", "default", "same-ns") or {}

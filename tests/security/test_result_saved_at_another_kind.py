@@ -23,11 +23,9 @@ import pytest
 
 from sparkglass.crds.datasample import KUBEFLOW_API_VERSION, SPARKGLASS_API_VERSION
 from sparkglass.runtime.contract.description import PipelineDescription
-from sparkglass.service.app import create_app
-from sparkglass.service.settings import Settings
 from sparkglass.service.store import open_store, repository
-from tests.service.fake_driver import ServerThread
-from tests.service.kube_fixtures import OPERATOR, ReviewingEmulator, install
+from tests.service.kube_fixtures import ReviewingEmulator
+from tests.support.result_service import serve_results_in_kubernetes
 from tests.support.store_fixtures import BACKENDS
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.kmock(cls=ReviewingEmulator)]
@@ -50,20 +48,8 @@ class Service(NamedTuple):
 @pytest.fixture()
 async def service(kmock: kmock.KubernetesEmulator, store_url: str) -> AsyncIterator[Service]:
     """The service (Kubernetes modes, the operator its only result writer) on ``store_url``."""
-    install(kmock)
-    app = create_app(
-        Settings(
-            database_url=store_url,
-            auth_mode="kubernetes",
-            execution_mode="kubernetes",
-            kube_api_url=str(kmock.url),
-            kube_token="service-account-token",
-            result_writers=OPERATOR,
-        )
-    )
-    with ServerThread(app) as server:
-        yield Service(server.url, store_url)
-    app.state.sparkglass.sessions.kw["bind"].dispose()
+    with serve_results_in_kubernetes(kmock, store_url) as url:
+        yield Service(url, store_url)
 
 
 @pytest.fixture()

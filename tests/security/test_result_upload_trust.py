@@ -28,7 +28,8 @@ from sparkglass.service.app import create_app
 from sparkglass.service.settings import Settings
 from sparkglass.service.store import finished_result, open_store
 from tests.service.fake_driver import ServerThread
-from tests.service.kube_fixtures import OPERATOR, ReviewingEmulator, install
+from tests.service.kube_fixtures import ReviewingEmulator
+from tests.support.result_service import serve_results_in_kubernetes
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -89,21 +90,10 @@ async def create_datasample(k: kmock.KubernetesEmulator, name: str, **spec: Any)
 async def service(kmock: kmock.KubernetesEmulator, tmp_path: Path) -> AsyncIterator[Service]:
     """The service (Kubernetes modes, the operator its only result writer), its store, and
     the DataSample ds-1 the results are for."""
-    install(kmock)
-    uid = await create_datasample(kmock, "ds-1")
     db = f"sqlite:///{tmp_path / 'store.db'}"
-    app = create_app(
-        Settings(
-            database_url=db,
-            auth_mode="kubernetes",
-            execution_mode="kubernetes",
-            kube_api_url=str(kmock.url),
-            kube_token="service-account-token",
-            result_writers=OPERATOR,
-        )
-    )
-    with ServerThread(app) as server:
-        yield Service(server.url, db, uid)
+    with serve_results_in_kubernetes(kmock, db) as url:
+        uid = await create_datasample(kmock, "ds-1")
+        yield Service(url, db, uid)
 
 
 async def put(url: str, token: str | None, body: Any) -> httpx.Response:
