@@ -1,7 +1,7 @@
 package io.sparkglass.extensions;
 
 import io.sparkglass.sampling.TapSlot;
-import java.io.Serializable;
+import io.sparkglass.sampling.CaseClassExpression;
 import java.util.Collections;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.catalyst.expressions.Expression;
@@ -29,14 +29,11 @@ import scala.collection.immutable.Seq;
  * {@code mapChildren} it inherits from the Scala trait {@code LeafLike} returns the erased
  * {@code TreeNode}, which javac does not accept as implementing the trait's generic
  * {@code T mapChildren(...)}), so the leaf's members ({@code children}, {@code
- * withNewChildrenInternal}) are written here. The case-class members Scala would
- * generate ({@code productArity}, {@code productElement}, {@code canEqual}, {@code equals},
- * {@code hashCode}, {@code Serializable}: without it interpreted mode fails with "Task not
- * serializable") are written by hand. Nondeterministic (never folded, reordered or
- * deduplicated by the optimizer), like the UDF it replaces. The one constructor takes the
- * product's single element, so Catalyst's reflective {@code makeCopy} finds it.
+ * withNewChildrenInternal}) are written here; the case-class members come from {@link
+ * CaseClassExpression}. Nondeterministic (never folded, reordered or deduplicated by the
+ * optimizer), like the UDF it replaces.
  */
-public final class NativeTapGate extends Expression implements Serializable {
+public final class NativeTapGate extends CaseClassExpression {
   private static final long serialVersionUID = 1L;
   /** The function name injected by {@link SamplingExtensions}. */
   public static final String NAME = "sg_tap_gate_native";
@@ -135,6 +132,11 @@ public final class NativeTapGate extends Expression implements Serializable {
   // The case-class members.
 
   @Override
+  protected Object[] caseFields() {
+    return new Object[] {tapKey};
+  }
+
+  @Override
   public Seq<Expression> children() {
     return NO_CHILDREN;
   }
@@ -142,33 +144,5 @@ public final class NativeTapGate extends Expression implements Serializable {
   @Override
   public Expression withNewChildrenInternal(IndexedSeq<Expression> newChildren) {
     return this; // a leaf: no children to replace
-  }
-
-  @Override
-  public int productArity() {
-    return 1;
-  }
-
-  @Override
-  public Object productElement(int n) {
-    if (n == 0) {
-      return tapKey;
-    }
-    throw new IndexOutOfBoundsException(String.valueOf(n));
-  }
-
-  @Override
-  public boolean canEqual(Object that) {
-    return that instanceof NativeTapGate;
-  }
-
-  @Override
-  public boolean equals(Object o) {
-    return o instanceof NativeTapGate && ((NativeTapGate) o).tapKey.equals(tapKey);
-  }
-
-  @Override
-  public int hashCode() {
-    return NativeTapGate.class.hashCode() * 31 + tapKey.hashCode();
   }
 }

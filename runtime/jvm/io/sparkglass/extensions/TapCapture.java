@@ -1,6 +1,6 @@
 package io.sparkglass.extensions;
 
-import java.io.Serializable;
+import io.sparkglass.sampling.CaseClassExpression;
 import java.util.ArrayList;
 import java.util.Collections;
 import java.util.Map;
@@ -45,11 +45,10 @@ import scala.collection.immutable.Seq;
  * <p>Otherwise transparent: it prints and renders as SQL as its child does, and is
  * nondeterministic like it (never folded, reordered or deduplicated). Its value is the
  * child's with null read as false, as a filter reads it: never null, which spares the caller's
- * method the null bookkeeping of a nullable result. Written as
- * {@link NativeTapGate} is, for the same reasons: it extends {@code Expression} with the
- * child-handling and case-class members written by hand, and is {@code Serializable}.
+ * method the null bookkeeping of a nullable result. Written as {@link NativeTapGate} is, for
+ * the same reasons: child handling by hand, case-class members from {@link CaseClassExpression}.
  */
-public final class TapCapture extends Expression implements Serializable {
+public final class TapCapture extends CaseClassExpression {
   private static final long serialVersionUID = 1L;
   private static final Pattern JAVA_NAME = Pattern.compile("[A-Za-z_$][A-Za-z0-9_$]*");
 
@@ -216,6 +215,11 @@ public final class TapCapture extends Expression implements Serializable {
   // The case-class members.
 
   @Override
+  protected Object[] caseFields() {
+    return new Object[] {capture};
+  }
+
+  @Override
   public Seq<Expression> children() {
     return children;
   }
@@ -223,33 +227,5 @@ public final class TapCapture extends Expression implements Serializable {
   @Override
   public Expression withNewChildrenInternal(IndexedSeq<Expression> newChildren) {
     return new TapCapture(newChildren.apply(0));
-  }
-
-  @Override
-  public int productArity() {
-    return 1;
-  }
-
-  @Override
-  public Object productElement(int n) {
-    if (n == 0) {
-      return capture;
-    }
-    throw new IndexOutOfBoundsException(String.valueOf(n));
-  }
-
-  @Override
-  public boolean canEqual(Object that) {
-    return that instanceof TapCapture;
-  }
-
-  @Override
-  public boolean equals(Object o) {
-    return o instanceof TapCapture && ((TapCapture) o).capture.equals(capture);
-  }
-
-  @Override
-  public int hashCode() {
-    return TapCapture.class.hashCode() * 31 + capture.hashCode();
   }
 }

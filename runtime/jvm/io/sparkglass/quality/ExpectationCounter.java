@@ -1,6 +1,6 @@
 package io.sparkglass.quality;
 
-import java.io.Serializable;
+import io.sparkglass.sampling.CaseClassExpression;
 import java.util.ArrayList;
 import java.util.List;
 import org.apache.spark.sql.catalyst.InternalRow;
@@ -27,10 +27,10 @@ import scala.jdk.javaapi.CollectionConverters;
  *
  * <p>Nondeterministic, so the optimizer neither folds it, nor merges the {@code Filter} with
  * the ones above it, nor pushes those below it ({@code expect_or_drop}'s filters come after the
- * count). Written in Java against Catalyst's Scala classes, with the case-class members Scala
- * would generate (see {@code io.sparkglass.extensions.NativeTapGate} for why).
+ * count). Written in Java against Catalyst's Scala classes, as {@code
+ * io.sparkglass.extensions.NativeTapGate} is (see there and {@link CaseClassExpression}).
  */
-public final class ExpectationCounter extends Expression implements Serializable {
+public final class ExpectationCounter extends CaseClassExpression {
   private static final long serialVersionUID = 1L;
 
   private final Seq<Expression> conditions;
@@ -126,6 +126,11 @@ public final class ExpectationCounter extends Expression implements Serializable
   // The case-class members.
 
   @Override
+  protected Object[] caseFields() {
+    return new Object[] {conditions, tally};
+  }
+
+  @Override
   public Seq<Expression> children() {
     return conditions;
   }
@@ -133,38 +138,5 @@ public final class ExpectationCounter extends Expression implements Serializable
   @Override
   public Expression withNewChildrenInternal(IndexedSeq<Expression> newChildren) {
     return new ExpectationCounter(newChildren, tally);
-  }
-
-  @Override
-  public int productArity() {
-    return 2;
-  }
-
-  @Override
-  public Object productElement(int n) {
-    if (n == 0) {
-      return conditions;
-    }
-    if (n == 1) {
-      return tally;
-    }
-    throw new IndexOutOfBoundsException(String.valueOf(n));
-  }
-
-  @Override
-  public boolean canEqual(Object that) {
-    return that instanceof ExpectationCounter;
-  }
-
-  @Override
-  public boolean equals(Object o) {
-    return o instanceof ExpectationCounter
-        && ((ExpectationCounter) o).tally == tally
-        && ((ExpectationCounter) o).conditions.equals(conditions);
-  }
-
-  @Override
-  public int hashCode() {
-    return System.identityHashCode(tally) * 31 + conditions.hashCode();
   }
 }

@@ -1,7 +1,6 @@
 package io.sparkglass.sampling;
 
 import java.io.IOException;
-import java.io.Serializable;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.LinkOption;
@@ -59,9 +58,10 @@ import scala.jdk.javaapi.CollectionConverters;
  * digest is ever produced.
  *
  * <p>Written against Catalyst's classes as {@code io.sparkglass.extensions.NativeTapGate} is
- * (why it extends {@code Expression} and writes the case-class members by hand: see there).
+ * (why it extends {@code Expression}: see there; the case-class members: {@link
+ * CaseClassExpression}).
  */
-public final class RedactionHash extends Expression implements Serializable {
+public final class RedactionHash extends CaseClassExpression {
   private static final long serialVersionUID = 1L;
   /** The SQL function name. */
   public static final String NAME = "sg_redact_hash";
@@ -353,6 +353,11 @@ public final class RedactionHash extends Expression implements Serializable {
   }
 
   @Override
+  protected Object[] caseFields() {
+    return new Object[] {child};
+  }
+
+  @Override
   public Seq<Expression> children() {
     return seq(Collections.singletonList(child));
   }
@@ -360,33 +365,5 @@ public final class RedactionHash extends Expression implements Serializable {
   @Override
   public Expression withNewChildrenInternal(IndexedSeq<Expression> newChildren) {
     return new RedactionHash(newChildren.apply(0));
-  }
-
-  @Override
-  public int productArity() {
-    return 1;
-  }
-
-  @Override
-  public Object productElement(int n) {
-    if (n == 0) {
-      return child;
-    }
-    throw new IndexOutOfBoundsException(String.valueOf(n));
-  }
-
-  @Override
-  public boolean canEqual(Object that) {
-    return that instanceof RedactionHash;
-  }
-
-  @Override
-  public boolean equals(Object o) {
-    return o instanceof RedactionHash && ((RedactionHash) o).child.equals(child);
-  }
-
-  @Override
-  public int hashCode() {
-    return RedactionHash.class.hashCode() * 31 + child.hashCode();
   }
 }
