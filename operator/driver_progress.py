@@ -34,6 +34,10 @@ log = structlog.get_logger(__name__)
 
 #: Per-request timeout towards the driver, seconds: the pass holds the application's lock.
 PROGRESS_TIMEOUT_S = 3.0
+#: The most of the driver's metrics read, bytes: sixteen times what is published (the
+#: status keeps :data:`MAX_PROGRESS_BYTES` of the declared vertices); the driver is the
+#: application's code, and the operator reads it for every running application.
+MAX_PROGRESS_ANSWER_BYTES = 1024 * 1024
 #: Longest failed-query message kept in status (etcd objects are small; the driver log has
 #: the whole exception).
 MAX_FAILED_CHARS = 1000
@@ -115,7 +119,11 @@ async def read_progress(ctx: OperatorContext, app: dict[str, Any]) -> dict[str, 
     meta = app["metadata"]
     try:
         async with AsyncControlClient(
-            access.endpoint, access.token, timeout_s=PROGRESS_TIMEOUT_S, tls=access.tls
+            access.endpoint,
+            access.token,
+            timeout_s=PROGRESS_TIMEOUT_S,
+            tls=access.tls,
+            max_answer_bytes=MAX_PROGRESS_ANSWER_BYTES,
         ) as driver:
             metrics = await driver.progress()
     except (ControlError, ValueError) as exc:

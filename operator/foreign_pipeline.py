@@ -37,6 +37,10 @@ log = structlog.get_logger(__name__)
 
 #: Per-request timeout towards the driver, seconds (an event handler waits for it).
 PIPELINE_TIMEOUT_S = 3.0
+#: The most of the driver's answer read, bytes: four times what may be published (its JSON
+#: is re-encoded compactly first); the driver is the application's code, and a bigger
+#: answer could not be published anyway.
+MAX_PIPELINE_ANSWER_BYTES = 4 * MAX_FOREIGN_PIPELINE_BYTES
 #: The ConfigMap's role label (the service reads a ConfigMap by name and trusts it only
 #: with this label and the operator's owner reference).
 ROLE_PIPELINE = "pipeline"
@@ -83,7 +87,11 @@ async def read_pipeline(access: DriverAccess) -> dict[str, Any] | None:
         return None
     try:
         async with AsyncControlClient(
-            access.endpoint, access.token, timeout_s=PIPELINE_TIMEOUT_S, tls=access.tls
+            access.endpoint,
+            access.token,
+            timeout_s=PIPELINE_TIMEOUT_S,
+            tls=access.tls,
+            max_answer_bytes=MAX_PIPELINE_ANSWER_BYTES,
         ) as driver:
             description = await driver.pipeline()
     except (ControlError, ValueError) as exc:

@@ -304,6 +304,14 @@ def _vertices() -> _Call[list[str]]:
     return _to("vertices", {}, lambda raw: _VertexList.model_validate_json(raw).vertices)
 
 
+def _size(n: int) -> str:
+    """``n`` bytes as said in an error: in MiB or KiB when whole, else in bytes."""
+    for unit, factor in (("MiB", 1024 * 1024), ("KiB", 1024)):
+        if n % factor == 0:
+            return f"{n // factor} {unit}"
+    return f"{n} bytes"
+
+
 class _Protocol:
     """Request building and answer reading shared by the sync and the async client."""
 
@@ -315,10 +323,16 @@ class _Protocol:
         connect_timeout_s: float | None,
         tls: ControlTLS | None,
         shared_pool: bool,
+        max_answer_bytes: int = MAX_ANSWER_BYTES,
     ) -> None:
         for name, value in (("timeout_s", timeout_s), ("connect_timeout_s", connect_timeout_s)):
             if value is not None and not value > 0:
                 raise ValueError(f"{name}: expected seconds > 0, got {value!r}")
+        if not 0 < max_answer_bytes <= MAX_ANSWER_BYTES:
+            raise ValueError(
+                f"max_answer_bytes: expected 1..{MAX_ANSWER_BYTES} bytes, got {max_answer_bytes!r}"
+            )
+        self.max_answer_bytes = max_answer_bytes
         self.base_url = base_url.rstrip("/")
         self.tls = tls
         if tls is not None:
@@ -332,7 +346,10 @@ class _Protocol:
                     "tls and http are exclusive: build the shared pool with "
                     "verify=tls.ssl_context() and pass only http"
                 )
-        self._headers = {"Authorization": f"Bearer {token}"}
+        # The endpoint never compresses; an answer is read raw, so a compressed one (a
+        # hostile driver's small body that would inflate past the cap in one chunk) is
+        # refused instead of decoded.
+        self._headers = {"Authorization": f"Bearer {token}", "Accept-Encoding": "identity"}
         self._extensions = (
             {"sni_hostname": tls.server_name} if tls is not None and tls.server_name else {}
         )
@@ -358,9 +375,19 @@ class _Protocol:
             "extensions": self._extensions,
         }
 
+    def check_encoding(self, response: httpx.Response) -> None:
+        """Raise :class:`ControlUnavailable` for an answer in a ``Content-Encoding`` other
+        than ``identity`` (not asked for; its body is not read)."""
+        encoding = response.headers.get("content-encoding", "identity").strip().lower()
+        if encoding not in ("", "identity"):
+            raise ControlUnavailable(
+                f"driver control endpoint {self.base_url}: answer in Content-Encoding "
+                f"{encoding[:40]!r}, not asked for; not read"
+            )
+
     def capped(self, response: httpx.Response, body: bytes) -> httpx.Response:
-        """The answer rebuilt around the ``body`` read so far (already decoded, so no
-        ``Content-Encoding`` is carried over)."""
+        """The answer rebuilt around the ``body`` read so far (raw: no ``Content-Encoding``
+        was accepted, so none is carried over)."""
         return httpx.Response(
             response.status_code,
             headers={"content-type": response.headers.get("content-type", "application/json")},
@@ -371,7 +398,7 @@ class _Protocol:
     def too_large(self) -> ControlUnavailable:
         return ControlUnavailable(
             f"driver control endpoint {self.base_url}: answer larger than "
-            f"{MAX_ANSWER_BYTES // (1024 * 1024)} MiB; not read further"
+            f"{_size(self.max_answer_bytes)}; not read further"
         )
 
     def unreachable(self, exc: Exception) -> ControlUnavailable:
@@ -490,7 +517,8 @@ class ControlClient:
 
     ``timeout_s``: per request, seconds, bounding each of connecting, writing, reading and
     waiting for a pooled connection; ``connect_timeout_s`` (default ``timeout_s``) overrides
-    the connect phase. Answers are read up to :data:`MAX_ANSWER_BYTES`.
+    the connect phase. Answers are read up to ``max_answer_bytes`` (at most and by default
+    :data:`MAX_ANSWER_BYTES`; a caller that keeps only a small answer sets less).
     ``http``: a pool to share (e.g. across drivers); it is then not closed by :meth:`close`.
     ``tls``: how to verify an ``https://`` driver (:class:`ControlTLS`; not with ``http``,
     whose own ``verify`` then applies). Every call raises :class:`ControlUnavailable` (its
@@ -510,9 +538,16 @@ class ControlClient:
         connect_timeout_s: float | None = None,
         http: httpx.Client | None = None,
         tls: ControlTLS | None = None,
+        max_answer_bytes: int = MAX_ANSWER_BYTES,
     ) -> None:
         self._protocol = _Protocol(
-            base_url, token, timeout_s, connect_timeout_s, tls, shared_pool=http is not None
+            base_url,
+            token,
+            timeout_s,
+            connect_timeout_s,
+            tls,
+            shared_pool=http is not None,
+            max_answer_bytes=max_answer_bytes,
         )
         self._own = http is None
         self._http = http or httpx.Client(verify=self._protocol.verify())
@@ -539,10 +574,11 @@ class ControlClient:
         protocol = self._protocol
         try:
             with self._http.stream(**protocol.request(call)) as response:
+                protocol.check_encoding(response)
                 body = bytearray()
-                for chunk in response.iter_bytes():
+                for chunk in response.iter_raw():
                     body += chunk
-                    if len(body) > MAX_ANSWER_BYTES:
+                    if len(body) > protocol.max_answer_bytes:
                         raise protocol.too_large()
         except (httpx.HTTPError, httpx.InvalidURL) as exc:
             raise protocol.unreachable(exc) from None
@@ -674,9 +710,16 @@ class AsyncControlClient:
         connect_timeout_s: float | None = None,
         http: httpx.AsyncClient | None = None,
         tls: ControlTLS | None = None,
+        max_answer_bytes: int = MAX_ANSWER_BYTES,
     ) -> None:
         self._protocol = _Protocol(
-            base_url, token, timeout_s, connect_timeout_s, tls, shared_pool=http is not None
+            base_url,
+            token,
+            timeout_s,
+            connect_timeout_s,
+            tls,
+            shared_pool=http is not None,
+            max_answer_bytes=max_answer_bytes,
         )
         self._own = http is None
         self._http = http or httpx.AsyncClient(verify=self._protocol.verify())
@@ -703,10 +746,11 @@ class AsyncControlClient:
         protocol = self._protocol
         try:
             async with self._http.stream(**protocol.request(call)) as response:
+                protocol.check_encoding(response)
                 body = bytearray()
-                async for chunk in response.aiter_bytes():
+                async for chunk in response.aiter_raw():
                     body += chunk
-                    if len(body) > MAX_ANSWER_BYTES:
+                    if len(body) > protocol.max_answer_bytes:
                         raise protocol.too_large()
         except (httpx.HTTPError, httpx.InvalidURL) as exc:
             raise protocol.unreachable(exc) from None
