@@ -1,12 +1,14 @@
 """Memory benchmark: the service's peak RSS under rounds of the maximum result size.
 
-Default run (``make bench-memory``): a fake driver control endpoint (in this process, on
-loopback) whose rounds all return the largest result the contract allows, 5000 records of
-10000 characters (about 50 MB of JSON each); the service as a real ``sparkglass serve``
+Default run (``make bench-memory``): the tests' fake driver (``tests/support/scripted_driver.py``:
+the real control endpoint, in this process on loopback, over scripted executors) whose
+rounds all capture the largest result the contract allows, 5000 records of 10000
+characters (about 50 MB of JSON each); the service as a real ``sparkglass serve``
 process in local mode (SQLite store) in front of it. Then:
 
-1. 6 rounds of maximum size, on 6 vertices, all triggered at once and polled until done;
-2. 40 polls of those results (concurrent, spread over the 6 vertices).
+1. 5 rounds of maximum size, on 5 vertices, all triggered at once and polled until done
+   (5: the most rounds a driver runs at once; it refuses a sixth);
+2. 40 polls of those results (concurrent, spread over the 5 vertices).
 
 Peak RSS of the service process is its ``VmHWM`` from ``/proc/<pid>/status`` (the kernel's
 high-water mark, so nothing between two samples is missed). Writes
@@ -30,26 +32,33 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-import uuid
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
-import uvicorn
-from fastapi import FastAPI, Header, HTTPException, Query
-from fastapi.responses import JSONResponse, Response
 
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "src"))
 sys.path.insert(0, str(Path(__file__).parent))
-from provenance import run_info
+from provenance import run_info  # noqa: E402
+
+from sparkglass.runtime.contract.description import PipelineDescription  # noqa: E402
+from sparkglass.runtime.sampling.rounds import MAX_CONCURRENT_ROUNDS  # noqa: E402
+from tests.support.scripted_driver import (  # noqa: E402
+    ScriptedControl,
+    VertexScript,
+    serving,
+)
 
 RESULTS = Path(__file__).parent / "results" / "memory.json"
-REPO = Path(__file__).resolve().parents[1]
 DRIVER_TOKEN = "bench-driver-token"
 ADMIN_TOKEN = "bench-admin-token-0123456789"
-VERTICES = [f"v{i}" for i in range(6)]
+#: As many vertices as a driver runs rounds at once (MAX_CONCURRENT_ROUNDS).
+VERTICES = [f"v{i}" for i in range(MAX_CONCURRENT_ROUNDS)]
 RECORDS = 5000  # MAX_RECORDS_PER_RESPONSE
 RECORD_CHARS = 10000  # the longest max-record-length
 SUBTASKS = 5
@@ -61,113 +70,48 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _subtasks_json() -> list[str]:
-    """The ``samples`` entries of a maximum-size result, one JSON text per subtask (built
-    once)."""
+def _partitions() -> list[dict[str, Any]]:
+    """What the executors of every round captured: the maximum result, 5000 records of
+    10000 characters over 5 subtasks (distinct strings per record, as real rows are)."""
     per = RECORDS // SUBTASKS
     now = int(time.time() * 1000)
-    subtasks = []
-    for sub in range(SUBTASKS):
-        recs = []
-        for i in range(per):
-            # Distinct strings per record, as real rows are (no interning between them).
-            payload = f"{sub:02d}{i:06d}" + "x" * (RECORD_CHARS - 8)
-            recs.append(
+    return [
+        {
+            "subtaskIndex": sub,
+            "records": [
                 {
                     "sampleTimestamp": now + i,
-                    "data": payload,
-                    "dataType": "string",
+                    "data": f"{sub:02d}{i:06d}" + "x" * (RECORD_CHARS - 8),
                     "truncated": False,
                 }
-            )
-        subtasks.append(json.dumps({"subtaskIndex": sub, "records": recs}, separators=(",", ":")))
-    return subtasks
-
-
-def driver_app() -> FastAPI:
-    """A driver control endpoint whose every round returns the maximum result."""
-    api = FastAPI()
-    subtasks = _subtasks_json()
-    samples = "[" + ",".join(subtasks) + "]"
-    # maxRecords=1 as the driver cuts it (fair_truncate): one record, every subtask listed.
-    first = json.loads(subtasks[0])
-    one_record = [{"subtaskIndex": first["subtaskIndex"], "records": first["records"][:1]}] + [
-        {"subtaskIndex": i, "records": []} for i in range(1, SUBTASKS)
-    ]
-    pipeline = {
-        "name": "big",
-        "vertices": [{"name": "source", "kind": "source", "bounded": False}]
-        + [{"name": v, "inputs": ["source"]} for v in VERTICES],
-    }
-    rounds: dict[str, str] = {}
-
-    def auth(authorization: str | None) -> None:
-        if authorization != f"Bearer {DRIVER_TOKEN}":
-            raise HTTPException(401, "bad token")
-
-    @api.get("/api/v1/pipeline")
-    def get_pipeline(authorization: str | None = Header(None)) -> JSONResponse:
-        auth(authorization)
-        return JSONResponse(pipeline)
-
-    @api.get("/api/v1/settings")
-    def get_settings(authorization: str | None = Header(None)) -> JSONResponse:
-        auth(authorization)
-        return JSONResponse({"enabled": True})
-
-    @api.post("/api/v1/vertices/{vertex}/rounds")
-    def start(vertex: str, authorization: str | None = Header(None)) -> JSONResponse:
-        auth(authorization)
-        rid = uuid.uuid4().hex[:12]
-        rounds[rid] = vertex
-        return JSONResponse({"status": "PENDING", "roundId": rid}, status_code=202)
-
-    @api.get("/api/v1/rounds/{rid}")
-    def get_round(
-        rid: str,
-        authorization: str | None = Header(None),
-        max_records: int | None = Query(None, alias="maxRecords"),
-        subtask_index: int | None = Query(None, alias="subtaskIndex"),
-    ) -> Response:
-        auth(authorization)
-        if rid not in rounds:
-            raise HTTPException(404, "no round")
-        head = {
-            "status": "COMPLETE",
-            "roundId": rid,
-            "endTimestamp": int(time.time() * 1000),
-            "totalRecordCount": RECORDS,
+                for i in range(per)
+            ],
+            "droppedByRateLimit": 0,
+            "droppedByContention": 0,
         }
-        if max_records is not None:  # the driver's post-filter: the first records only
-            return JSONResponse({**head, "samples": one_record, "totalTruncated": True})
-        chosen = samples
-        if subtask_index is not None:  # the driver's post-filter: one subtask's records
-            chosen = f"[{subtasks[subtask_index]}]" if 0 <= subtask_index < SUBTASKS else "[]"
-        body = json.dumps(head)[:-1] + ',"samples":' + chosen + "}"
-        return Response(body.encode(), media_type="application/json")
-
-    return api
+        for sub in range(SUBTASKS)
+    ]
 
 
-class _DriverThread:
-    def __init__(self, app: FastAPI) -> None:
-        self.port = _free_port()
-        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning")
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
+@dataclass
+class MaximumResultDriver(ScriptedControl):
+    """The tests' fake driver (the real control endpoint over scripted executors) whose every
+    round on any of :data:`VERTICES` captures the maximum result."""
 
-    def __enter__(self) -> str:
-        self.thread.start()
-        deadline = time.monotonic() + 30
-        while not self.server.started:
-            if time.monotonic() > deadline:
-                raise RuntimeError("fake driver did not start")
-            time.sleep(0.05)
-        return f"http://127.0.0.1:{self.port}"
+    def vertex_names(self) -> list[str]:
+        return VERTICES
 
-    def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=10)
+    def script(self, vertex: str) -> VertexScript:
+        return VertexScript(partitions=_partitions, data_type="string", delay_s=0.1)
+
+    def description(self) -> PipelineDescription:
+        return PipelineDescription.model_validate(
+            {
+                "name": "big",
+                "vertices": [{"name": "source", "kind": "source", "bounded": False}]
+                + [{"name": v, "inputs": ["source"]} for v in VERTICES],
+            }
+        )
 
 
 def proc_status_kb(pid: int, field: str) -> int:
@@ -198,9 +142,20 @@ def _start_service(
     }
     log = (tmp / "service.log").open("wb")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "sparkglass", "serve", "--driver", f"big={driver_url}",
-         "--tokens-file", str(tokens)],
-        env=env, stdout=log, stderr=subprocess.STDOUT, cwd=tmp,
+        [
+            sys.executable,
+            "-m",
+            "sparkglass",
+            "serve",
+            "--driver",
+            f"big={driver_url}",
+            "--tokens-file",
+            str(tokens),
+        ],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        cwd=tmp,
     )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
@@ -221,9 +176,9 @@ def _start_service(
 def run(polls: int, target_mb: float, env_overrides: dict[str, str]) -> dict[str, Any]:
     """Start everything, drive the rounds and polls, return the figures."""
     headers = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
-    with tempfile.TemporaryDirectory(prefix="sg-membench-") as tmpdir, _DriverThread(
-        driver_app()
-    ) as driver_url:
+    driver = MaximumResultDriver(tokens={DRIVER_TOKEN})
+    with tempfile.TemporaryDirectory(prefix="sg-membench-") as tmpdir, serving(driver):
+        driver_url = driver.url
         proc, url = _start_service(driver_url, Path(tmpdir), env_overrides)
         try:
             baseline_kb = proc_status_kb(proc.pid, "VmRSS")
@@ -240,7 +195,7 @@ def run(polls: int, target_mb: float, env_overrides: dict[str, str]) -> dict[str
                         status = r.json()["status"]
                         if status != "PENDING":
                             if status != "COMPLETE":
-                                raise RuntimeError(f"{vertex}: round ended {status}")
+                                raise RuntimeError(f"{vertex}: round ended {r.text[:500]}")
                             return len(r.content)
                         if time.monotonic() > deadline:
                             raise RuntimeError(f"{vertex}: no result within 300 s")
