@@ -65,6 +65,7 @@ from sparkglass.runtime.contract.pipeline_metrics import (
 )
 from sparkglass.runtime.contract.plan import Optimizations, Plan
 from sparkglass.runtime.contract.planner import plan as plan_pipeline
+from sparkglass.runtime.failing_row import failing_row_in
 from sparkglass.runtime.optimizations.fusion import (
     ArrowBatchFunction,
     ArrowVertexFunction,
@@ -1121,8 +1122,12 @@ class Pipeline:
             for sink, q in self._queries.items():
                 if q.isActive:
                     active += 1
-                elif q.exception() is not None:
-                    failed = f"{sink}: {q.exception()}"[:MAX_FAILED_LENGTH]
+                elif (exc := q.exception()) is not None:
+                    # A Python vertex's failing row, when Spark's text carries one, says
+                    # more than the stack trace that would otherwise fill the reason.
+                    row = failing_row_in(str(exc))
+                    reason = row.summary() if row is not None else str(exc)
+                    failed = f"{sink}: {reason}"[:MAX_FAILED_LENGTH]
         snapshot.active_queries = active
         snapshot.failed = failed
         snapshot.expectations = expectation_counts

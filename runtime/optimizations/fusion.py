@@ -22,6 +22,8 @@ import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql.types import StructType
 
+from sparkglass.runtime.failing_row import failing_row_error
+
 #: What a Python batch vertex computes: one Arrow batch in, one out.
 ArrowBatchFunction = Callable[[pa.RecordBatch], pa.RecordBatch]
 
@@ -61,21 +63,34 @@ def run_fused(df: DataFrame, functions: Sequence[ArrowVertexFunction]) -> DataFr
     """
     if not functions:
         raise ValueError("run_fused needs at least one vertex function")
-    return df.mapInArrow(_pass(functions), functions[-1].schema)
+    from sparkglass.runtime.sampling.programs import redacted_column_names
+
+    return df.mapInArrow(_pass(functions, redacted_column_names(df)), functions[-1].schema)
 
 
 BatchPass = Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]
 
 
-def _pass(functions: Sequence[ArrowVertexFunction]) -> BatchPass:
-    """The ``mapInArrow`` function applying ``functions`` in order to each batch, no copies."""
+def _pass(functions: Sequence[ArrowVertexFunction], secrets: tuple[str, ...]) -> BatchPass:
+    """The ``mapInArrow`` function applying ``functions`` in order to each batch, no copies.
+    A function that raises fails the task naming the row it raised on
+    (:mod:`sparkglass.runtime.failing_row`; ``secrets``: the input's redacted columns)."""
     steps = [(f.name, f.fn, _schema_names(f.schema)) for f in functions]
     last = len(steps) - 1
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             for k, (name, fn, names) in enumerate(steps):
-                batch = fn(batch)
+                try:
+                    out = fn(batch)
+                except Exception as exc:
+                    error = failing_row_error(name, fn, batch, exc, secrets=secrets)
+                    if secrets:
+                        # The original's message may quote a redacted value: Spark would put
+                        # it in the failure text, its logs and the query's exception.
+                        raise error from None
+                    raise error from exc
+                batch = out
                 # Spark checks the last schema itself; inside the pass nobody would, and a
                 # wrong intermediate schema must fail as it would unfused, naming the vertex.
                 if k < last and names is not None and batch.schema.names != names:
