@@ -1067,6 +1067,10 @@ async def _follow_driver(p: _Pass, pod: dict[str, Any]) -> None:
         progress = await _read_progress(ctx, app, pod)
         if progress is not None:
             new["progress"] = progress  # its publishedAt dates the read once written
+            failed = progress.get("failed")
+            if failed and failed != (status.get("progress") or {}).get("failed"):
+                # One Event per new reason (a failing Python vertex's names its row).
+                _event(app, "Warning", "PipelineFailed", str(failed))
         elif record is not None:
             # Nothing written (no change, no answer): the interval still counts from here.
             record.progress_read_at = now
