@@ -62,8 +62,6 @@ MAX_REVIEWS_IN_FLIGHT = 32
 #: How long the driver may take to check a round (seconds). The API server waits for the
 #: webhook at most its ``timeoutSeconds`` (the chart sets 10): the answer must come first.
 DRIVER_CHECK_SECONDS = 5.0
-#: The most of the driver's answer to a round check read, bytes (a verdict: a few hundred).
-MAX_CHECK_ANSWER_BYTES = 64 * 1024
 #: Driver checks under way at once in one replica; past that a DataSample is admitted with a
 #: warning (a flood of reviews must not become a flood of calls to drivers).
 MAX_CONCURRENT_DRIVER_CHECKS = 8
@@ -261,7 +259,6 @@ class DataSampleReviewer:
                     access.token,
                     timeout_s=min(self.ctx.config.control_timeout_seconds, DRIVER_CHECK_SECONDS),
                     tls=access.tls,
-                    max_answer_bytes=MAX_CHECK_ANSWER_BYTES,
                 ) as client:
                     accepted = await asyncio.wait_for(
                         client.check_round(

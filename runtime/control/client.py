@@ -51,7 +51,11 @@ DEFAULT_TIMEOUT_S = 10.0
 #: full result of 5000 records of 10,000 characters, is about 50 MB of JSON, and a driver is
 #: the application's own code, so an endless or huge answer fails the call with
 #: :class:`ControlUnavailable` instead of holding the reader's memory.
-MAX_ANSWER_BYTES = 64 * 1024 * 1024
+MAX_ANSWER_BYTES = routes.FULL_RESULT_BYTES
+#: A whole call (connection, headers and body) ends within this many times its
+#: ``timeout_s``: httpx's timeouts bound each socket read, so a driver sending a byte now
+#: and then would otherwise hold the caller for as long as it likes.
+CALL_DEADLINE_FACTOR = 2
 
 T = TypeVar("T")
 
@@ -182,6 +186,8 @@ class _Call(Generic[T]):
     path: str
     params: dict[str, str | int]
     decode: Callable[[bytes], T]
+    #: The most of the answer read (the route's ``max_answer``).
+    max_answer: int
 
 
 @functools.cache
@@ -203,7 +209,7 @@ def _to(
 ) -> _Call[T]:
     """The call of route ``name`` (:data:`.routes.ROUTES`) with ``segments`` in its path."""
     target = routes.route(name)
-    return _Call(target.method, target.path(**segments), params, decode)
+    return _Call(target.method, target.path(**segments), params, decode, target.max_answer)
 
 
 def _reading(subtask_index: int | None, max_records: int | None) -> dict[str, str | int]:
@@ -304,6 +310,14 @@ def _vertices() -> _Call[list[str]]:
     return _to("vertices", {}, lambda raw: _VertexList.model_validate_json(raw).vertices)
 
 
+def _taken(body: bytearray) -> bytes:
+    """``body`` as bytes, the buffer emptied: the answer is held once, not twice, while it is
+    decoded."""
+    data = bytes(body)
+    body.clear()
+    return data
+
+
 def _size(n: int) -> str:
     """``n`` bytes as said in an error: in MiB or KiB when whole, else in bytes."""
     for unit, factor in (("MiB", 1024 * 1024), ("KiB", 1024)):
@@ -356,6 +370,7 @@ class _Protocol:
         self.timeout = httpx.Timeout(
             timeout_s, connect=timeout_s if connect_timeout_s is None else connect_timeout_s
         )
+        self.deadline_s = CALL_DEADLINE_FACTOR * timeout_s
 
     def verify(self) -> ssl.SSLContext | bool:
         """``verify`` of the client's own pool: the TLS anchor, else httpx's default trust
@@ -395,10 +410,20 @@ class _Protocol:
             request=response.request,
         )
 
-    def too_large(self) -> ControlUnavailable:
+    def cap(self, call: _Call[Any]) -> int:
+        """The most of ``call``'s answer read: its route's bound, or the client's if less."""
+        return min(call.max_answer, self.max_answer_bytes)
+
+    def too_large(self, call: _Call[Any]) -> ControlUnavailable:
         return ControlUnavailable(
             f"driver control endpoint {self.base_url}: answer larger than "
-            f"{_size(self.max_answer_bytes)}; not read further"
+            f"{_size(self.cap(call))}; not read further"
+        )
+
+    def too_slow(self) -> ControlUnavailable:
+        return ControlUnavailable(
+            f"driver control endpoint {self.base_url}: no whole answer within "
+            f"{self.deadline_s:g} s; not read further"
         )
 
     def unreachable(self, exc: Exception) -> ControlUnavailable:
@@ -517,8 +542,11 @@ class ControlClient:
 
     ``timeout_s``: per request, seconds, bounding each of connecting, writing, reading and
     waiting for a pooled connection; ``connect_timeout_s`` (default ``timeout_s``) overrides
-    the connect phase. Answers are read up to ``max_answer_bytes`` (at most and by default
-    :data:`MAX_ANSWER_BYTES`; a caller that keeps only a small answer sets less).
+    the connect phase. A whole call ends within :data:`CALL_DEADLINE_FACTOR` times
+    ``timeout_s`` (the sync client checks it at each chunk of the body; its headers are
+    bounded per read only). Answers are read up to their route's bound
+    (``Route.max_answer``), or ``max_answer_bytes`` if less (at most and by default
+    :data:`MAX_ANSWER_BYTES`).
     ``http``: a pool to share (e.g. across drivers); it is then not closed by :meth:`close`.
     ``tls``: how to verify an ``https://`` driver (:class:`ControlTLS`; not with ``http``,
     whose own ``verify`` then applies). Every call raises :class:`ControlUnavailable` (its
@@ -572,17 +600,23 @@ class ControlClient:
 
     def _send(self, call: _Call[T]) -> T:
         protocol = self._protocol
+        # Checked at each chunk of the body: a driver trickling its headers is bounded only
+        # by httpx's per-read timeout here (the async client bounds the whole call).
+        deadline = time.monotonic() + protocol.deadline_s
         try:
             with self._http.stream(**protocol.request(call)) as response:
                 protocol.check_encoding(response)
                 body = bytearray()
+                cap = protocol.cap(call)
                 for chunk in response.iter_raw():
                     body += chunk
-                    if len(body) > protocol.max_answer_bytes:
-                        raise protocol.too_large()
+                    if len(body) > cap:
+                        raise protocol.too_large(call)
+                    if time.monotonic() > deadline:
+                        raise protocol.too_slow()
         except (httpx.HTTPError, httpx.InvalidURL) as exc:
             raise protocol.unreachable(exc) from None
-        return protocol.interpret(call, protocol.capped(response, bytes(body)))
+        return protocol.interpret(call, protocol.capped(response, _taken(body)))
 
     def open_round(
         self,
@@ -745,19 +779,25 @@ class AsyncControlClient:
     async def _send(self, call: _Call[T]) -> T:
         protocol = self._protocol
         try:
-            async with self._http.stream(**protocol.request(call)) as response:
+            async with (
+                asyncio.timeout(protocol.deadline_s),
+                self._http.stream(**protocol.request(call)) as response,
+            ):
                 protocol.check_encoding(response)
                 body = bytearray()
+                cap = protocol.cap(call)
                 async for chunk in response.aiter_raw():
                     body += chunk
-                    if len(body) > protocol.max_answer_bytes:
-                        raise protocol.too_large()
+                    if len(body) > cap:
+                        raise protocol.too_large(call)
+        except TimeoutError:
+            raise protocol.too_slow() from None
         except (httpx.HTTPError, httpx.InvalidURL) as exc:
             raise protocol.unreachable(exc) from None
         # Decoding a large answer (a result, minutes of history) takes CPU time: off the
         # event loop, which the operator shares with every reconcile and its Lease.
         return await asyncio.to_thread(
-            protocol.interpret, call, protocol.capped(response, bytes(body))
+            protocol.interpret, call, protocol.capped(response, _taken(body))
         )
 
     async def open_round(

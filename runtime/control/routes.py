@@ -15,17 +15,25 @@ from urllib.parse import quote, unquote
 
 from sparkglass.runtime.contract.doc_sections import DocSection
 
+KIB, MIB = 1024, 1024 * 1024
+#: The most of a round's answer a client reads: a full result of 5000 records of 10,000
+#: characters is about 50 MB of JSON.
+FULL_RESULT_BYTES = 64 * MIB
+
 
 @dataclass(frozen=True)
 class Route:
     """One route: ``template`` with ``{name}`` segments (one path segment each, percent
-    decoded), the query parameters it reads, and what it answers (Markdown)."""
+    decoded), the query parameters it reads, what it answers (Markdown), and the most of that
+    answer a client reads (``max_answer``, bytes: past the largest valid answer, with room;
+    the driver is the application's own code, so a client stops there)."""
 
     name: str
     method: str
     template: str
     query: tuple[str, ...]
     answer: str
+    max_answer: int
 
     @property
     def pattern(self) -> re.Pattern[str]:
@@ -46,23 +54,26 @@ _ROUND_QUERY = ("samplingWindow", "kind", "filter", "columns", "expectation")
 _READ_QUERY = ("subtaskIndex", "maxRecords")
 
 ROUTES: tuple[Route, ...] = (
-    Route("healthz", "GET", "/healthz", (), '`{"status": "ok"}`; the only route without a token'),
-    Route("pipeline", "GET", "/api/v1/pipeline", (), "the pipeline description"),
+    Route(
+        "healthz", "GET", "/healthz", (), '`{"status": "ok"}`; the only route without a token',
+        KIB,
+    ),
+    Route("pipeline", "GET", "/api/v1/pipeline", (), "the pipeline description", 4 * MIB),
     Route(
         "settings", "GET", "/api/v1/settings", (),
-        "the sampling settings (camelCase, durations in ms)",
+        "the sampling settings (camelCase, durations in ms)", 64 * KIB,
     ),
     Route(
         "expectations", "GET", "/api/v1/expectations", (),
         '`{"expectations": [{vertex, name, action, passed, failed, passedLastBatch, '
-        "failedLastBatch}]}`",
+        "failedLastBatch}]}`", 8 * MIB,
     ),
-    Route("vertices", "GET", "/api/v1/vertices", (), '`{"vertices": [...]}`'),
+    Route("vertices", "GET", "/api/v1/vertices", (), '`{"vertices": [...]}`', MIB),
     Route(
         "progress", "GET", "/api/v1/progress", ("history",),
         "the pipeline's live metrics (`PipelineMetrics`, below); with `history=true` also "
         "their last minutes (`history`); 400 naming `history` for a value other than "
-        "`true`/`false`/`1`/`0`; 404 when no pipeline is attached",
+        "`true`/`false`/`1`/`0`; 404 when no pipeline is attached", 16 * MIB,
     ),
     Route(
         "open_round", "POST", "/api/v1/vertices/{vertex}/rounds",
@@ -70,23 +81,24 @@ ROUTES: tuple[Route, ...] = (
         "202 `PENDING` with `roundId`; with `idempotencyKey` (1–128 printable ASCII "
         "characters) a repeated request answers the round that key opened; 429 "
         "`FAILED`/`TOO_MANY_CONCURRENT_ROUNDS`; 200 `DISABLED`; 400 naming "
-        "`kind`/`filter`/`columns`/`expectation`",
+        "`kind`/`filter`/`columns`/`expectation`", FULL_RESULT_BYTES,
     ),
     Route(
         "round", "GET", "/api/v1/rounds/{roundId}", _READ_QUERY,
         "the round's result (`PENDING` while it runs); the last 200 finished rounds are kept",
+        FULL_RESULT_BYTES,
     ),
     Route(
         "data_sample", "GET", "/api/v1/vertices/{vertex}/data-sample",
         (*_READ_QUERY, *_ROUND_QUERY[1:]),
-        "lazy trigger + polling over the driver's per-vertex cache",
+        "lazy trigger + polling over the driver's per-vertex cache", FULL_RESULT_BYTES,
     ),
     Route(
         "round_check", "GET", "/api/v1/vertices/{vertex}/round-check", _ROUND_QUERY,
         'whether the open with these parameters would be taken, opening nothing: `{"accepted": '
         'true}`, `{"accepted": false}` when it would answer `DISABLED`, or the open\'s 400/404; '
         "503 while another check compiles (one at a time; the last 64 refusals are answered "
-        "from memory). The operator's admission webhook asks it",
+        "from memory). The operator's admission webhook asks it", 64 * KIB,
     ),
 )  # fmt: skip
 
@@ -116,10 +128,11 @@ def resolve(method: str, path: str) -> tuple[Route | None, dict[str, str], tuple
 
 def markdown_table() -> str:
     """The route table as Markdown (``docs/architecture.md``)."""
-    lines = ["| method | path | answer |", "|---|---|---|"]
+    lines = ["| method | path | answer | read up to |", "|---|---|---|---|"]
     for r in ROUTES:
         query = "[?" + "&".join(f"{q}=" for q in r.query) + "]" if r.query else ""
-        lines.append(f"| {r.method} | `{r.template}{query}` | {r.answer} |")
+        size = f"{r.max_answer // MIB} MiB" if r.max_answer >= MIB else f"{r.max_answer // KIB} KiB"
+        lines.append(f"| {r.method} | `{r.template}{query}` | {r.answer} | {size} |")
     return "\n".join(lines) + "\n"
 
 
