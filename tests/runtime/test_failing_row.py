@@ -42,7 +42,8 @@ def test_a_bounded_vertex_fails_its_task_naming_the_row(spark: Any) -> None:
             p.output("lucky").collect()
         p.stop()
     row = failing_row_in(str(failure.value))
-    assert row == FailingRow("lucky", '{"id": 7}', "ValueError: id 7 is unlucky"), str(failure.value)
+    expected = FailingRow("lucky", '{"id": 7}', "ValueError: id 7 is unlucky")
+    assert row == expected, str(failure.value)
 
 
 def test_with_redaction_rules_the_row_s_values_and_the_message_are_withheld(spark: Any) -> None:
