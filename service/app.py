@@ -37,6 +37,7 @@ from .driver_trust import DriverTrust
 from .execution import RoundExecutor
 from .execution.kubernetes import DataSampleExecutor, store_lookup
 from .execution.local import LocalDriverExecutor
+from .fresh_poll import FreshPollMiddleware
 from .kube import make_api_client
 from .lookups import forget_application
 from .metrics import ServiceMetrics
@@ -314,6 +315,9 @@ def create_app(
         minimum_size=settings.gzip_min_bytes,
         compresslevel=GZIP_LEVEL,
     )
+    # Inside the security middlewares: a fresh, unchanged poll answered 304 from memory
+    # (fresh_poll.py); everything else goes on to the routes.
+    app.add_middleware(FreshPollMiddleware, state=state, routes=samples.router.routes)
     app.add_middleware(
         BodyLimitMiddleware,
         max_bytes=settings.max_body_bytes,

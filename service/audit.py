@@ -25,6 +25,7 @@ from fastapi.exception_handlers import http_exception_handler
 from prometheus_client import CollectorRegistry, Counter
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.exceptions import HTTPException
+from starlette.types import Scope
 
 from .store import repository
 from .store.repository import AuditRecord
@@ -387,7 +388,13 @@ class AuditWriter:
 
 def client_of(request: Request) -> str | None:
     """The caller's address (host only: the port says nothing about who it is)."""
-    return request.client.host[:_MAX_CLIENT] if request.client else None
+    return client_of_scope(request.scope)
+
+
+def client_of_scope(scope: Scope) -> str | None:
+    """:func:`client_of` from an ASGI ``scope`` (for pure ASGI components)."""
+    client = scope.get("client")
+    return client[0][:_MAX_CLIENT] if client else None  # type: ignore[no-any-return]
 
 
 async def audit_denials(request: Request, exc: Exception) -> Response:

@@ -16,6 +16,7 @@ from typing import Annotated
 from fastapi import Depends, HTTPException, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
+from starlette.requests import HTTPConnection
 
 from .auth import AuthBackendError, Permission, Principal
 from .state import ServiceState
@@ -109,17 +110,16 @@ async def authorized_principal(
     a miss; the misses of many pollers at once share one call (:class:`SingleFlight`)."""
     if credentials is None or not credentials.credentials:
         raise UNAUTHORIZED
-    # Keyed by a hash, never by the token itself.
-    key = hashlib.sha256(credentials.credentials.encode()).hexdigest()
-    hit, principal = state.principal_cache.get(key)
-    if not hit or principal is None:
+    key = token_key(credentials.credentials)
+    principal = cached_principal(state, key)
+    if principal is None:
         principal = await state.principal_calls.run(
             key, functools.partial(authenticate, state, credentials)
         )
         state.principal_cache.set(key, principal, _principal_ttl(principal))
-    decision_key = (key, namespace, permission)
-    hit, allowed = state.decision_cache.get(decision_key)
-    if not hit:
+    allowed = cached_decision(state, key, namespace, permission)
+    if allowed is None:
+        decision_key = (key, namespace, permission)
         allowed = await state.decision_calls.run(
             decision_key, functools.partial(check, state, principal, namespace, permission)
         )
@@ -127,6 +127,33 @@ async def authorized_principal(
     if not allowed:
         raise FORBIDDEN
     return principal
+
+
+async def bearer_credentials(connection: HTTPConnection) -> HTTPAuthorizationCredentials | None:
+    """The request's bearer credentials exactly as the routes' :data:`BearerDep` reads them
+    (``None`` without a ``Bearer`` token): the same ``HTTPBearer``."""
+    return await _bearer(connection)
+
+
+def token_key(token: str) -> str:
+    """The key of ``token`` in the route layer's caches: its SHA-256, never the token."""
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def cached_principal(state: ServiceState, key: str) -> Principal | None:
+    """The principal the route layer's cache holds for the token of ``key``, or ``None``
+    (never asks the authenticator)."""
+    hit, principal = state.principal_cache.get(key)
+    return principal if hit else None
+
+
+def cached_decision(
+    state: ServiceState, key: str, namespace: str, permission: Permission
+) -> bool | None:
+    """The cached decision whether the token of ``key`` has ``permission`` in
+    ``namespace``, or ``None`` when none is cached (never asks the authenticator)."""
+    hit, allowed = state.decision_cache.get((key, namespace, permission))
+    return bool(allowed) if hit else None
 
 
 def _principal_ttl(principal: Principal) -> float:

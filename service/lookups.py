@@ -90,10 +90,15 @@ def _load_application(
     return app
 
 
+def has_vertex(app: Application, vertex: str) -> bool:
+    """Whether ``vertex`` is one of the application's vertices."""
+    return any(v.name == vertex for v in app.vertices)
+
+
 def vertex_or_404(app: Application, vertex: str) -> None:
     """404 naming the application's vertices unless ``vertex`` is one of them."""
-    names = [v.name for v in app.vertices]
-    if vertex not in names:
+    if not has_vertex(app, vertex):
+        names = [v.name for v in app.vertices]
         known = ", ".join(names) if names else "none"
         raise HTTPException(
             status.HTTP_404_NOT_FOUND,

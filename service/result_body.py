@@ -125,6 +125,18 @@ def not_modified_response(etag: str) -> Response:
     return Response(status_code=304, headers=validator_headers(etag))
 
 
+def conditional_answer(
+    head: DataSampleResult,
+    subtask_index: int | None,
+    max_records: int | None,
+    if_none_match: str | None,
+) -> tuple[str, Response | None]:
+    """The :func:`entity_tag` of ``head``'s body after the post-filters, and the ``304``
+    answering ``if_none_match`` when it names it (``None``: the body must be sent)."""
+    etag = entity_tag(head, subtask_index, max_records)
+    return etag, not_modified_response(etag) if not_modified(if_none_match, etag) else None
+
+
 def has_records(head: DataSampleResult) -> bool:
     """Whether the body of ``head`` needs records from the store."""
     return (
@@ -571,9 +583,9 @@ class ResultBodies:
         pool; a cached body is sent from the event loop, compressed when the client
         ``accept_gzip`` and the body was large enough to be compressed. ``scope`` names the
         application (``namespace/name``) the body is cached for."""
-        etag = entity_tag(head, subtask_index, max_records)
-        if not_modified(if_none_match, etag):
-            return not_modified_response(etag), 0
+        etag, unchanged = conditional_answer(head, subtask_index, max_records, if_none_match)
+        if unchanged is not None:
+            return unchanged, 0
         headers = validator_headers(etag)
         cacheable = head.status is not SampleStatus.PENDING and head.round_id is not None
         key: _BodyKey = (scope, etag, subtask_index, max_records)

@@ -17,7 +17,7 @@ from sparkglass.runtime.contract.sample_result import (
 )
 
 from ..audit import client_of
-from ..auth import Permission
+from ..auth import Permission, Principal
 from ..content_coding import accept_encoding, accepts_gzip
 from ..dependencies import (
     FORBIDDEN,
@@ -214,20 +214,42 @@ async def data_sample(
         scope=body_scope(app.namespace, app.name, app.api_version),
     )
     state.audit.record(
-        AuditRecord(
-            actor=principal.user,
-            action="trigger" if answer.started_round else "read",
-            namespace=namespace,
-            application=application,
-            vertex=vertex,
-            round_id=answer.started_round or result.round_id,
-            record_count=record_count,
-            status=result.status.value,
-            at=repository.now_ms(),
-            client=client_of(http_request),
+        poll_record(
+            principal,
+            namespace,
+            application,
+            vertex,
+            answer,
+            record_count,
+            client_of(http_request),
         )
     )
     return response
+
+
+def poll_record(
+    principal: Principal,
+    namespace: str,
+    application: str,
+    vertex: str,
+    answer: PollAnswer,
+    record_count: int,
+    client: str | None,
+) -> AuditRecord:
+    """The audit event of one data-sample poll answered with ``answer`` (a ``trigger`` when
+    it started a round, else a ``read``), ``record_count`` records sent (0 for a 304)."""
+    return AuditRecord(
+        actor=principal.user,
+        action="trigger" if answer.started_round else "read",
+        namespace=namespace,
+        application=application,
+        vertex=vertex,
+        round_id=answer.started_round or answer.result.round_id,
+        record_count=record_count,
+        status=answer.result.status.value,
+        at=repository.now_ms(),
+        client=client,
+    )
 
 
 def _unprocessable(field: str | None, message: str) -> RequestValidationError:
