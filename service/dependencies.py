@@ -22,6 +22,8 @@ from .auth import AuthBackendError, Permission, Principal
 from .state import ServiceState
 
 _bearer = HTTPBearer(auto_error=False, description="A bearer token (local token or Kubernetes)")
+#: The routes' bearer scheme (the fresh poll's fast path checks the route depends on it).
+bearer_scheme = _bearer
 
 UNAUTHORIZED = HTTPException(
     status.HTTP_401_UNAUTHORIZED,

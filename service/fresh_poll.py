@@ -32,6 +32,9 @@ apply to it as to the route.
 
 from __future__ import annotations
 
+from typing import Any
+
+from fastapi.dependencies.models import Dependant
 from starlette.datastructures import Headers, QueryParams
 from starlette.requests import HTTPConnection
 from starlette.responses import Response
@@ -40,12 +43,38 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .audit import client_of_scope
 from .auth import Permission
-from .dependencies import bearer_credentials, cached_decision, cached_principal, token_key
+from .dependencies import (
+    bearer_credentials,
+    bearer_scheme,
+    cached_decision,
+    cached_principal,
+    get_state,
+    token_key,
+)
 from .lookups import has_vertex
 from .result_body import conditional_answer
 from .routers import samples
 from .state import ServiceState
 from .store.repository import AuditRecord
+
+#: What the route's own dependencies are: the fast path decides as they do, so a route that
+#: gains another (a limit, a required header) must not be answered here.
+_ROUTE_DEPENDENCIES = frozenset({get_state, bearer_scheme})
+
+
+def _decides_as_expected(dependant: Dependant) -> bool:
+    """Whether the route depends on exactly what this module decides with (and nothing
+    added where the router was included)."""
+    calls = {d.call for d in dependant.dependencies}
+    return calls == _ROUTE_DEPENDENCIES and all(not d.dependencies for d in dependant.dependencies)
+
+
+def _query_params(dependant: Dependant) -> list[Any]:
+    """The query parameters ``dependant`` reads, its dependencies' included."""
+    found = list(dependant.query_params)
+    for sub in dependant.dependencies:
+        found.extend(_query_params(sub))
+    return found
 
 
 class FreshPollMiddleware:
@@ -69,9 +98,9 @@ class FreshPollMiddleware:
             for route in self._routes:
                 if getattr(route, "endpoint", None) is samples.data_sample:
                     dependant = getattr(route, "dependant", None)
-                    if dependant is None:
+                    if dependant is None or not _decides_as_expected(dependant):
                         return None
-                    self._narrowing = frozenset(p.alias for p in dependant.query_params)
+                    self._narrowing = frozenset(p.alias for p in _query_params(dependant))
                     self._route = route
                     break
         return self._route

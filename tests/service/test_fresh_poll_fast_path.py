@@ -230,3 +230,33 @@ def test_an_answer_no_longer_fresh_is_the_routes(
     # of its own), never the 304 of the fresh one.
     assert r.status_code == 200 and r.json()["stale"] is True
     assert r.headers["etag"] != etag
+
+
+def test_a_route_that_decides_with_more_is_never_answered_here() -> None:
+    """The fast path decides as the route's own dependencies do: a data-sample route that
+    gained one (a rate limit, a required header, one added where the router is included)
+    or reads a query parameter through one is left to FastAPI, whole."""
+    from fastapi import APIRouter, Depends, Query
+
+    from sparkglass.service.fresh_poll import FreshPollMiddleware
+
+    def refuse_all() -> None:
+        raise AssertionError("never called: the route is only looked up")
+
+    def reads_a_page(page: int = Query(0)) -> int:
+        return page
+
+    for extra in (refuse_all, reads_a_page):
+        router = APIRouter()
+        router.add_api_route(
+            "/api/v1/namespaces/{namespace}/applications/{application}/vertices/{vertex}/"
+            "data-sample",
+            samples.data_sample,
+            methods=["GET"],
+            dependencies=[Depends(extra)],
+        )
+        middleware = FreshPollMiddleware(None, None, router.routes)  # type: ignore[arg-type]
+        assert middleware._data_sample_route() is None, extra.__name__
+    # The route as the service has it is answered here.
+    real = FreshPollMiddleware(None, None, samples.router.routes)  # type: ignore[arg-type]
+    assert real._data_sample_route() is not None
