@@ -74,19 +74,27 @@ def failing_row_error(
     ``fn`` is run on each row of ``batch`` in turn until one raises (the rows before it are
     run for nothing: the task fails anyway). ``secrets``: the input's columns redaction
     rules name; any withholds the row's values and the error's message (module docstring)."""
-    found: FailingRow | None = None
-    withheld = bool(secrets)
     for i in range(batch.num_rows):
         row = batch.slice(i, 1)
         try:
             fn(row)
         except Exception as exc:
-            record = row.to_pylist()[0]
-            text = _row_text(record, withheld)
-            found = FailingRow(vertex, text, error_text(exc, record, secrets))
-            break
-    if found is None:
-        found = FailingRow(vertex, "", error_text(error, {}, secrets), found=False)
+            return record_error(vertex, row.to_pylist()[0], exc, secrets=secrets)
+    found = FailingRow(vertex, "", error_text(error, {}, secrets), found=False)
+    return _error(found)
+
+
+def record_error(
+    vertex: str, record: dict[str, Any], error: BaseException, *, secrets: tuple[str, ...]
+) -> FailingRowError:
+    """The error to fail the task with when ``error`` was raised on ``record`` at ``vertex``
+    (a Python vertex's row, an async vertex's request that failed for good); ``secrets`` as
+    for :func:`failing_row_error`."""
+    text = _row_text(record, bool(secrets))
+    return _error(FailingRow(vertex, text, error_text(error, record, secrets)))
+
+
+def _error(found: FailingRow) -> FailingRowError:
     payload = {"vertex": found.vertex, "row": found.row, "error": found.error, "found": found.found}
     return FailingRowError(MARK + json.dumps(payload))
 

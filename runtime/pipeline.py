@@ -1249,11 +1249,8 @@ class Pipeline:
                 on_timeout=on_timeout,
                 output_schema=output_schema,
                 on_failure=on_failure,
-                secret_columns=(
-                    redacted_column_names(df)
-                    if OnFailure(on_failure) is OnFailure.EMIT_ERROR
-                    else ()
-                ),
+                secret_columns=redacted_column_names(df),
+                vertex=name,
             )
 
         return self.vertex(name, input, build, python=True)

@@ -39,6 +39,7 @@ from sparkglass.runtime.async_ops.retry import (
 )
 from sparkglass.runtime.async_ops.worker_loop import AsyncFunction, opened_function, worker_loop
 from sparkglass.runtime.contract.error_rows import ERROR_COLUMN, OnFailure, error_text
+from sparkglass.runtime.failing_row import record_error
 from sparkglass.runtime.python_errors import error_row
 
 __all__ = [
@@ -91,6 +92,8 @@ class _Plan:
     fn: RecordFunction
     options: AsyncOptions
     schema: StructType
+    #: The pipeline's vertex: a request failing for good then fails its task naming it.
+    vertex: str | None = None
 
 
 # --------------------------------------------------------------------------- driver side
@@ -115,6 +118,7 @@ def async_map(
     max_batch_rows: int = 10_000,
     on_failure: OnFailure | str = OnFailure.FAIL,
     secret_columns: tuple[str, ...] = (),
+    vertex: str | None = None,
 ) -> DataFrame:
     """``df`` mapped through ``await fn(record)``, at most ``capacity`` requests of one task
     outstanding at a time.
@@ -127,7 +131,10 @@ def async_map(
     the output then has the extra string column ``__sg_error``, see below).
     ``secret_columns``: the input columns a redaction rule names; when there are any, an
     error row's message is withheld
-    (:func:`~sparkglass.runtime.contract.error_rows.error_text`).
+    (:func:`~sparkglass.runtime.contract.error_rows.error_text`). ``vertex``: the pipeline's
+    vertex name; with it a request failing for good fails its task with
+    :class:`~sparkglass.runtime.failing_row.FailingRowError` naming its record (values
+    withheld under ``secret_columns``), without it with :class:`AsyncRequestError`.
     Raises :class:`AsyncConfigError` for a bad parameter, ``TypeError`` if ``fn`` is not
     an async callable. Works on batch and streaming DataFrames.
 
@@ -184,7 +191,7 @@ def async_map(
         if ERROR_COLUMN in schema.names:
             raise AsyncConfigError(f"output_schema may not have a column named {ERROR_COLUMN!r}")
         schema = StructType([*schema.fields, StructField(ERROR_COLUMN, StringType(), True)])
-    plan = _Plan(key=uuid.uuid4().hex, fn=fn, options=options, schema=schema)
+    plan = _Plan(key=uuid.uuid4().hex, fn=fn, options=options, schema=schema, vertex=vertex)
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         return run_partition(plan, batches)
@@ -222,11 +229,12 @@ def _resolve_schema(df: DataFrame, schema: OutputSchema) -> StructType:
 class _Failure:
     """A request's final exception, carried from the loop thread to the task thread."""
 
-    __slots__ = ("attempts", "error")
+    __slots__ = ("attempts", "error", "record")
 
-    def __init__(self, error: BaseException, attempts: int) -> None:
+    def __init__(self, error: BaseException, attempts: int, record: Record | None = None) -> None:
         self.error = error
         self.attempts = attempts
+        self.record = record
 
 
 class _ErrorRow:
@@ -348,7 +356,7 @@ class _TaskRun:
             message = error_text(failure, record, self.options.secret_columns)
             schema = self.arrow_schema if self.arrow_schema is not None else ()
             return _ErrorRow(error_row(record, schema, message))
-        return _Failure(exc, attempts.count)
+        return _Failure(exc, attempts.count, record)
 
     def _complete(self, index: int, outcome: Any) -> None:
         if isinstance(outcome, _Failure):
@@ -438,6 +446,22 @@ def _request_error(failure: _Failure) -> AsyncRequestError:
     )
 
 
+def _task_error(plan: _Plan, failure: _Failure) -> Exception:
+    """What fails the task for ``failure``: the request's error, or in a pipeline (the plan
+    names its vertex) the record it failed on with it (:mod:`sparkglass.runtime.failing_row`;
+    the original is not chained when redaction rules apply: its message may quote a value)."""
+    error = _request_error(failure)
+    if plan.vertex is None or failure.record is None:
+        if error is not failure.error:
+            error.__cause__ = failure.error
+        return error
+    secrets = plan.options.secret_columns
+    failing = record_error(plan.vertex, failure.record, error, secrets=secrets)
+    failing.__cause__ = None if secrets else failure.error
+    failing.__suppress_context__ = True
+    return failing
+
+
 def run_partition(plan: _Plan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """The ``mapInArrow`` body: one task's input batches in, output batches out.
 
@@ -457,7 +481,7 @@ def run_partition(plan: _Plan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa
         while True:
             kind, payload = run.events.get()
             if kind == "error":
-                raise _request_error(payload) from payload.error
+                raise _task_error(plan, payload)
             if kind in ("rows", "done") and payload:
                 yield pa.RecordBatch.from_pylist(payload, schema=arrow_schema)
             if kind == wanted:

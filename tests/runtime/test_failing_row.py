@@ -121,3 +121,26 @@ def test_a_long_row_is_cut_and_other_failures_carry_none() -> None:
     assert row is not None and len(row.row) == 600 and row.row.endswith("…")
     assert failing_row_in("Job aborted due to stage failure: executor lost") is None
     assert failing_row_in(MARK + '{"vertex": "cut') is None
+
+
+async def no_seven_async(record: dict[str, Any]) -> dict[str, Any]:
+    if record["id"] == 7:
+        raise ValueError("id 7 is unlucky")
+    return record
+
+
+def test_an_async_request_failing_for_good_fails_its_task_naming_the_record(spark: Any) -> None:
+    with spark_conf(spark, {REDACT_KEY: None}):
+        p = Pipeline("failing-row-async", spark)
+        p.source("ids", spark.range(0, 20, numPartitions=2))
+        p.async_vertex("lookup", "ids", no_seven_async, capacity=4)
+        with pytest.raises(Exception) as failure:
+            p.output("lookup").collect()
+        p.stop()
+    row = failing_row_in(str(failure.value))
+    expected = FailingRow(
+        "lookup",
+        '{"id": 7}',
+        "AsyncRequestError: async request failed after 1 attempt(s): ValueError: id 7 is unlucky",
+    )
+    assert row == expected, str(failure.value)
