@@ -73,30 +73,42 @@ def failing_row_error(
     """The error to fail the task with, after ``fn(batch)`` raised ``error`` at ``vertex``:
     ``fn`` is run on each row of ``batch`` in turn until one raises (the rows before it are
     run for nothing: the task fails anyway). ``secrets``: the input's columns redaction
-    rules name; any withholds the row's values and the error's message (module docstring)."""
+    rules name; any withholds the row's values and the error's message (module docstring).
+    Chained to ``error`` as :func:`record_error` chains."""
     for i in range(batch.num_rows):
         row = batch.slice(i, 1)
         try:
             fn(row)
         except Exception as exc:
-            return record_error(vertex, row.to_pylist()[0], exc, secrets=secrets)
+            return record_error(vertex, row.to_pylist()[0], exc, secrets=secrets, cause=error)
     found = FailingRow(vertex, "", error_text(error, {}, secrets), found=False)
-    return _error(found)
+    return _error(found, error, secrets)
 
 
 def record_error(
-    vertex: str, record: dict[str, Any], error: BaseException, *, secrets: tuple[str, ...]
+    vertex: str,
+    record: dict[str, Any],
+    error: BaseException,
+    *,
+    secrets: tuple[str, ...],
+    cause: BaseException | None = None,
 ) -> FailingRowError:
     """The error to fail the task with when ``error`` was raised on ``record`` at ``vertex``
     (a Python vertex's row, an async vertex's request that failed for good); ``secrets`` as
-    for :func:`failing_row_error`."""
+    for :func:`failing_row_error`. Chained to ``cause`` (default ``error``), except under
+    redaction rules: the original's message may quote a redacted value, and Spark would put
+    it in the failure text, its logs and the query's exception."""
     text = _row_text(record, bool(secrets))
-    return _error(FailingRow(vertex, text, error_text(error, record, secrets)))
+    found = FailingRow(vertex, text, error_text(error, record, secrets))
+    return _error(found, error if cause is None else cause, secrets)
 
 
-def _error(found: FailingRow) -> FailingRowError:
+def _error(found: FailingRow, cause: BaseException, secrets: tuple[str, ...]) -> FailingRowError:
     payload = {"vertex": found.vertex, "row": found.row, "error": found.error, "found": found.found}
-    return FailingRowError(MARK + json.dumps(payload))
+    failing = FailingRowError(MARK + json.dumps(payload))
+    failing.__cause__ = None if secrets else cause
+    failing.__suppress_context__ = True  # raised while handling the original: not shown
+    return failing
 
 
 def failing_row_in(text: str) -> FailingRow | None:

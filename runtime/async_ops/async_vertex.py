@@ -448,18 +448,15 @@ def _request_error(failure: _Failure) -> AsyncRequestError:
 
 def _task_error(plan: _Plan, failure: _Failure) -> Exception:
     """What fails the task for ``failure``: the request's error, or in a pipeline (the plan
-    names its vertex) the record it failed on with it (:mod:`sparkglass.runtime.failing_row`;
-    the original is not chained when redaction rules apply: its message may quote a value)."""
+    names its vertex) the record it failed on with it (:mod:`sparkglass.runtime.failing_row`,
+    which also decides what is chained)."""
     error = _request_error(failure)
     if plan.vertex is None or failure.record is None:
         if error is not failure.error:
             error.__cause__ = failure.error
         return error
     secrets = plan.options.secret_columns
-    failing = record_error(plan.vertex, failure.record, error, secrets=secrets)
-    failing.__cause__ = None if secrets else failure.error
-    failing.__suppress_context__ = True
-    return failing
+    return record_error(plan.vertex, failure.record, error, secrets=secrets, cause=failure.error)
 
 
 def run_partition(plan: _Plan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

@@ -318,14 +318,6 @@ def _taken(body: bytearray) -> bytes:
     return data
 
 
-def _size(n: int) -> str:
-    """``n`` bytes as said in an error: in MiB or KiB when whole, else in bytes."""
-    for unit, factor in (("MiB", 1024 * 1024), ("KiB", 1024)):
-        if n % factor == 0:
-            return f"{n // factor} {unit}"
-    return f"{n} bytes"
-
-
 class _Protocol:
     """Request building and answer reading shared by the sync and the async client."""
 
@@ -417,7 +409,7 @@ class _Protocol:
     def too_large(self, call: _Call[Any]) -> ControlUnavailable:
         return ControlUnavailable(
             f"driver control endpoint {self.base_url}: answer larger than "
-            f"{_size(self.cap(call))}; not read further"
+            f"{routes.size_text(self.cap(call))}; not read further"
         )
 
     def too_slow(self) -> ControlUnavailable:

@@ -126,13 +126,22 @@ def resolve(method: str, path: str) -> tuple[Route | None, dict[str, str], tuple
     return None, {}, tuple(methods)
 
 
+def size_text(n: int) -> str:
+    """``n`` bytes as the docs and errors say it: in MiB or KiB when whole, else in bytes."""
+    for unit, factor in (("MiB", MIB), ("KiB", KIB)):
+        if n % factor == 0:
+            return f"{n // factor} {unit}"
+    return f"{n} bytes"
+
+
 def markdown_table() -> str:
     """The route table as Markdown (``docs/architecture.md``)."""
     lines = ["| method | path | answer | read up to |", "|---|---|---|---|"]
     for r in ROUTES:
         query = "[?" + "&".join(f"{q}=" for q in r.query) + "]" if r.query else ""
-        size = f"{r.max_answer // MIB} MiB" if r.max_answer >= MIB else f"{r.max_answer // KIB} KiB"
-        lines.append(f"| {r.method} | `{r.template}{query}` | {r.answer} | {size} |")
+        lines.append(
+            f"| {r.method} | `{r.template}{query}` | {r.answer} | {size_text(r.max_answer)} |"
+        )
     return "\n".join(lines) + "\n"
 
 

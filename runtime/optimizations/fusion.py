@@ -84,12 +84,8 @@ def _pass(functions: Sequence[ArrowVertexFunction], secrets: tuple[str, ...]) ->
                 try:
                     out = fn(batch)
                 except Exception as exc:
-                    error = failing_row_error(name, fn, batch, exc, secrets=secrets)
-                    if secrets:
-                        # The original's message may quote a redacted value: Spark would put
-                        # it in the failure text, its logs and the query's exception.
-                        raise error from None
-                    raise error from exc
+                    # Chained (or, under redaction rules, not) by failing_row_error itself.
+                    raise failing_row_error(name, fn, batch, exc, secrets=secrets)  # noqa: B904
                 batch = out
                 # Spark checks the last schema itself; inside the pass nobody would, and a
                 # wrong intermediate schema must fail as it would unfused, naming the vertex.
