@@ -16,11 +16,7 @@ the driver, for the sync client (the service and the CLI) and the async one (the
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
 
 import pytest
 
@@ -30,55 +26,20 @@ from sparkglass.runtime.control.client import (
     ControlClient,
     ControlUnavailable,
 )
+from tests.support.flooding_driver import MIB, Flood, flooding
 
 pytestmark = pytest.mark.timeout(120)
 
-MIB = 1024 * 1024
 #: What the hostile driver offers (it stops there so that the test ends on today's code).
 OFFERED = 160 * MIB
 #: The most a capped client may read: the largest valid answer plus slack.
 READ_AT_MOST = 100 * MIB
 
 
-@dataclass
-class Flood:
-    url: str = ""
-    sent: int = 0
-    closed_early: bool = False
-
-
 @pytest.fixture()
 def flood() -> Iterator[Flood]:
-    seen = Flood()
-
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def do_POST(self) -> None:
-            self.send_response(202)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Transfer-Encoding", "chunked")
-            self.end_headers()
-            chunk = b'{"status":"PENDING","roundId":"' + b"x" * MIB
-            try:
-                while seen.sent < OFFERED:
-                    self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
-                    seen.sent += len(chunk)
-                    chunk = b"x" * MIB
-                self.wfile.write(b"0\r\n\r\n")
-            except OSError:
-                seen.closed_early = True
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    seen.url = f"http://127.0.0.1:{server.server_address[1]}"
-    yield seen
-    server.shutdown()
-    server.server_close()
+    with flooding(OFFERED, head=b'{"status":"PENDING","roundId":"') as served:
+        yield served
 
 
 def test_a_driver_answer_past_the_cap_is_not_read_whole(flood: Flood) -> None:

@@ -30,17 +30,18 @@ import httpx
 import pytest
 from cryptography.fernet import Fernet
 
-from sparkglass.service import dependencies
 from sparkglass.service.app import create_app
 from sparkglass.service.auth import Permission, Principal
 from sparkglass.service.catalog import register_local_application
 from sparkglass.service.dependencies import DECISION_TTL_S
-from sparkglass.service.routers import samples
 from sparkglass.service.settings import Settings
 from sparkglass.service.state import ServiceState
 from sparkglass.service.store.repository import AuditRecord, issue_token, revoke_token
 from tests.service.fake_driver import TOKEN as DRIVER_TOKEN
 from tests.service.fake_driver import FakeDriver, ServerThread
+from tests.support.fresh_poll import long_decisions as long_decisions
+from tests.support.fresh_poll import recorded_audit
+from tests.support.fresh_poll import route_calls as route_calls
 
 STORE_KEY = Fernet.generate_key().decode()
 ALICE = "alice-token-0123456789"  # reads and samples in team-a
@@ -114,20 +115,6 @@ def driver() -> Iterator[FakeDriver]:
 
 
 @pytest.fixture
-def route_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The polls the route answered (the fast path answers without asking it)."""
-    calls: list[str] = []
-    real = samples.authorized_principal
-
-    async def counting(*args: Any) -> Any:
-        calls.append(args[2])
-        return await real(*args)
-
-    monkeypatch.setattr(samples, "authorized_principal", counting)
-    return calls
-
-
-@pytest.fixture
 def start_service(tmp_path: Path, driver: FakeDriver) -> Iterator[Callable[..., Service]]:
     """The service under uvicorn with ``flights`` in ``team-a`` and ``team-b`` and
     ``other`` in ``team-a`` (``table=False``: local tokens, ``flights`` in ``local``)."""
@@ -155,14 +142,7 @@ def start_service(tmp_path: Path, driver: FakeDriver) -> Iterator[Callable[..., 
             register_local_application(
                 state.sessions, name, driver.url, DRIVER_TOKEN, namespace=namespace
             )
-        audited: list[AuditRecord] = []
-        real = state.audit.record
-
-        def recording(event: AuditRecord) -> None:
-            audited.append(event)
-            real(event)
-
-        state.audit.record = recording  # type: ignore[method-assign]
+        audited = recorded_audit(state)
         server = ServerThread(app).__enter__()
         service = Service(
             state, httpx.Client(base_url=server.url, timeout=30), authenticator, audited
@@ -176,13 +156,6 @@ def start_service(tmp_path: Path, driver: FakeDriver) -> Iterator[Callable[..., 
         assert service.state.coordinator.wait_idle(10)
         server.__exit__(None, None, None)
         service.state.sessions.kw["bind"].dispose()
-
-
-@pytest.fixture
-def long_decisions(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The route layer's caches hold for the test's length, so that every conditional poll
-    of an allowed principal is the fast path's (a slow machine must not make it the route's)."""
-    monkeypatch.setattr(dependencies, "DECISION_TTL_S", 60.0)
 
 
 def _alice_fast_304(svc: Service, route_calls: list[str]) -> str:

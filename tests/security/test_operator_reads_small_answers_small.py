@@ -16,13 +16,9 @@ compressed one is refused unread. A real HTTP listener on 127.0.0.1 plays the dr
 
 from __future__ import annotations
 
-import contextlib
+import functools
 import gzip
-import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
 
 import pytest
 
@@ -34,10 +30,10 @@ from sparkglass.runtime.control.client import (
     ControlClient,
     ControlUnavailable,
 )
+from tests.support.flooding_driver import MIB, Flood, flooding
 
 pytestmark = pytest.mark.timeout(120)
 
-MIB = 1024 * 1024
 #: What the hostile driver offers, past the client's general cap.
 OFFERED = 96 * MIB
 #: The most the listener may get rid of against a 1 MiB cap: the cap plus the sockets'
@@ -45,60 +41,19 @@ OFFERED = 96 * MIB
 SENT_AT_MOST = 24 * MIB
 
 
-@dataclass
-class HostileDriver:
-    url: str = ""
-    sent: int = 0
-    #: Accept-Encoding of each request.
-    accepted: list[str | None] = field(default_factory=list)
-    bomb: bool = False
+@functools.cache
+def bomb() -> bytes:
+    """64 MiB of a JSON string, gzip'd to well under one MiB."""
+    return gzip.compress(b'{"vertices":[],"edges":[],"x":"' + b"0" * (64 * MIB) + b'"}')
 
 
 @pytest.fixture()
-def driver() -> Iterator[HostileDriver]:
-    seen = HostileDriver()
-    # 64 MiB of a JSON string, gzip'd to well under one MiB.
-    bomb = gzip.compress(b'{"vertices":[],"edges":[],"x":"' + b"0" * (64 * MIB) + b'"}')
-
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def do_GET(self) -> None:
-            seen.accepted.append(self.headers.get("Accept-Encoding"))
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            if seen.bomb:
-                self.send_header("Content-Encoding", "gzip")
-                self.send_header("Content-Length", str(len(bomb)))
-                self.end_headers()
-                with contextlib.suppress(OSError):
-                    self.wfile.write(bomb)
-                return
-            self.send_header("Transfer-Encoding", "chunked")
-            self.end_headers()
-            chunk = b'{"vertices":[{"name":"' + b"x" * MIB
-            try:
-                while seen.sent < OFFERED:
-                    self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
-                    seen.sent += len(chunk)
-                    chunk = b"x" * MIB
-                self.wfile.write(b"0\r\n\r\n")
-            except OSError:
-                pass
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    seen.url = f"http://127.0.0.1:{server.server_address[1]}"
-    yield seen
-    server.shutdown()
-    server.server_close()
+def driver() -> Iterator[Flood]:
+    with flooding(OFFERED, head=b'{"vertices":[{"name":"') as served:
+        yield served
 
 
-async def test_the_pipeline_read_stops_at_its_own_cap(driver: HostileDriver) -> None:
+async def test_the_pipeline_read_stops_at_its_own_cap(driver: Flood) -> None:
     assert MAX_PIPELINE_ANSWER_BYTES <= MIB < SENT_AT_MOST < MAX_ANSWER_BYTES
     description = await read_pipeline(DriverAccess(driver.url, "token", None))
     assert description is None  # unavailable, as any driver failure
@@ -107,9 +62,9 @@ async def test_the_pipeline_read_stops_at_its_own_cap(driver: HostileDriver) -> 
 
 
 async def test_a_compressed_answer_is_refused_unread_by_the_async_client(
-    driver: HostileDriver,
+    driver: Flood,
 ) -> None:
-    driver.bomb = True
+    driver.bomb = bomb()
     async with AsyncControlClient(driver.url, "token") as client:
         with pytest.raises(ControlUnavailable, match="Content-Encoding 'gzip'"):
             await client.pipeline()
@@ -117,8 +72,8 @@ async def test_a_compressed_answer_is_refused_unread_by_the_async_client(
     assert driver.accepted == ["identity", "identity"]
 
 
-def test_a_compressed_answer_is_refused_unread_by_the_sync_client(driver: HostileDriver) -> None:
-    driver.bomb = True
+def test_a_compressed_answer_is_refused_unread_by_the_sync_client(driver: Flood) -> None:
+    driver.bomb = bomb()
     with (
         ControlClient(driver.url, "token") as client,
         pytest.raises(ControlUnavailable, match="Content-Encoding 'gzip'"),

@@ -19,11 +19,7 @@ plays the driver; it counts what it got rid of before the service closed the con
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
 
 import pytest
 
@@ -32,10 +28,10 @@ from sparkglass.service.catalog import CatalogError, fetch_driver_pipeline
 from sparkglass.service.driver_liveness import DriverLiveness, _Target
 from sparkglass.service.pipeline_progress import PipelineProgressReader, ProgressUnavailable
 from sparkglass.service.store.orm import Application
+from tests.support.flooding_driver import MIB, Flood, flooding
 
 pytestmark = pytest.mark.timeout(120)
 
-MIB = 1024 * 1024
 #: What the hostile driver offers: past the general cap.
 OFFERED = 72 * MIB
 #: The most the listener may get rid of against a cap of 1 MiB or less: the cap plus the
@@ -43,47 +39,14 @@ OFFERED = 72 * MIB
 SENT_AT_MOST = 24 * MIB
 
 
-@dataclass
-class HostileDriver:
-    url: str = ""
-    sent: int = 0
-
-
 @pytest.fixture()
-def driver() -> Iterator[HostileDriver]:
-    seen = HostileDriver()
-
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def do_GET(self) -> None:
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Transfer-Encoding", "chunked")
-            self.end_headers()
-            # Not JSON from the first byte: should it all be read, parsing it costs nothing.
-            chunk = b"x" * MIB
-            try:
-                while seen.sent < OFFERED:
-                    self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
-                    seen.sent += len(chunk)
-                self.wfile.write(b"0\r\n\r\n")
-            except OSError:
-                pass
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    seen.url = f"http://127.0.0.1:{server.server_address[1]}"
-    yield seen
-    server.shutdown()
-    server.server_close()
+def driver() -> Iterator[Flood]:
+    # Not JSON from the first byte: should it all be read, parsing it costs nothing.
+    with flooding(OFFERED) as served:
+        yield served
 
 
-def test_the_liveness_probe_stops_at_a_small_cap(driver: HostileDriver) -> None:
+def test_the_liveness_probe_stops_at_a_small_cap(driver: Flood) -> None:
     assert SENT_AT_MOST < MAX_ANSWER_BYTES < OFFERED
     liveness = DriverLiveness(None, probe_timeout_s=30)  # type: ignore[arg-type]
     target = _Target(id=1, namespace="local", name="hostile", run=1, driver_url=driver.url)
@@ -91,7 +54,7 @@ def test_the_liveness_probe_stops_at_a_small_cap(driver: HostileDriver) -> None:
     assert driver.sent <= SENT_AT_MOST, f"the probe of a settings object read {driver.sent} B"
 
 
-def test_the_metrics_read_stops_at_a_small_cap(driver: HostileDriver) -> None:
+def test_the_metrics_read_stops_at_a_small_cap(driver: Flood) -> None:
     reader = PipelineProgressReader()
     app = Application(namespace="local", name="hostile", driver_url=driver.url)
     try:
@@ -102,7 +65,7 @@ def test_the_metrics_read_stops_at_a_small_cap(driver: HostileDriver) -> None:
     assert driver.sent <= SENT_AT_MOST, f"a metrics read read {driver.sent} B"
 
 
-def test_the_registration_read_stops_at_a_small_cap(driver: HostileDriver) -> None:
+def test_the_registration_read_stops_at_a_small_cap(driver: Flood) -> None:
     with pytest.raises(CatalogError):
         fetch_driver_pipeline(driver.url, "token")
     assert driver.sent <= SENT_AT_MOST, f"a pipeline read read {driver.sent} B"

@@ -16,37 +16,20 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from sparkglass.service import dependencies
 from sparkglass.service.routers import samples
 from sparkglass.service.state import ServiceState
 from sparkglass.service.store.repository import AuditRecord
 from tests.support.data_sample_api import poll_until_done, sample_url
+from tests.support.fresh_poll import long_decisions as long_decisions
+from tests.support.fresh_poll import recorded_audit
+from tests.support.fresh_poll import route_calls as route_calls
 from tests.support.scripted_driver import FakeDriver
 
 from .conftest import ServiceFactory, auth
 
+pytestmark = pytest.mark.usefixtures("long_decisions")
+
 TEMPLATE = "/api/v1/namespaces/{namespace}/applications/{application}/vertices/{vertex}/data-sample"
-
-
-@pytest.fixture(autouse=True)
-def long_decisions(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The route layer's caches hold for the test's length: a slow machine must not turn
-    a fast-path poll into a slow one between two requests."""
-    monkeypatch.setattr(dependencies, "DECISION_TTL_S", 60.0)
-
-
-@pytest.fixture
-def route_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The namespaces of the polls the route answered (the fast path answers without it)."""
-    calls: list[str] = []
-    real = samples.authorized_principal
-
-    async def counting(*args: Any) -> Any:
-        calls.append(args[2])
-        return await real(*args)
-
-    monkeypatch.setattr(samples, "authorized_principal", counting)
-    return calls
 
 
 @pytest.fixture
@@ -54,16 +37,7 @@ def audited(make_service: ServiceFactory) -> Iterator[tuple[TestClient, list[Aud
     """A service with a finished round of ``parse``, and the audit events recorded after."""
     client = make_service()
     poll_until_done(client, "parse")
-    state: ServiceState = client.app.state.sparkglass  # type: ignore[attr-defined]
-    records: list[AuditRecord] = []
-    real = state.audit.record
-
-    def recording(event: AuditRecord) -> None:
-        records.append(event)
-        real(event)
-
-    state.audit.record = recording  # type: ignore[method-assign]
-    yield client, records
+    yield client, recorded_audit(_state(client))
 
 
 def _state(client: TestClient) -> ServiceState:
