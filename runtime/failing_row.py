@@ -1,4 +1,4 @@
-"""The row a Python batch vertex died on, named in the failure of its task and its query.
+"""The row a vertex died on, named in the failure of its task and its query.
 
 A Python batch vertex that raises fails its task (the default, ``on_error="fail"``), and
 Spark's failure text says only where in the worker the exception came from. Before the task
@@ -7,7 +7,7 @@ fails, the vertex's batch is run again one row at a time (as ``on_error="emit_er
 fails with :class:`FailingRowError`, whose message carries the vertex, that row and its error
 as one JSON object after :data:`MARK`. Spark carries the message to the driver in the
 query's exception, where :func:`failing_row_in` finds it again, so the pipeline's ``failed``
-reason (the page, REST, the SparkApplication's status) names the row, not a stack trace.
+reason names the row, not a stack trace; so does an async request failing for good.
 
 With a redaction rule on the vertex's input (``secrets``) only the row's column names and the
 error's type are kept, as for error rows (``error_rows.error_text``). Only failures pay.
@@ -33,7 +33,8 @@ WITHHELD_ROW = "(values withheld: redaction rules apply to this vertex's columns
 
 
 class FailingRowError(RuntimeError):
-    """A Python batch vertex raised on a row: its task fails naming it (module docstring)."""
+    """A vertex raised on a row (a Python vertex's, an async request's record): its task
+    fails naming it (module docstring)."""
 
 
 @dataclass(frozen=True)
